@@ -1,0 +1,87 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Registry } from 'prom-client';
+import { isDnsLabel } from '../domain/labels.js';
+import { PUBLIC_PHASES, type PublicPhase } from '../domain/sandbox.js';
+import type { Logger } from '../observability/logger.js';
+import type { SandboxView } from '../view/sandbox-view.js';
+import { sendError, sendJson } from './respond.js';
+import { sandboxJson } from './sandbox-json.js';
+import type { SandboxWatch } from './sandbox-watch.js';
+
+/**
+ * The admin/public HTTP API: `/healthz` (the process is alive), `/readyz` (it should get traffic),
+ * `/metrics` (Prometheus), and the sandbox status API under `/v1/sandboxes`.
+ */
+
+export interface Readiness {
+  /** Reasons the gateway must not get traffic (drivers not synced, shutting down); empty = ready. */
+  notReady(): string[];
+  /** Reasons it serves in a degraded mode (presence store unreachable: serving from the mirror). */
+  degraded(): string[];
+}
+
+export interface AdminApiDeps {
+  readonly view: SandboxView;
+  readonly registry: Registry;
+  readonly readiness: Readiness;
+  readonly watch: SandboxWatch;
+  readonly gatewayId: string;
+  readonly log: Logger;
+}
+
+const SANDBOX_PATH = /^\/v1\/sandboxes\/([^/]+)\/([^/]+)$/;
+
+export function createAdminApi(deps: AdminApiDeps) {
+  const { view, registry, readiness } = deps;
+
+  function list(url: URL, res: ServerResponse): void {
+    const ns = url.searchParams.get('namespace');
+    const phase = url.searchParams.get('phase');
+    if (ns !== null && !isDnsLabel(ns)) return sendError(res, 'invalid_request', 'namespace must be a DNS-1123 label');
+    if (phase !== null && !PUBLIC_PHASES.includes(phase as PublicPhase)) {
+      return sendError(res, 'invalid_request', `phase must be one of ${PUBLIC_PHASES.join(', ')}`);
+    }
+    const items = [];
+    for (const e of view.list()) {
+      if (ns !== null && e.namespace !== ns) continue;
+      if (phase !== null && e.status.phase !== phase) continue;
+      items.push(sandboxJson(e));
+    }
+    sendJson(res, 200, { items, gatewayId: deps.gatewayId, synced: view.synced });
+  }
+
+  return async function handleAdmin(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://admin');
+    const path = url.pathname;
+    if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 'method_not_allowed', undefined, { allow: 'GET, HEAD' });
+    switch (path) {
+      case '/healthz':
+        return sendJson(res, 200, { status: 'ok' });
+      case '/readyz': {
+        const notReady = readiness.notReady();
+        const degraded = readiness.degraded();
+        const status = notReady.length > 0 ? 'not_ready' : degraded.length > 0 ? 'degraded' : 'ready';
+        return sendJson(res, notReady.length > 0 ? 503 : 200, { status, notReady, degraded });
+      }
+      case '/metrics': {
+        const text = await registry.metrics();
+        res.writeHead(200, { 'content-type': registry.contentType }).end(text);
+        return;
+      }
+      case '/v1/sandboxes':
+        return list(url, res);
+      case '/v1/sandboxes/watch':
+        return deps.watch.serve(req, res, url);
+    }
+    const m = SANDBOX_PATH.exec(path);
+    if (m !== null) {
+      const ns = m[1]!;
+      const name = m[2]!;
+      if (!isDnsLabel(ns) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
+      const e = view.get(ns, name);
+      if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${ns}/${name}`);
+      return sendJson(res, 200, sandboxJson(e));
+    }
+    sendError(res, 'not_found', `No route ${path}`);
+  };
+}

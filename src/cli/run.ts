@@ -1,0 +1,59 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { redacted, resolveConfig } from '../config/load.js';
+import { packageRoot } from '../config/paths.js';
+import { configMarkdown } from '../config/docs.js';
+import { SandgateError } from '../domain/errors.js';
+import { serve } from './serve.js';
+
+const USAGE = `sandgate — traffic gateway for AI-agent sandboxes
+
+Usage:
+  sandgate serve [options]     run the gateway (no driver configured: the demo)
+  sandgate config [options]    print the resolved configuration (--markdown: the option table)
+  sandgate version             print the version
+  sandgate help                this text
+
+Every option is a flag (--grpc-port 9001), an environment variable (SANDGATE_GRPC_PORT) or a key in
+--config FILE. See docs/configuration.md.`;
+
+/** Runs one CLI command; returns the exit code. */
+export async function runCli(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case 'serve':
+        return await serve(rest);
+      case 'config': {
+        if (rest.includes('--markdown')) {
+          process.stdout.write(configMarkdown());
+          return 0;
+        }
+        const c = resolveConfig({ argv: rest, env: process.env });
+        process.stdout.write(JSON.stringify(redacted(c), null, 2) + '\n');
+        return 0;
+      }
+      case 'version':
+      case '--version': {
+        const pkg = JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as { version: string };
+        console.log(pkg.version);
+        return 0;
+      }
+      case undefined:
+      case 'help':
+      case '--help':
+      case '-h':
+        console.log(USAGE);
+        return command === undefined ? 2 : 0;
+      default:
+        console.error(`sandgate: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);
+        return 2;
+    }
+  } catch (err) {
+    if (err instanceof SandgateError) {
+      console.error(`sandgate: ${err.code}: ${err.message}`);
+      return 2;
+    }
+    throw err;
+  }
+}

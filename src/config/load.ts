@@ -1,0 +1,210 @@
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { SandgateError } from '../domain/errors.js';
+import { DEFAULTS, SCHEMA, envOf, flagOf, type Config, type OptionName, type OptionSpec } from './schema.js';
+
+/**
+ * Resolves the configuration: defaults < config file < SANDGATE_* environment < flags. Every source goes
+ * through the same schema; unknown keys and bad values are rejected with a hint; the result is frozen.
+ */
+
+const NAMES = Object.keys(SCHEMA) as OptionName[];
+const BY_FLAG = new Map(NAMES.map((n) => [flagOf(n), n]));
+
+function distance(a: string, b: string): number {
+  const d: number[] = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = d[0]!;
+    d[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const tmp = d[j]!;
+      d[j] = Math.min(d[j]! + 1, d[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = tmp;
+    }
+  }
+  return d[b.length]!;
+}
+
+function hint(unknown: string, candidates: readonly string[]): string {
+  let best = '';
+  let bestD = Infinity;
+  for (const c of candidates) {
+    const dd = distance(unknown.toLowerCase(), c.toLowerCase());
+    if (dd < bestD) {
+      bestD = dd;
+      best = c;
+    }
+  }
+  return bestD <= Math.max(2, Math.floor(unknown.length / 3)) ? ` (did you mean ${best}?)` : '';
+}
+
+function invalid(message: string): SandgateError {
+  return new SandgateError('config_invalid', message);
+}
+
+function coerce(spec: OptionSpec, raw: unknown, where: string): unknown {
+  const bad = (why: string) => invalid(`${where}: ${why}`);
+  switch (spec.kind) {
+    case 'string':
+      if (typeof raw === 'number') return String(raw);
+      if (typeof raw !== 'string') throw bad('expected a string');
+      return raw;
+    case 'int': {
+      const n = typeof raw === 'number' ? raw : typeof raw === 'string' && /^-?\d+$/.test(raw.trim()) ? Number(raw.trim()) : NaN;
+      if (!Number.isSafeInteger(n)) throw bad('expected a whole number');
+      if (n < spec.min || n > spec.max) throw bad(`must be between ${spec.min} and ${spec.max}`);
+      return n;
+    }
+    case 'bool':
+      if (typeof raw === 'boolean') return raw;
+      if (raw === 'true' || raw === '1' || raw === 'yes') return true;
+      if (raw === 'false' || raw === '0' || raw === 'no') return false;
+      throw bad('expected true or false');
+    case 'enum':
+      if (typeof raw !== 'string' || !spec.values.includes(raw)) throw bad(`must be one of ${spec.values.join(', ')}`);
+      return raw;
+    case 'list': {
+      const items = Array.isArray(raw)
+        ? raw.map((v) => String(v).trim())
+        : typeof raw === 'string'
+          ? raw.split(',').map((s) => s.trim()).filter((s) => s.length > 0)
+          : undefined;
+      if (items === undefined) throw bad('expected a list or a comma-separated string');
+      if (spec.values !== undefined) {
+        for (const item of items) if (!spec.values.includes(item)) throw bad(`unknown value ${JSON.stringify(item)}${hint(item, spec.values)}; allowed: ${spec.values.join(', ')}`);
+      }
+      if (new Set(items).size !== items.length) throw bad('lists a value twice');
+      return Object.freeze(items);
+    }
+  }
+}
+
+function kebabToCamel(s: string): string {
+  return s.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+/** Parses `--flag value`, `--flag=value`, `--flag` / `--no-flag` (booleans). Returns options and positionals. */
+export function parseFlags(argv: readonly string[]): { values: Partial<Record<OptionName, unknown>>; positionals: string[] } {
+  const values: Partial<Record<OptionName, unknown>> = {};
+  const positionals: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (!arg.startsWith('--')) {
+      positionals.push(arg);
+      continue;
+    }
+    const eq = arg.indexOf('=');
+    const flag = eq < 0 ? arg : arg.slice(0, eq);
+    let name = BY_FLAG.get(flag);
+    let negated = false;
+    if (name === undefined && flag.startsWith('--no-')) {
+      name = BY_FLAG.get('--' + flag.slice(5));
+      negated = name !== undefined && (SCHEMA[name] as OptionSpec).kind === 'bool';
+      if (!negated) name = undefined;
+    }
+    if (name === undefined) throw invalid(`unknown flag ${flag}${hint(flag, [...BY_FLAG.keys()])}`);
+    const spec = SCHEMA[name] as OptionSpec;
+    if (spec.kind === 'bool' && eq < 0) {
+      values[name] = !negated;
+      continue;
+    }
+    if (eq >= 0) {
+      values[name] = arg.slice(eq + 1);
+      continue;
+    }
+    const next = argv[i + 1];
+    if (next === undefined) throw invalid(`${flag} needs a value`);
+    values[name] = next;
+    i++;
+  }
+  return { values, positionals };
+}
+
+function readConfigFile(path: string, read: (p: string) => string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = read(path);
+  } catch (err) {
+    throw new SandgateError('config_invalid', `cannot read config file ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  let doc: unknown;
+  try {
+    doc = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new SandgateError('config_invalid', `config file ${path} does not parse: ${(err as Error).message}`, { cause: err });
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw invalid(`config file ${path} must hold a mapping of options`);
+  return doc as Record<string, unknown>;
+}
+
+export interface ConfigSources {
+  readonly argv?: readonly string[];
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  readonly overrides?: Partial<Record<OptionName, unknown>>;
+  readonly readFile?: (path: string) => string;
+}
+
+/** Resolves and freezes the configuration. Throws SandgateError `config_invalid` with a hint. */
+export function resolveConfig(sources: ConfigSources = {}): Config {
+  const env = sources.env ?? {};
+  const flags = parseFlags(sources.argv ?? []).values;
+  const fromEnv: Partial<Record<OptionName, unknown>> = {};
+  for (const [key, value] of Object.entries(env)) {
+    if (!key.startsWith('SANDGATE_') || value === undefined) continue;
+    const name = NAMES.find((n) => envOf(n) === key);
+    if (name === undefined) {
+      if (EXTRA_ENV.has(key)) continue;
+      throw invalid(`unknown environment variable ${key}${hint(key, NAMES.map(envOf))}`);
+    }
+    fromEnv[name] = value;
+  }
+  const configPath = (flags.config ?? fromEnv.config ?? sources.overrides?.config) as string | undefined;
+  const fromFile: Partial<Record<OptionName, unknown>> = {};
+  if (configPath !== undefined && configPath !== '') {
+    const doc = readConfigFile(configPath, sources.readFile ?? ((p) => readFileSync(p, 'utf8')));
+    for (const [rawKey, value] of Object.entries(doc)) {
+      const key = kebabToCamel(rawKey);
+      if (!Object.hasOwn(SCHEMA, key) || key === 'config') throw invalid(`unknown key ${JSON.stringify(rawKey)} in ${configPath}${hint(rawKey, NAMES)}`);
+      fromFile[key as OptionName] = value;
+    }
+  }
+  const out: Record<string, unknown> = { ...DEFAULTS };
+  const layers: [Partial<Record<OptionName, unknown>>, (n: OptionName) => string][] = [
+    [fromFile, (n) => `${n} in ${configPath}`],
+    [sources.overrides ?? {}, (n) => n],
+    [fromEnv, envOf],
+    [flags, flagOf],
+  ];
+  for (const [layer, where] of layers) {
+    for (const [name, raw] of Object.entries(layer) as [OptionName, unknown][]) {
+      if (!Object.hasOwn(SCHEMA, name)) throw invalid(`unknown option ${name}${hint(name, NAMES)}`);
+      out[name] = coerce(SCHEMA[name], raw, where(name));
+    }
+  }
+  validate(out as Config);
+  return Object.freeze(out) as Config;
+}
+
+/** SANDGATE_* variables that are read directly (secrets), not options. */
+const EXTRA_ENV: ReadonlySet<string> = new Set<string>([]);
+
+function validate(c: Config): void {
+  if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(c.baseDomain)) {
+    throw invalid(`baseDomain ${JSON.stringify(c.baseDomain)} must be a lower-case DNS name`);
+  }
+  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(c.defaultNamespace)) throw invalid('defaultNamespace must be a DNS-1123 label');
+  if (c.pathPrefix !== '' && !/^[A-Za-z0-9._~-]+$/.test(c.pathPrefix)) throw invalid('pathPrefix must be a single path segment, e.g. "sandbox"');
+  if (!/^[a-z0-9-]+$/.test(c.upstreamHeader)) throw invalid('upstreamHeader must be a lower-case header name');
+  if (c.routeOrder.length === 0) throw invalid('routeOrder must name at least one source');
+}
+
+/** The resolved configuration for logging: secrets redacted. */
+export function redacted(c: Config): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const name of NAMES) {
+    const spec: OptionSpec = SCHEMA[name];
+    out[name] = spec.secret === true && c[name] !== '' ? '[redacted]' : c[name];
+  }
+  return out;
+}

@@ -1,0 +1,112 @@
+import { ERROR_CODES, type ErrorCode } from './errors.js';
+import { parseRoute, type RouteOptions, type RouteRequest, type RouteTarget } from './route-key.js';
+import type { PublicPhase, PublicStatus } from './sandbox.js';
+
+/**
+ * `decide(request)`: the one routing decision every front door makes. Pure and synchronous: it reads the
+ * route table (the view) and nothing else.
+ */
+
+/** What decide() needs to know of one sandbox. The view keeps these precomputed. */
+export interface RouteEntry {
+  readonly namespace: string;
+  readonly name: string;
+  readonly status: PublicStatus;
+  /** Host part of the upstream (an IP, `[v6]`, or a DNS name); undefined when the sandbox has no inbound network. */
+  readonly upstreamHost: string | undefined;
+  /** Allowed ports; undefined = any. */
+  readonly ports: ReadonlySet<number> | undefined;
+}
+
+export interface RouteTable {
+  /** False until every driver has delivered its first full list. */
+  readonly synced: boolean;
+  get(namespace: string, name: string): RouteEntry | undefined;
+  /** Resolves an opaque id (a sandbox's `id`, or the legacy `<namespace>--<name>`). */
+  getById(id: string): RouteEntry | undefined;
+}
+
+export interface Allow {
+  readonly allow: true;
+  /** `<host>:<port>` to send the request to. */
+  readonly upstream: string;
+  readonly entry: RouteEntry;
+  readonly target: RouteTarget;
+}
+
+export interface Deny {
+  readonly allow: false;
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly message: string;
+  readonly namespace?: string | undefined;
+  readonly name?: string | undefined;
+  readonly phase?: PublicPhase | undefined;
+  readonly reason?: string | undefined;
+  /** Seconds, for 503s that are worth retrying. */
+  readonly retryAfter?: number | undefined;
+  /** True when the sandbox is in a readiness gap: a door may wait for the view to change and decide again. */
+  readonly waitable: boolean;
+}
+
+export type Decision = Allow | Deny;
+
+const RETRY_AFTER_SECONDS = 1;
+
+const GATEWAY_NOT_READY: Deny = deny('gateway_not_ready', undefined, undefined, RETRY_AFTER_SECONDS);
+const NO_ROUTE: Deny = deny('invalid_route', 'The request names no sandbox: use a sandbox host, the x-sandbox-* headers or the E2B headers');
+
+export function deny(code: ErrorCode, message?: string, entry?: RouteEntry, retryAfter?: number, waitable = false): Deny {
+  return {
+    allow: false,
+    code,
+    status: ERROR_CODES[code].status,
+    message: message ?? ERROR_CODES[code].message,
+    namespace: entry?.namespace,
+    name: entry?.name,
+    phase: entry?.status.phase,
+    reason: entry?.status.reason,
+    retryAfter,
+    waitable,
+  };
+}
+
+/** Formats `host:port` for an upstream host; IPv6 literals are bracketed by the view already. */
+export function upstreamOf(host: string, port: number): string {
+  return host + ':' + port;
+}
+
+function lookup(table: RouteTable, t: RouteTarget): RouteEntry | undefined {
+  return t.id !== undefined ? table.getById(t.id) : table.get(t.namespace!, t.name!);
+}
+
+/** Decides for an already-parsed target (the doors re-decide this way after a readiness wait). */
+export function decideTarget(table: RouteTable, t: RouteTarget): Decision {
+  const entry = lookup(table, t);
+  if (entry === undefined) return deny('sandbox_not_found');
+  if (entry.ports !== undefined && !entry.ports.has(t.port)) {
+    return deny('port_not_allowed', `Port ${t.port} is not exposed by this sandbox`, entry);
+  }
+  switch (entry.status.phase) {
+    case 'Ready':
+      if (entry.upstreamHost === undefined) return deny('sandbox_unreachable', undefined, entry);
+      return { allow: true, upstream: upstreamOf(entry.upstreamHost, t.port), entry, target: t };
+    case 'Paused':
+      return deny('sandbox_paused', undefined, entry);
+    case 'Deleting':
+      return deny('sandbox_gone', undefined, entry);
+    case 'Error':
+      return deny('sandbox_failed', entry.status.message || undefined, entry);
+    default:
+      return deny('sandbox_not_ready', entry.status.message || undefined, entry, RETRY_AFTER_SECONDS, true);
+  }
+}
+
+/** Parses the route and decides. Never throws for any input. */
+export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest): Decision {
+  if (!table.synced) return GATEWAY_NOT_READY;
+  const t = parseRoute(req, opts);
+  if (t === undefined) return NO_ROUTE;
+  if (typeof t === 'string') return deny('invalid_route', t);
+  return decideTarget(table, t);
+}

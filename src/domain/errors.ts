@@ -1,0 +1,47 @@
+/**
+ * The one table of sandgate's error codes. Every code a client, an operator or a peer can see is listed
+ * here with its HTTP status and default message, and in docs/errors.md (a test keeps the two in step).
+ * Retired codes are never reused.
+ */
+export const ERROR_CODES = {
+  // Routing decisions (every front door).
+  invalid_route: { status: 400, message: 'The request does not name a valid sandbox route' },
+  port_not_allowed: { status: 403, message: 'The sandbox does not expose this port' },
+  sandbox_not_found: { status: 404, message: 'No such sandbox' },
+  sandbox_paused: { status: 409, message: 'The sandbox is paused' },
+  sandbox_gone: { status: 410, message: 'The sandbox is being deleted or has expired' },
+  sandbox_failed: { status: 502, message: 'The sandbox has failed' },
+  sandbox_unreachable: { status: 502, message: 'The sandbox has no network route from this gateway' },
+  sandbox_not_ready: { status: 503, message: 'The sandbox is not ready yet' },
+  gateway_not_ready: { status: 503, message: 'The gateway has not synced its sandbox drivers yet' },
+  gateway_busy: { status: 503, message: 'Too many requests are waiting for sandboxes to become ready' },
+  internal_error: { status: 500, message: 'Internal gateway error' },
+  // Admin API.
+  not_found: { status: 404, message: 'No such resource' },
+  invalid_request: { status: 400, message: 'The request is malformed' },
+  method_not_allowed: { status: 405, message: 'Method not allowed' },
+  // Configuration and start-up (reported to operators, never to clients).
+  config_invalid: { status: 500, message: 'The configuration is invalid' },
+  sandboxes_file_invalid: { status: 500, message: 'The sandboxes file is invalid' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** A typed error: stable machine-readable code, HTTP status, human message and optional cause. */
+export class SandgateError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly details: Readonly<Record<string, unknown>> | undefined;
+
+  constructor(code: ErrorCode, message?: string, options?: { cause?: unknown; details?: Record<string, unknown> }) {
+    super(message ?? ERROR_CODES[code].message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'SandgateError';
+    this.code = code;
+    this.status = ERROR_CODES[code].status;
+    this.details = options?.details;
+  }
+}
+
+export function isErrorCode(value: string): value is ErrorCode {
+  return Object.hasOwn(ERROR_CODES, value);
+}

@@ -1,0 +1,87 @@
+/**
+ * What drivers report (backend state only, never a public phase), what sessions report (presence), and
+ * what the gateway publishes (the composed public status).
+ */
+
+/** The backend's own view of the compute. `absent` is expressed by a deletion event, not a snapshot. */
+export type BackendState = 'starting' | 'ready' | 'paused' | 'deleting' | 'failed';
+export const BACKEND_STATES: readonly BackendState[] = ['starting', 'ready', 'paused', 'deleting', 'failed'];
+
+export type ConditionStatus = 'True' | 'False' | 'Unknown';
+
+/** A Kubernetes-style condition (metav1.Condition shape). */
+export interface Condition {
+  readonly type: string;
+  readonly status: ConditionStatus;
+  readonly reason: string;
+  readonly message: string;
+  /** RFC 3339 timestamp, as the backend reported it. */
+  readonly lastTransitionTime?: string | undefined;
+}
+
+/** Where traffic for the sandbox goes. */
+export type Endpoint =
+  | { readonly kind: 'address'; readonly addresses: readonly string[] }
+  | { readonly kind: 'service'; readonly fqdn: string }
+  /** No inbound network: traffic rides the supervisor's outbound session. */
+  | { readonly kind: 'relay' };
+
+/** `required`: Ready needs a live supervisor session. `none`: the backend's readiness is enough. */
+export type SessionModel = 'required' | 'none';
+
+export interface BackendSnapshot {
+  readonly namespace: string;
+  readonly name: string;
+  /** Identity of this incarnation; a delete-and-recreate gets a new uid. */
+  readonly uid: string;
+  /** Opaque version, ordered when it is a decimal number (Kubernetes, the file driver). */
+  readonly resourceVersion: string;
+  /** Identity of the running instance (pod uid, container id, VM id): changes on restart. */
+  readonly instanceId: string;
+  /** Opaque ids that also name this sandbox (E2B-style hosts and headers). */
+  readonly ids: readonly string[];
+  readonly state: BackendState;
+  readonly conditions: readonly Condition[];
+  readonly endpoint: Endpoint;
+  readonly sessionModel: SessionModel;
+  /** Allow-list of ports; undefined = any port. */
+  readonly ports?: readonly number[] | undefined;
+  /** Epoch milliseconds after which the sandbox is expired (agent-sandbox spec.shutdownTime). */
+  readonly shutdownTime?: number | undefined;
+  /** Template revision the backend wants, and the one the running instance has (OpenKruise). */
+  readonly revision?: { readonly desired: string; readonly current: string } | undefined;
+}
+
+/** One change reported by a driver. */
+export type DriverEvent =
+  | { readonly type: 'upsert'; readonly snapshot: BackendSnapshot }
+  | { readonly type: 'delete'; readonly namespace: string; readonly name: string; readonly uid: string; readonly resourceVersion: string };
+
+/** A live supervisor session somewhere in the cluster. */
+export interface Presence {
+  readonly gatewayId: string;
+  readonly sessionId: string;
+  readonly instanceId: string;
+  readonly epoch: number;
+  /** Epoch milliseconds the session was accepted. */
+  readonly since: number;
+}
+
+export type PublicPhase = 'Provisioning' | 'Ready' | 'Updating' | 'Paused' | 'Error' | 'Deleting' | 'Unknown';
+export const PUBLIC_PHASES: readonly PublicPhase[] = ['Provisioning', 'Ready', 'Updating', 'Paused', 'Error', 'Deleting', 'Unknown'];
+
+export interface PublicStatus {
+  readonly phase: PublicPhase;
+  /** Reason of the phase (the Ready condition's reason, or the failure's). */
+  readonly reason: string;
+  readonly message: string;
+  readonly conditions: readonly Condition[];
+  /** The rule of the composition table that decided the phase (docs/architecture.md). */
+  readonly rule: string;
+  /** Set while Error is sticky: the incarnation and instance the failure belongs to. */
+  readonly failure?: { readonly uid: string; readonly instanceId: string } | undefined;
+}
+
+export function sandboxKey(namespace: string, name: string): string {
+  return namespace + '/' + name;
+}

@@ -1,0 +1,212 @@
+import { watch, type FSWatcher } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
+import { isIP } from 'node:net';
+import { parse as parseYaml } from 'yaml';
+import { SandgateError } from '../../domain/errors.js';
+import { isDnsLabel } from '../../domain/labels.js';
+import type { BackendSnapshot, BackendState, Condition, Endpoint } from '../../domain/sandbox.js';
+import type { Driver, DriverSink } from '../driver.js';
+
+/**
+ * The file driver: static sandboxes from a YAML or JSON file, for local runs, demos and tests. The file
+ * is re-read when it changes; a bad file is reported and the last good set kept.
+ *
+ *   sandboxes:
+ *     - namespace: team-a
+ *       name: web
+ *       id: sbx-123            # optional opaque id for E2B-style hosts
+ *       address: 127.0.0.2     # where the sandbox listens; absent = relay only (no inbound network)
+ *       ports: [8000, 49983]   # optional allow-list; absent = any port
+ *       state: ready           # starting | ready | paused | failed | deleting
+ *       supervisor: none       # required (default) | none
+ */
+
+const STATES: Readonly<Record<string, BackendState>> = {
+  starting: 'starting',
+  ready: 'ready',
+  paused: 'paused',
+  failed: 'failed',
+  deleting: 'deleting',
+};
+
+const READY_BY_STATE: Readonly<Record<BackendState, Omit<Condition, 'type'>>> = {
+  starting: { status: 'False', reason: 'Starting', message: 'The sandbox is starting' },
+  ready: { status: 'True', reason: 'DependenciesReady', message: '' },
+  paused: { status: 'False', reason: 'SandboxPaused', message: 'The sandbox is paused' },
+  failed: { status: 'False', reason: 'Failed', message: 'The sandbox has failed' },
+  deleting: { status: 'False', reason: 'Deleting', message: 'The sandbox is being deleted' },
+};
+
+const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime']);
+
+/** A parsed entry, before it gets a uid and a resourceVersion. */
+export type FileSandbox = Omit<BackendSnapshot, 'uid' | 'resourceVersion'>;
+
+function fail(message: string): SandgateError {
+  return new SandgateError('sandboxes_file_invalid', message);
+}
+
+function parseEntry(raw: unknown, at: string): FileSandbox {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw fail(`${at} must be a mapping`);
+  const o = raw as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (!KEYS.has(k)) throw fail(`${at}: unknown key ${JSON.stringify(k)}; allowed: ${[...KEYS].join(', ')}`);
+  const str = (k: string, required: boolean): string | undefined => {
+    const v = o[k];
+    if (v === undefined || v === null) {
+      if (required) throw fail(`${at}.${k} is required`);
+      return undefined;
+    }
+    if (typeof v !== 'string') throw fail(`${at}.${k} must be a string`);
+    return v;
+  };
+  const namespace = str('namespace', true)!;
+  const name = str('name', true)!;
+  if (!isDnsLabel(namespace)) throw fail(`${at}.namespace ${JSON.stringify(namespace)} must be a DNS-1123 label`);
+  if (!isDnsLabel(name)) throw fail(`${at}.name ${JSON.stringify(name)} must be a DNS-1123 label`);
+  const ids: string[] = [];
+  const id = str('id', false);
+  if (id !== undefined) ids.push(id);
+  if (o.ids !== undefined) {
+    if (!Array.isArray(o.ids) || !o.ids.every((x) => typeof x === 'string')) throw fail(`${at}.ids must be a list of strings`);
+    ids.push(...(o.ids as string[]));
+  }
+  for (const i of ids) if (!isDnsLabel(i)) throw fail(`${at}: id ${JSON.stringify(i)} must be lower-case letters, digits and '-' (at most 63)`);
+  const address = str('address', false);
+  let endpoint: Endpoint = { kind: 'relay' };
+  if (address !== undefined) {
+    if (isIP(address) === 0) throw fail(`${at}.address ${JSON.stringify(address)} must be an IP address`);
+    endpoint = { kind: 'address', addresses: [address] };
+  }
+  let ports: number[] | undefined;
+  if (o.ports !== undefined) {
+    if (!Array.isArray(o.ports) || !o.ports.every((p) => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535)) {
+      throw fail(`${at}.ports must be a list of port numbers 1-65535`);
+    }
+    ports = o.ports as number[];
+  }
+  const stateText = str('state', false) ?? 'ready';
+  const state = STATES[stateText];
+  if (state === undefined) throw fail(`${at}.state must be one of ${Object.keys(STATES).join(', ')}`);
+  const supervisor = str('supervisor', false) ?? 'required';
+  if (supervisor !== 'required' && supervisor !== 'none') throw fail(`${at}.supervisor must be required or none`);
+  const base = READY_BY_STATE[state];
+  const ready: Condition = { type: 'Ready', ...base, reason: str('reason', false) ?? base.reason, message: str('message', false) ?? base.message };
+  let shutdownTime: number | undefined;
+  const st = str('shutdownTime', false);
+  if (st !== undefined) {
+    shutdownTime = Date.parse(st);
+    if (Number.isNaN(shutdownTime)) throw fail(`${at}.shutdownTime must be an RFC 3339 time`);
+  }
+  return {
+    namespace,
+    name,
+    instanceId: str('instanceId', false) ?? `${namespace}/${name}`,
+    ids,
+    state,
+    conditions: [ready],
+    endpoint,
+    sessionModel: supervisor,
+    ports,
+    shutdownTime,
+  };
+}
+
+/** Parses the text of a sandboxes file. Throws SandgateError `sandboxes_file_invalid` naming the bad entry. */
+export function parseSandboxesFile(text: string, path = 'sandboxes file'): FileSandbox[] {
+  let doc: unknown;
+  try {
+    doc = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new SandgateError('sandboxes_file_invalid', `${path} does not parse: ${(err as Error).message}`, { cause: err });
+  }
+  if (typeof doc !== 'object' || doc === null || !Array.isArray((doc as { sandboxes?: unknown }).sandboxes)) {
+    throw fail(`${path} must have a top-level "sandboxes" list`);
+  }
+  const extra = Object.keys(doc).filter((k) => k !== 'sandboxes');
+  if (extra.length > 0) throw fail(`${path}: unknown top-level key ${JSON.stringify(extra[0])}`);
+  const out = (doc as { sandboxes: unknown[] }).sandboxes.map((e, i) => parseEntry(e, `sandboxes[${i}]`));
+  const seen = new Set<string>();
+  const ids = new Set<string>();
+  for (const s of out) {
+    const key = `${s.namespace}/${s.name}`;
+    if (seen.has(key)) throw fail(`${path}: sandbox ${key} is listed twice`);
+    seen.add(key);
+    for (const id of s.ids) {
+      if (ids.has(id)) throw fail(`${path}: id ${id} is used twice`);
+      ids.add(id);
+    }
+  }
+  return out;
+}
+
+export class FileDriver implements Driver {
+  readonly id = 'file';
+  private sink: DriverSink | undefined;
+  private watcher: FSWatcher | undefined;
+  private debounce: NodeJS.Timeout | undefined;
+  /** What the last good file said, by key, with the uid and version given to it. */
+  private held = new Map<string, { json: string; snapshot: BackendSnapshot }>();
+  private generation = 0;
+  private uidCounter = 0;
+  private reloading: Promise<void> = Promise.resolve();
+
+  constructor(readonly path: string) {}
+
+  async start(sink: DriverSink): Promise<void> {
+    this.sink = sink;
+    await this.reload();
+    // Watch the directory: editors and config maps replace the file rather than write it in place.
+    this.watcher = watch(dirname(this.path), (_event, file) => {
+      if (file !== null && file !== basename(this.path)) return;
+      clearTimeout(this.debounce);
+      this.debounce = setTimeout(() => void this.reload(), 50);
+    });
+    this.watcher.on('error', (err) => sink.error(err));
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.debounce);
+    this.watcher?.close();
+    this.watcher = undefined;
+    await this.reloading;
+  }
+
+  /** Re-reads the file now (also on SIGHUP). A bad file is reported and changes nothing. */
+  reload(): Promise<void> {
+    this.reloading = this.reloading.then(() => this.load());
+    return this.reloading;
+  }
+
+  private async load(): Promise<void> {
+    const sink = this.sink;
+    if (sink === undefined) return;
+    let parsed: FileSandbox[];
+    try {
+      parsed = parseSandboxesFile(await readFile(this.path, 'utf8'), this.path);
+    } catch (err) {
+      sink.error(err instanceof SandgateError ? err : new SandgateError('sandboxes_file_invalid', `cannot read ${this.path}: ${(err as Error).message}`, { cause: err }));
+      // A first load that fails still counts as synced (with nothing): the gateway answers 404, not 503 forever.
+      if (this.generation === 0) {
+        this.generation++;
+        sink.replace([]);
+      }
+      return;
+    }
+    const version = String(++this.generation);
+    const next = new Map<string, { json: string; snapshot: BackendSnapshot }>();
+    for (const s of parsed) {
+      const key = `${s.namespace}/${s.name}`;
+      const json = JSON.stringify(s);
+      const before = this.held.get(key);
+      if (before !== undefined && before.json === json) {
+        next.set(key, before);
+        continue;
+      }
+      const uid = before?.snapshot.uid ?? `file-${process.pid}-${++this.uidCounter}`;
+      next.set(key, { json, snapshot: { ...s, uid, resourceVersion: version } });
+    }
+    this.held = next;
+    sink.replace([...next.values()].map((v) => v.snapshot));
+  }
+}

@@ -1,0 +1,47 @@
+import type { Deny } from '../domain/decide.js';
+
+/**
+ * How a denial looks to a client, the same at every front door: a JSON body
+ * `{code, message, namespace?, name?, phase?, reason?}`, or a small HTML page when the client asks for
+ * text/html (a browser opening a sandbox URL), plus `Retry-After` on retryable 503s.
+ */
+
+export const ERROR_HEADER = 'x-sandgate-error';
+
+export interface RenderedDenial {
+  readonly status: number;
+  readonly headers: readonly (readonly [string, string])[];
+  readonly body: string;
+}
+
+/** True when the Accept header prefers an HTML page (browsers send `text/html,…`). */
+export function wantsHtml(accept: string | undefined): boolean {
+  return accept !== undefined && accept.includes('text/html');
+}
+
+export function denialJson(d: Deny): string {
+  return JSON.stringify({ code: d.code, message: d.message, namespace: d.namespace, name: d.name, phase: d.phase, reason: d.reason });
+}
+
+function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+export function denialHtml(d: Deny): string {
+  const what = d.namespace !== undefined ? `<p>Sandbox <code>${escapeHtml(d.namespace)}/${escapeHtml(d.name ?? '')}</code>` + (d.phase ? ` is <b>${escapeHtml(d.phase)}</b>` : '') + (d.reason ? ` (${escapeHtml(d.reason)})` : '') + '.</p>' : '';
+  return (
+    '<!doctype html><html><head><meta charset="utf-8"><title>' +
+    `${d.status} ${escapeHtml(d.code)}</title></head><body><h1>${escapeHtml(d.message)}</h1>${what}` +
+    `<p><small>sandgate: ${escapeHtml(d.code)}</small></p></body></html>\n`
+  );
+}
+
+export function renderDenial(d: Deny, accept: string | undefined): RenderedDenial {
+  const html = wantsHtml(accept);
+  const headers: [string, string][] = [
+    ['content-type', html ? 'text/html; charset=utf-8' : 'application/json'],
+    [ERROR_HEADER, d.code],
+  ];
+  if (d.retryAfter !== undefined) headers.push(['retry-after', String(d.retryAfter)]);
+  return { status: d.status, headers, body: html ? denialHtml(d) : denialJson(d) };
+}

@@ -1,0 +1,107 @@
+import { status as GrpcStatus, type sendUnaryData, type ServerUnaryCall, type UntypedServiceImplementation } from '@grpc/grpc-js';
+import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
+import type { RouteRequest } from '../../domain/route-key.js';
+import type { Logger } from '../../observability/logger.js';
+import type { Decider } from '../decider.js';
+import { renderDenial } from '../denial.js';
+import { lowerCaseHeaders, routingHeadersPresent } from '../headers.js';
+
+/**
+ * Envoy ext_authz v3 (`envoy.service.auth.v3.Authorization/Check`). Allow → `ok_response` that sets the
+ * upstream header with OVERWRITE_IF_EXISTS_OR_ADD (the default action appends, and a client-sent value
+ * would survive), removes client-sent routing headers, and puts `{upstream}` in dynamic metadata (the
+ * `envoy.filters.http.ext_authz` namespace, for ORIGINAL_DST `metadata_key`). Deny → `denied_response`.
+ */
+
+interface HeaderValueOption {
+  header: { key: string; value: string };
+  append_action: 'OVERWRITE_IF_EXISTS_OR_ADD';
+}
+
+interface CheckRequest {
+  attributes?: {
+    request?: {
+      http?: {
+        headers?: Record<string, string>;
+        header_map?: { headers?: { key: string; value?: string; raw_value?: Buffer }[] };
+        host?: string;
+        path?: string;
+        method?: string;
+      };
+    };
+  };
+}
+
+const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD' as const;
+/** google.rpc.Code: any non-OK status makes Envoy use denied_response. */
+const PERMISSION_DENIED = 7;
+
+function set(key: string, value: string): HeaderValueOption {
+  return { header: { key, value }, append_action: OVERWRITE };
+}
+
+/** Builds the RouteRequest from what Envoy sends: the `headers` map, or `header_map` with `encode_raw_headers`. */
+export function checkRequestToRoute(req: CheckRequest): RouteRequest {
+  const http = req.attributes?.request?.http;
+  let headers: Record<string, string> = http?.headers ?? {};
+  const list = http?.header_map?.headers;
+  if (list !== undefined && list.length > 0) {
+    headers = {};
+    for (const h of list) {
+      const v = h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
+      const k = h.key.toLowerCase();
+      headers[k] = headers[k] === undefined ? v : headers[k] + ',' + v;
+    }
+  }
+  const lower = lowerCaseHeaders(headers);
+  return { headers: lower, host: http?.host || lower[':authority'] || lower.host, path: http?.path || lower[':path'] };
+}
+
+export function allowResponse(d: Allow, upstreamHeader: string, req: RouteRequest): object {
+  const headers = [set(upstreamHeader, d.upstream)];
+  if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
+  return {
+    status: { code: 0 },
+    ok_response: { headers, headers_to_remove: routingHeadersPresent(req.headers) ?? [] },
+    dynamic_metadata: { fields: { upstream: { string_value: d.upstream } } },
+  };
+}
+
+export function deniedResponse(d: Deny, accept: string | undefined): object {
+  const r = renderDenial(d, accept);
+  return {
+    status: { code: PERMISSION_DENIED, message: d.code },
+    denied_response: { status: { code: r.status }, headers: r.headers.map(([k, v]) => set(k, v)), body: r.body },
+  };
+}
+
+export function extAuthzService(decider: Decider, upstreamHeader: string, log: Logger): UntypedServiceImplementation {
+  const answer = (cb: sendUnaryData<object>, d: Decision, req: RouteRequest): void => {
+    cb(null, d.allow ? allowResponse(d, upstreamHeader, req) : deniedResponse(d, req.headers.accept));
+  };
+  return {
+    Check(call: ServerUnaryCall<CheckRequest, object>, cb: sendUnaryData<object>): void {
+      let req: RouteRequest | undefined;
+      try {
+        req = checkRequestToRoute(call.request);
+        const d = decider.decide('ext_authz', req);
+        if (!decider.shouldWait(d)) return answer(cb, d, req);
+        const ac = new AbortController();
+        call.once('cancelled', () => ac.abort());
+        const r = req;
+        decider.wait('ext_authz', r, d, ac.signal).then(
+          (final) => {
+            if (!ac.signal.aborted) answer(cb, final, r);
+          },
+          (err: unknown) => {
+            log.error({ err }, 'ext_authz wait failed');
+            cb({ code: GrpcStatus.INTERNAL, details: 'internal error' });
+          },
+        );
+      } catch (err) {
+        log.error({ err }, 'ext_authz Check failed');
+        cb(null, deniedResponse(deny('internal_error'), req?.headers.accept));
+      }
+    },
+  };
+}

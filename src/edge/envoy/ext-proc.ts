@@ -1,0 +1,155 @@
+import type { ServerDuplexStream, UntypedServiceImplementation } from '@grpc/grpc-js';
+import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
+import type { RouteRequest } from '../../domain/route-key.js';
+import type { Logger } from '../../observability/logger.js';
+import type { Decider } from '../decider.js';
+import { renderDenial } from '../denial.js';
+import { addHeader, routingHeadersPresent } from '../headers.js';
+
+/**
+ * Envoy ext_proc v3 (`envoy.service.ext_proc.v3.ExternalProcessor/Process`): one bidirectional stream per
+ * HTTP request; every ProcessingRequest gets exactly one ProcessingResponse, in order.
+ *
+ * `request_headers` → a header mutation that sets the upstream header (values in `raw_value`: Envoy ≥ 1.27
+ * sends and expects raw bytes) with `clear_route_cache: true` (so the route is re-picked on the header we
+ * set), or an `immediate_response` for a denial. Any other message kind — which a headers-only
+ * configuration (`request_header_mode: SEND`, the rest SKIP/NONE) should not send — gets a plain CONTINUE.
+ */
+
+interface HeaderValue {
+  key: string;
+  value?: string;
+  raw_value?: Buffer;
+}
+
+interface ProcessingRequest {
+  request?: string;
+  request_headers?: { headers?: { headers?: HeaderValue[] }; end_of_stream?: boolean };
+}
+
+const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD' as const;
+const CONTINUE = { status: 'CONTINUE' } as const;
+
+/** Plain CONTINUE answers, by the message kind they answer. */
+const PASS: Readonly<Record<string, object>> = {
+  request_body: { request_body: { response: CONTINUE } },
+  response_headers: { response_headers: { response: CONTINUE } },
+  response_body: { response_body: { response: CONTINUE } },
+  request_trailers: { request_trailers: {} },
+  response_trailers: { response_trailers: {} },
+};
+
+function rawSet(key: string, value: string): object {
+  return { header: { key, raw_value: Buffer.from(value, 'latin1') }, append_action: OVERWRITE };
+}
+
+export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteRequest {
+  const headers: Record<string, string> = {};
+  if (list !== undefined) {
+    for (const h of list) {
+      const v = h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
+      addHeader(headers, h.key.toLowerCase(), v);
+    }
+  }
+  return { headers, host: headers[':authority'] ?? headers.host, path: headers[':path'] };
+}
+
+function allowMessage(d: Allow, upstreamHeader: string, req: RouteRequest): object {
+  const set_headers = [rawSet(upstreamHeader, d.upstream)];
+  if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
+  return {
+    request_headers: {
+      response: {
+        status: 'CONTINUE',
+        header_mutation: { set_headers, remove_headers: routingHeadersPresent(req.headers) ?? [] },
+        clear_route_cache: true,
+      },
+    },
+    dynamic_metadata: { fields: { upstream: { string_value: d.upstream } } },
+  };
+}
+
+function denyMessage(d: Deny, accept: string | undefined): object {
+  const r = renderDenial(d, accept);
+  return {
+    immediate_response: {
+      status: { code: r.status },
+      headers: { set_headers: r.headers.map(([k, v]) => rawSet(k, v)) },
+      body: Buffer.from(r.body),
+      details: d.code,
+    },
+  };
+}
+
+function decisionMessage(d: Decision, upstreamHeader: string, req: RouteRequest): object {
+  return d.allow ? allowMessage(d, upstreamHeader, req) : denyMessage(d, req.headers.accept);
+}
+
+export function extProcService(decider: Decider, upstreamHeader: string, log: Logger): UntypedServiceImplementation {
+  return {
+    Process(call: ServerDuplexStream<ProcessingRequest, object>): void {
+      let ac: AbortController | undefined;
+      // Answers must leave in request order; a readiness wait holds later answers behind it.
+      let queue: Promise<void> | undefined;
+      let done = false;
+      const send = (msg: object): void => {
+        if (!done) call.write(msg);
+      };
+      const handle = (msg: ProcessingRequest): Promise<void> | undefined => {
+        if (msg.request !== 'request_headers') {
+          send((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
+          return undefined;
+        }
+        let req: RouteRequest | undefined;
+        try {
+          req = headersToRoute(msg.request_headers?.headers?.headers);
+          const d = decider.decide('ext_proc', req);
+          if (!decider.shouldWait(d)) {
+            send(decisionMessage(d, upstreamHeader, req));
+            return undefined;
+          }
+          ac ??= new AbortController();
+          const r = req;
+          return decider.wait('ext_proc', r, d, ac.signal).then(
+            (final) => send(decisionMessage(final, upstreamHeader, r)),
+            (err: unknown) => {
+              log.error({ err }, 'ext_proc wait failed');
+              send(denyMessage(deny('internal_error'), r.headers.accept));
+            },
+          );
+        } catch (err) {
+          log.error({ err }, 'ext_proc request_headers failed');
+          send(denyMessage(deny('internal_error'), req?.headers.accept));
+          return undefined;
+        }
+      };
+      const track = (p: Promise<void>): void => {
+        const q: Promise<void> = p.finally(() => {
+          if (queue === q) queue = undefined;
+        });
+        queue = q;
+      };
+      call.on('data', (msg: ProcessingRequest) => {
+        if (queue !== undefined) return track(queue.then(() => handle(msg)));
+        const p = handle(msg);
+        if (p !== undefined) track(p);
+      });
+      const finish = (): void => {
+        if (done) return;
+        done = true;
+        ac?.abort();
+      };
+      call.on('end', () => {
+        // Envoy half-closed: answer what is in flight, then close our side.
+        const close = (): void => {
+          if (!done) call.end();
+          finish();
+        };
+        if (queue === undefined) close();
+        else void queue.then(close);
+      });
+      call.on('cancelled', finish);
+      call.on('error', finish);
+    },
+  };
+}

@@ -1,0 +1,45 @@
+import { ROUTING_HEADERS, type HeaderMap } from '../domain/route-key.js';
+
+/** Header handling shared by the front doors. */
+
+function hasUpper(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0x41 && c <= 0x5a) return true;
+  }
+  return false;
+}
+
+/**
+ * Returns `headers` itself when every name is lower case (Envoy always sends lower case), else a copy
+ * with lower-cased names in which names that differ only in case are joined with "," — so a conflicting
+ * pair such as `X-Sandbox-Id: a` + `x-sandbox-id: b` becomes one invalid value, never a silent pick.
+ */
+export function lowerCaseHeaders(headers: Readonly<Record<string, string>>): HeaderMap {
+  let clean = true;
+  for (const k in headers) {
+    if (hasUpper(k)) {
+      clean = false;
+      break;
+    }
+  }
+  if (clean) return headers;
+  const out: Record<string, string> = {};
+  for (const k in headers) addHeader(out, k.toLowerCase(), headers[k]!);
+  return out;
+}
+
+/** Adds one header to a lower-case map, joining repeats with "," as Envoy's ext_authz map does. */
+export function addHeader(out: Record<string, string>, lowerName: string, value: string): void {
+  const prev = out[lowerName];
+  out[lowerName] = prev === undefined ? value : prev + ',' + value;
+}
+
+/** The routing headers present in a request (they are removed before the request reaches the sandbox). */
+export function routingHeadersPresent(headers: HeaderMap): string[] | undefined {
+  let out: string[] | undefined;
+  for (const name of ROUTING_HEADERS) {
+    if (headers[name] !== undefined) (out ??= []).push(name);
+  }
+  return out;
+}

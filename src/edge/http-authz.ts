@@ -1,0 +1,61 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { deny, type Decision } from '../domain/decide.js';
+import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
+import type { Logger } from '../observability/logger.js';
+import type { Decider } from './decider.js';
+import { renderDenial } from './denial.js';
+
+/**
+ * HTTP authz: the same decision for Envoy's ext_authz `http_service` and nginx `auth_request`. Any path
+ * under `/authz/` on the admin port. The original path is what follows `/authz` (Envoy's `path_prefix`
+ * prepends it) unless nginx passes it in `X-Original-URI`. 200 carries the upstream header (and
+ * `x-sandgate-path` when the route rewrote the path); a denial carries its status, headers and body.
+ */
+
+export const AUTHZ_PREFIX = '/authz';
+export const PATH_HEADER = 'x-sandgate-path';
+export const SANDBOX_HEADER = 'x-sandgate-sandbox';
+
+export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
+  const headers = req.headers as HeaderMap;
+  const url = req.url ?? '/';
+  const original = headers['x-original-uri'];
+  const path = original !== undefined ? original : url.length > AUTHZ_PREFIX.length ? url.slice(AUTHZ_PREFIX.length) : '/';
+  return { headers, host: headers['x-forwarded-host'] ?? headers.host, path };
+}
+
+export function createHttpAuthz(decider: Decider, upstreamHeader: string, log: Logger) {
+  const answer = (res: ServerResponse, d: Decision, req: RouteRequest): void => {
+    if (res.destroyed) return;
+    if (d.allow) {
+      res.setHeader(upstreamHeader, d.upstream);
+      res.setHeader(SANDBOX_HEADER, d.entry.namespace + '/' + d.entry.name);
+      if (d.target.path !== undefined) res.setHeader(PATH_HEADER, d.target.path);
+      res.writeHead(200).end();
+      return;
+    }
+    const r = renderDenial(d, req.headers.accept);
+    for (const [k, v] of r.headers) res.setHeader(k, v);
+    res.writeHead(r.status).end(r.body);
+  };
+  return function handleAuthz(req: IncomingMessage, res: ServerResponse): void {
+    const route = httpAuthzRoute(req);
+    let d: Decision;
+    try {
+      d = decider.decide('http_authz', route);
+    } catch (err) {
+      log.error({ err }, 'http authz failed');
+      return answer(res, deny('internal_error'), route);
+    }
+    if (!decider.shouldWait(d)) return answer(res, d, route);
+    const ac = new AbortController();
+    res.once('close', () => ac.abort());
+    decider.wait('http_authz', route, d, ac.signal).then(
+      (final) => answer(res, final, route),
+      (err: unknown) => {
+        log.error({ err }, 'http authz wait failed');
+        answer(res, deny('internal_error'), route);
+      },
+    );
+  };
+}

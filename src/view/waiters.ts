@@ -1,0 +1,72 @@
+/**
+ * Waiters for a change of one sandbox in the view: the readiness wait of the front doors. A waiter costs a
+ * Set entry and a timer while it waits and nothing otherwise; it is released by the next change of its
+ * sandbox, by its timeout, by its abort signal, or by close() at shutdown — never by polling.
+ */
+
+export type WaitOutcome = 'changed' | 'timeout' | 'busy' | 'closed' | 'aborted';
+
+export interface WaiterLimits {
+  /** Waiters allowed for one sandbox at once. */
+  readonly perSandbox: number;
+  /** Waiters allowed across all sandboxes at once. */
+  readonly total: number;
+}
+
+type Release = (outcome: WaitOutcome) => void;
+
+export class ChangeWaiters {
+  private readonly byKey = new Map<string, Set<Release>>();
+  private count = 0;
+  private closed = false;
+
+  constructor(private readonly limits: WaiterLimits) {}
+
+  get size(): number {
+    return this.count;
+  }
+
+  /** Resolves when `key` changes, or with why it did not. Resolves `busy` at once when a limit is reached. */
+  wait(key: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitOutcome> {
+    if (this.closed) return Promise.resolve('closed');
+    if (signal?.aborted) return Promise.resolve('aborted');
+    let set = this.byKey.get(key);
+    if (this.count >= this.limits.total || (set !== undefined && set.size >= this.limits.perSandbox)) {
+      return Promise.resolve('busy');
+    }
+    if (set === undefined) {
+      set = new Set();
+      this.byKey.set(key, set);
+    }
+    const waiters = set;
+    this.count++;
+    return new Promise<WaitOutcome>((resolve) => {
+      const release: Release = (outcome) => {
+        if (!waiters.delete(release)) return;
+        this.count--;
+        if (waiters.size === 0 && this.byKey.get(key) === waiters) this.byKey.delete(key);
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        resolve(outcome);
+      };
+      const onAbort = (): void => release('aborted');
+      const timer = setTimeout(() => release('timeout'), timeoutMs);
+      timer.unref();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      waiters.add(release);
+    });
+  }
+
+  /** Wakes every waiter of `key`. */
+  notify(key: string): void {
+    const set = this.byKey.get(key);
+    if (set === undefined) return;
+    for (const release of [...set]) release('changed');
+  }
+
+  /** Releases every waiter (shutdown) and refuses new ones. */
+  close(): void {
+    this.closed = true;
+    for (const set of [...this.byKey.values()]) for (const release of [...set]) release('closed');
+  }
+}
