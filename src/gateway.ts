@@ -11,7 +11,7 @@ import type { RouteOptions, RouteSource } from './domain/route-key.js';
 import type { Driver, DriverSink } from './drivers/driver.js';
 import { FileDriver } from './drivers/file/file-driver.js';
 import { Decider } from './edge/decider.js';
-import { startGrpcServer, type GrpcFrontDoor } from './edge/envoy/grpc-server.js';
+import { startGrpcServer } from './edge/envoy/grpc-server.js';
 import { AUTHZ_PREFIX, createHttpAuthz } from './edge/http-authz.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
@@ -100,7 +100,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const decider = new Decider(view, routeOptions(config), config.readinessWaitMs, metrics, log.child({ part: 'edge' }));
   const drivers = opts.drivers ?? driversFromConfig(config);
   let shuttingDown = false;
-  let grpc: GrpcFrontDoor | undefined;
+  const grpc = await startGrpcServer(decider, { host: config.listenHost, port: config.grpcPort, upstreamHeader: config.upstreamHeader }, log.child({ part: 'envoy' }));
 
   const readiness: Readiness = {
     notReady() {
@@ -118,7 +118,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       view.replace(d.id, snapshots);
       metrics.driverEvents.labels(d.id, 'resync').inc();
       driverLog.info({ driver: d.id, sandboxes: snapshots.length }, 'driver list applied');
-      if (view.synced && !shuttingDown) grpc?.setServing(true);
+      if (view.synced && !shuttingDown) grpc.setServing(true);
     },
     apply(event) {
       metrics.driverEvents.labels(d.id, view.apply(d.id, event) ? 'applied' : 'stale').inc();
@@ -143,7 +143,6 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   admin.keepAliveTimeout = 65_000;
 
-  grpc = await startGrpcServer(decider, { host: config.listenHost, port: config.grpcPort, upstreamHeader: config.upstreamHeader }, log.child({ part: 'envoy' }));
   let adminPort: number;
   try {
     adminPort = await listen(admin, config.listenHost, config.adminPort);

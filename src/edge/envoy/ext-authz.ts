@@ -63,7 +63,7 @@ export function allowResponse(d: Allow, upstreamHeader: string, req: RouteReques
   return {
     status: { code: 0 },
     ok_response: { headers, headers_to_remove: routingHeadersPresent(req.headers) ?? [] },
-    dynamic_metadata: { fields: { upstream: { string_value: d.upstream } } },
+    dynamic_metadata: { fields: { upstream: { stringValue: d.upstream } } },
   };
 }
 

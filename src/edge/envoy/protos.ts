@@ -16,6 +16,8 @@ export const ENVOY_INCLUDE_DIRS: readonly string[] = ['envoy-api', 'xds', 'googl
 /**
  * keepCase: field names as in the .proto (Envoy's docs and configs use snake_case). enums as strings,
  * 64-bit integers as strings, no default values filled in, and `oneofs` to name the chosen member.
+ * Note: protobufjs supplies the google.protobuf well-known types itself, with camelCase field names
+ * whatever keepCase says — a Struct value is `{stringValue: …}`, not `{string_value: …}`.
  */
 export const PROTO_OPTIONS: Options = {
   keepCase: true,

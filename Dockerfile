@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# Multi-stage: build with dev dependencies, run with production dependencies only, as a non-root user.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+COPY bench ./bench
+COPY examples ./examples
+COPY proto ./proto
+RUN npm run build
+
+FROM node:20-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts
+
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+COPY examples ./examples
+COPY proto ./proto
+USER node
+# ext_authz / ext_proc / gRPC health, admin (HTTP authz, API, metrics)
+EXPOSE 9001 9090
+ENTRYPOINT ["node", "dist/src/cli/main.js"]
+CMD ["serve"]

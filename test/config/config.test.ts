@@ -1,0 +1,62 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { configMarkdown } from '../../src/config/docs.js';
+import { redacted, resolveConfig } from '../../src/config/load.js';
+import { DEFAULTS } from '../../src/config/schema.js';
+import { SandgateError } from '../../src/domain/errors.js';
+
+function rejects(fn: () => unknown, pattern: RegExp): void {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(SandgateError);
+    expect((err as SandgateError).code).toBe('config_invalid');
+    expect((err as Error).message).toMatch(pattern);
+    return;
+  }
+  throw new Error('expected config_invalid');
+}
+
+describe('configuration', () => {
+  it('has the documented defaults', () => {
+    const c = resolveConfig();
+    expect(c).toMatchObject({ grpcPort: 9001, adminPort: 9090, baseDomain: 'localhost', readinessWaitMs: 15000, upstreamHeader: 'x-sandgate-upstream', sandboxes: '' });
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(c).toEqual(DEFAULTS);
+  });
+
+  it('layers file < environment < flags', () => {
+    const files: Record<string, string> = { '/etc/sg.yaml': 'grpcPort: 7001\nadmin-port: 7090\nbaseDomain: sbx.example.com\n' };
+    const c = resolveConfig({
+      argv: ['--config', '/etc/sg.yaml', '--grpc-port=7003', '--route-order', 'host,headers'],
+      env: { SANDGATE_GRPC_PORT: '7002', SANDGATE_READINESS_WAIT_MS: '500', PATH: '/bin' },
+      readFile: (p) => files[p]!,
+    });
+    expect(c).toMatchObject({ grpcPort: 7003, adminPort: 7090, baseDomain: 'sbx.example.com', readinessWaitMs: 500, routeOrder: ['host', 'headers'] });
+  });
+
+  it('rejects unknown keys everywhere, with a hint', () => {
+    rejects(() => resolveConfig({ argv: ['--grpc-prot', '1'] }), /unknown flag --grpc-prot \(did you mean --grpc-port\?\)/);
+    rejects(() => resolveConfig({ env: { SANDGATE_BASE_DOMAN: 'x' } }), /SANDGATE_BASE_DOMAN.*did you mean SANDGATE_BASE_DOMAIN/);
+    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'readinesWaitMs: 5' }), /unknown key "readinesWaitMs".*did you mean readinessWaitMs/);
+  });
+
+  it('rejects bad values with the option named', () => {
+    rejects(() => resolveConfig({ argv: ['--grpc-port', '70000'] }), /--grpc-port: must be between 0 and 65535/);
+    rejects(() => resolveConfig({ argv: ['--grpc-port', 'abc'] }), /whole number/);
+    rejects(() => resolveConfig({ argv: ['--log-level', 'loud'] }), /must be one of/);
+    rejects(() => resolveConfig({ argv: ['--route-order', 'headers,hots'] }), /unknown value "hots" \(did you mean host\?\)/);
+    rejects(() => resolveConfig({ argv: ['--base-domain', 'Example.COM'] }), /baseDomain/);
+    rejects(() => resolveConfig({ argv: ['--grpc-port'] }), /needs a value/);
+    rejects(() => resolveConfig({ argv: ['--config', 'x.yaml'], readFile: () => '- a\n- b' }), /mapping/);
+  });
+
+  it('redacts secrets when logged', () => {
+    expect(redacted(resolveConfig())).toMatchObject({ grpcPort: 9001 });
+  });
+
+  it('docs/configuration.md holds the generated option table', () => {
+    const doc = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
+    expect(doc).toContain(configMarkdown());
+  });
+});

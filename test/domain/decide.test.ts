@@ -1,0 +1,84 @@
+import { describe, expect, it } from 'vitest';
+import { decide } from '../../src/domain/decide.js';
+import type { RouteOptions } from '../../src/domain/route-key.js';
+import { SandboxView } from '../../src/view/sandbox-view.js';
+import { cond, presence, snapshot } from '../helpers/snapshots.js';
+
+const opts: RouteOptions = { order: ['headers', 'e2b-headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 8000, pathPrefix: 'sbx' };
+
+function world() {
+  const view = new SandboxView();
+  view.registerDriver('d');
+  view.replace('d', [
+    snapshot({ name: 'ready', uid: 'u1', ids: ['sbx-1'], ports: [8000, 9000], sessionModel: 'none' }),
+    snapshot({ name: 'any-port', uid: 'u2', sessionModel: 'none' }),
+    snapshot({ name: 'nosession', uid: 'u3' }),
+    snapshot({ name: 'session', uid: 'u4', endpoint: { kind: 'address', addresses: ['fd00::4'] } }),
+    snapshot({ name: 'paused', uid: 'u5', state: 'paused' }),
+    snapshot({ name: 'deleting', uid: 'u6', state: 'deleting' }),
+    snapshot({ name: 'failed', uid: 'u7', state: 'failed', conditions: [cond('Ready', 'False', 'PodFailed', 'OOMKilled')] }),
+    snapshot({ name: 'expired', uid: 'u8', shutdownTime: 1 }),
+    snapshot({ name: 'relay', uid: 'u9', sessionModel: 'none', endpoint: { kind: 'relay' } }),
+    snapshot({ name: 'updating', uid: 'u10', state: 'starting', conditions: [cond('Ready', 'False', 'InplaceUpdating')] }),
+  ]);
+  view.setPresence('team-a', 'session', presence());
+  return view;
+}
+
+const h = (name: string, port = '8000') => ({ headers: { 'x-sandbox-namespace': 'team-a', 'x-sandbox-id': name, 'x-sandbox-port': port }, host: undefined, path: undefined });
+
+describe('decide()', () => {
+  const view = world();
+  it.each([
+    ['ready sandbox, allowed port', h('ready'), 200, 'ok'],
+    ['E2B id via host', { headers: {}, host: '9000-sbx-1.localhost', path: '/' }, 200, 'ok'],
+    ['legacy id via host', { headers: {}, host: '8000-team-a--ready.localhost', path: '/' }, 200, 'ok'],
+    ['any port when no allow-list', h('any-port', '1234'), 200, 'ok'],
+    ['port outside the allow-list', h('ready', '22'), 403, 'port_not_allowed'],
+    ['unknown sandbox', h('nope'), 404, 'sandbox_not_found'],
+    ['unknown id', { headers: { 'e2b-sandbox-id': 'sbx-404' }, host: undefined, path: undefined }, 404, 'sandbox_not_found'],
+    ['paused', h('paused'), 409, 'sandbox_paused'],
+    ['deleting', h('deleting'), 410, 'sandbox_gone'],
+    ['expired', h('expired'), 410, 'sandbox_gone'],
+    ['failed', h('failed'), 502, 'sandbox_failed'],
+    ['relay-only without a relay', h('relay'), 502, 'sandbox_unreachable'],
+    ['backend ready, no supervisor', h('nosession'), 503, 'sandbox_not_ready'],
+    ['updating', h('updating'), 503, 'sandbox_not_ready'],
+    ['bad port header', h('ready', 'abc'), 400, 'invalid_route'],
+    ['no route at all', { headers: {}, host: 'localhost', path: '/' }, 400, 'invalid_route'],
+  ] as const)('%s → %i %s', (_n, req, status, code) => {
+    const d = decide(view, opts, req);
+    if (d.allow) expect([200, 'ok']).toEqual([status, code]);
+    else expect([d.status, d.code]).toEqual([status, code]);
+  });
+
+  it('allow carries the upstream from the view, IPv6 bracketed', () => {
+    const d = decide(view, opts, h('session', '3000'));
+    expect(d.allow && d.upstream).toBe('[fd00::4]:3000');
+  });
+
+  it('a path route carries the rewritten path', () => {
+    const d = decide(view, opts, { headers: {}, host: undefined, path: '/sbx/team-a/ready/8000/x?y=1' });
+    expect(d.allow && d.target.path).toBe('/x?y=1');
+  });
+
+  it('a client-sent upstream header never decides the upstream', () => {
+    const d = decide(view, opts, { headers: { ...h('ready').headers, 'x-sandgate-upstream': '169.254.169.254:80' }, host: undefined, path: undefined });
+    expect(d.allow && d.upstream).toBe('10.0.0.1:8000');
+  });
+
+  it('not-ready denials carry phase, reason, Retry-After and are waitable; others are not waitable', () => {
+    const d = decide(view, opts, h('nosession'));
+    expect(d).toMatchObject({ allow: false, phase: 'Provisioning', reason: 'SupervisorNotConnected', retryAfter: 1, waitable: true, namespace: 'team-a', name: 'nosession' });
+    expect(decide(view, opts, h('paused'))).toMatchObject({ waitable: false });
+    expect(decide(view, opts, h('nope'))).toMatchObject({ waitable: false });
+  });
+
+  it('answers gateway_not_ready until every driver has synced', () => {
+    const v = new SandboxView();
+    v.registerDriver('k8s');
+    expect(decide(v, opts, h('ready'))).toMatchObject({ status: 503, code: 'gateway_not_ready', retryAfter: 1 });
+    v.replace('k8s', []);
+    expect(decide(v, opts, h('ready'))).toMatchObject({ status: 404, code: 'sandbox_not_found' });
+  });
+});

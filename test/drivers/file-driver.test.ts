@@ -1,0 +1,129 @@
+import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DEMO_SANDBOXES } from '../../src/demo/demo.js';
+import { SandgateError } from '../../src/domain/errors.js';
+import type { BackendSnapshot, DriverEvent } from '../../src/domain/sandbox.js';
+import { FileDriver, parseSandboxesFile } from '../../src/drivers/file/file-driver.js';
+
+class Sink {
+  lists: BackendSnapshot[][] = [];
+  events: DriverEvent[] = [];
+  errors: Error[] = [];
+  private waiters: (() => void)[] = [];
+  replace(s: readonly BackendSnapshot[]) {
+    this.lists.push([...s]);
+    this.wake();
+  }
+  apply(e: DriverEvent) {
+    this.events.push(e);
+  }
+  error(e: Error) {
+    this.errors.push(e);
+    this.wake();
+  }
+  next(): Promise<void> {
+    return new Promise((r) => this.waiters.push(r));
+  }
+  private wake() {
+    for (const w of this.waiters.splice(0)) w();
+  }
+}
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function tmp(): string {
+  const d = mkdtempSync(join(tmpdir(), 'sandgate-file-'));
+  dirs.push(d);
+  return d;
+}
+
+describe('sandboxes file format', () => {
+  it('parses the documented format (the demo file)', () => {
+    const list = parseSandboxesFile(readFileSync(DEMO_SANDBOXES, 'utf8'), DEMO_SANDBOXES);
+    const web = list.find((s) => s.name === 'web')!;
+    expect(web).toMatchObject({
+      namespace: 'team-a',
+      ids: ['sbx-web-123'],
+      endpoint: { kind: 'address', addresses: ['127.0.0.2'] },
+      ports: [8000, 49983],
+      state: 'ready',
+      sessionModel: 'none',
+    });
+  });
+
+  it('parses JSON too, with defaults (state ready, supervisor required, relay when no address)', () => {
+    const [s] = parseSandboxesFile(JSON.stringify({ sandboxes: [{ namespace: 'a', name: 'b' }] }), 'x.json');
+    expect(s).toMatchObject({ state: 'ready', sessionModel: 'required', endpoint: { kind: 'relay' }, ports: undefined });
+  });
+
+  it.each([
+    ['not a list', 'sandboxes: 3', /top-level "sandboxes" list/],
+    ['unknown key', 'sandboxes:\n  - {namespace: a, name: b, adress: 1.2.3.4}', /unknown key "adress"/],
+    ['bad namespace', 'sandboxes:\n  - {namespace: A, name: b}', /namespace "A"/],
+    ['bad address', 'sandboxes:\n  - {namespace: a, name: b, address: example.com}', /must be an IP/],
+    ['bad port', 'sandboxes:\n  - {namespace: a, name: b, ports: [0]}', /ports/],
+    ['bad state', 'sandboxes:\n  - {namespace: a, name: b, state: running}', /state must be one of/],
+    ['duplicate', 'sandboxes:\n  - {namespace: a, name: b}\n  - {namespace: a, name: b}', /listed twice/],
+    ['duplicate id', 'sandboxes:\n  - {namespace: a, name: b, id: x}\n  - {namespace: a, name: c, id: x}', /used twice/],
+    ['yaml syntax', 'sandboxes: [', /does not parse/],
+  ])('rejects %s with sandboxes_file_invalid', (_n, text, pattern) => {
+    let caught: unknown;
+    try {
+      parseSandboxesFile(text);
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(SandgateError);
+    expect((caught as SandgateError).code).toBe('sandboxes_file_invalid');
+    expect((caught as Error).message).toMatch(pattern);
+  });
+});
+
+describe('FileDriver', () => {
+  it('loads, reloads on change, keeps the last good set on a bad file, and keeps uids stable', async () => {
+    const dir = tmp();
+    const path = join(dir, 'sandboxes.yaml');
+    writeFileSync(path, 'sandboxes:\n  - {namespace: a, name: web, address: 127.0.0.2}\n');
+    const driver = new FileDriver(path);
+    const sink = new Sink();
+    await driver.start(sink);
+    try {
+      expect(sink.lists).toHaveLength(1);
+      const first = sink.lists[0]![0]!;
+
+      let next = sink.next();
+      writeFileSync(path, 'sandboxes: [oops');
+      await next;
+      expect(sink.errors.at(-1)).toBeInstanceOf(SandgateError);
+      expect(sink.lists).toHaveLength(1);
+
+      next = sink.next();
+      // Replace atomically, as editors and Kubernetes config maps do.
+      writeFileSync(join(dir, 'tmp'), 'sandboxes:\n  - {namespace: a, name: web, address: 127.0.0.2, state: paused}\n  - {namespace: a, name: api, address: 127.0.0.3}\n');
+      renameSync(join(dir, 'tmp'), path);
+      await next;
+      const last = sink.lists.at(-1)!;
+      expect(last.map((s) => s.name).sort()).toEqual(['api', 'web']);
+      const web = last.find((s) => s.name === 'web')!;
+      expect(web.uid).toBe(first.uid);
+      expect(web.state).toBe('paused');
+      expect(Number(web.resourceVersion)).toBeGreaterThan(Number(first.resourceVersion));
+    } finally {
+      await driver.stop();
+    }
+  });
+
+  it('a missing file at start is reported and counts as an empty, synced list', async () => {
+    const driver = new FileDriver(join(tmp(), 'missing.yaml'));
+    const sink = new Sink();
+    await driver.start(sink);
+    await driver.stop();
+    expect(sink.errors[0]?.message).toMatch(/cannot read/);
+    expect(sink.lists).toEqual([[]]);
+  });
+});

@@ -1,0 +1,67 @@
+import { request } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { snapshot } from '../helpers/snapshots.js';
+import { TestDriver } from '../helpers/test-driver.js';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+
+/** Raw request with a chosen Host header (fetch does not let us set Host). */
+function get(base: string, path: string, headers: Record<string, string>): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = request({ host: url.hostname, port: url.port, path, method: 'GET', headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('HTTP authz (Envoy http_service, nginx auth_request)', () => {
+  let t: TestGateway;
+  beforeAll(async () => {
+    t = await startTestGateway([new TestDriver([snapshot({ name: 'web', sessionModel: 'none', ports: [8000], endpoint: { kind: 'address', addresses: ['127.0.0.2'] } })])], {
+      readinessWaitMs: 0,
+      pathPrefix: 'sbx',
+    });
+  });
+  afterAll(() => t.close());
+
+  it('200 with the upstream header for a sandbox host (Envoy path_prefix /authz)', async () => {
+    const r = await get(t.admin, '/authz/some/path', { host: '8000-web.team-a.localhost' });
+    expect(r.status).toBe(200);
+    expect(r.headers['x-sandgate-upstream']).toBe('127.0.0.2:8000');
+    expect(r.headers['x-sandgate-sandbox']).toBe('team-a/web');
+  });
+
+  it('nginx auth_request: the original URI comes in X-Original-URI', async () => {
+    const r = await get(t.admin, '/authz', { host: 'gw.example.com', 'x-original-uri': '/sbx/team-a/web/8000/app?x=1' });
+    expect(r.status).toBe(200);
+    expect(r.headers['x-sandgate-path']).toBe('/app?x=1');
+  });
+
+  it('a client-sent upstream header does not survive', async () => {
+    const r = await get(t.admin, '/authz/', { host: '8000-web.team-a.localhost', 'x-sandgate-upstream': '10.9.9.9:1' });
+    expect(r.headers['x-sandgate-upstream']).toBe('127.0.0.2:8000');
+  });
+
+  it.each([
+    ['unknown sandbox', { host: '8000-nope.team-a.localhost' }, 404, 'sandbox_not_found'],
+    ['port not allowed', { host: '22-web.team-a.localhost' }, 403, 'port_not_allowed'],
+    ['bad port header', { host: 'gw', 'x-sandbox-id': 'web', 'x-sandbox-port': '-1' }, 400, 'invalid_route'],
+    ['duplicate conflicting ids (joined by Node)', { host: 'gw', 'x-sandbox-id': ['web', 'api'] as unknown as string }, 400, 'invalid_route'],
+  ])('denies %s', async (_n, headers, status, code) => {
+    const r = await get(t.admin, '/authz/', headers);
+    expect(r.status).toBe(status);
+    expect(r.headers['content-type']).toBe('application/json');
+    expect(JSON.parse(r.body).code).toBe(code);
+  });
+
+  it('serves an HTML page to browsers', async () => {
+    const r = await get(t.admin, '/authz/', { host: '8000-nope.team-a.localhost', accept: 'text/html' });
+    expect(r.status).toBe(404);
+    expect(r.body).toContain('No such sandbox');
+  });
+});

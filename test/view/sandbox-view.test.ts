@@ -1,0 +1,176 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { isStale, SandboxView } from '../../src/view/sandbox-view.js';
+import { cond, presence, snapshot } from '../helpers/snapshots.js';
+
+function makeView(now = { t: 1_000_000 }) {
+  return { view: new SandboxView({ now: () => now.t, tombstoneTtlMs: 60_000, waiters: { perSandbox: 2, total: 3 } }), now };
+}
+
+describe('SandboxView ordering and fences', () => {
+  it('drops a snapshot older than the one held (resourceVersion)', () => {
+    const { view } = makeView();
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '10', state: 'paused' }) })).toBe(true);
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '9', state: 'ready' }) })).toBe(false);
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '10', state: 'ready' }) })).toBe(false);
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Paused');
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '11', state: 'starting' }) })).toBe(true);
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Provisioning');
+  });
+
+  it('orders decimal versions numerically, not as strings', () => {
+    expect(isStale('9', '10')).toBe(false);
+    expect(isStale('10', '9')).toBe(true);
+    expect(isStale('100', '0100')).toBe(true);
+    expect(isStale('abc', 'abd')).toBe(false);
+    expect(isStale('abc', 'abc')).toBe(true);
+  });
+
+  it('a late update cannot resurrect a deleted sandbox (tombstone)', () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '5' }) });
+    expect(view.apply('d', { type: 'delete', namespace: 'team-a', name: 'web', uid: 'uid-1', resourceVersion: '6' })).toBe(true);
+    expect(view.get('team-a', 'web')).toBeUndefined();
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '7' }) })).toBe(false);
+    expect(view.get('team-a', 'web')).toBeUndefined();
+  });
+
+  it('the fence lifts after its TTL', () => {
+    const { view, now } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot() });
+    view.apply('d', { type: 'delete', namespace: 'team-a', name: 'web', uid: 'uid-1', resourceVersion: '2' });
+    now.t += 60_001;
+    view.tick();
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '3' }) })).toBe(true);
+  });
+
+  it('a re-created sandbox (new uid) replaces the old one, and the old incarnation is fenced', () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ uid: 'old', resourceVersion: '5' }) });
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ uid: 'new', resourceVersion: '3', state: 'paused' }) })).toBe(true);
+    expect(view.get('team-a', 'web')?.snapshot.uid).toBe('new');
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ uid: 'old', resourceVersion: '6' }) })).toBe(false);
+    expect(view.apply('d', { type: 'delete', namespace: 'team-a', name: 'web', uid: 'old', resourceVersion: '7' })).toBe(false);
+    expect(view.get('team-a', 'web')?.snapshot.uid).toBe('new');
+  });
+
+  it('replace() removes what a driver no longer lists and marks it synced', () => {
+    const { view } = makeView();
+    view.registerDriver('d');
+    view.registerDriver('e');
+    expect(view.synced).toBe(false);
+    view.replace('d', [snapshot(), snapshot({ name: 'api', uid: 'uid-2' })]);
+    expect(view.synced).toBe(false);
+    expect(view.unsyncedDrivers()).toEqual(['e']);
+    view.replace('e', [snapshot({ namespace: 'team-b', uid: 'uid-3' })]);
+    expect(view.synced).toBe(true);
+    view.replace('d', [snapshot({ resourceVersion: '2' })]);
+    expect(view.get('team-a', 'api')).toBeUndefined();
+    expect(view.get('team-b', 'web')).toBeDefined();
+    expect(view.size).toBe(2);
+  });
+});
+
+describe('SandboxView presence and ids', () => {
+  it('presence that arrives before the snapshot counts when the snapshot comes', () => {
+    const { view } = makeView();
+    view.setPresence('team-a', 'web', presence());
+    view.apply('d', { type: 'upsert', snapshot: snapshot() });
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Ready');
+    view.setPresence('team-a', 'web', undefined);
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Provisioning');
+    expect(view.get('team-a', 'web')?.status.reason).toBe('SupervisorNotConnected');
+  });
+
+  it('a later Ready snapshot without a session does not promote', () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot() });
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '2', conditions: [cond('Ready', 'True', 'DependenciesReady')] }) });
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Provisioning');
+  });
+
+  it('Error stays sticky across presence changes and same-instance snapshots', () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ state: 'failed' }) });
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '2' }) });
+    view.setPresence('team-a', 'web', presence());
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Error');
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '3', instanceId: 'inst-2' }) });
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Ready');
+  });
+
+  it('resolves ids and the legacy <namespace>--<name> id, and forgets ids that go away', () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ ids: ['sbx-1'] }) });
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ namespace: 'a--b', name: 'c', uid: 'u2' }) });
+    expect(view.getById('sbx-1')?.name).toBe('web');
+    expect(view.getById('team-a--web')?.name).toBe('web');
+    expect(view.getById('a--b--c')?.namespace).toBe('a--b');
+    expect(view.getById('nope')).toBeUndefined();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '2', ids: ['sbx-2'] }) });
+    expect(view.getById('sbx-1')).toBeUndefined();
+    expect(view.getById('sbx-2')?.name).toBe('web');
+  });
+
+  it('brackets IPv6 upstream hosts', () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ endpoint: { kind: 'address', addresses: ['fd00::1'] } }) });
+    expect(view.get('team-a', 'web')?.upstreamHost).toBe('[fd00::1]');
+  });
+
+  it('tick() expires sandboxes whose shutdownTime passes', () => {
+    const { view, now } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ sessionModel: 'none', shutdownTime: now.t + 500 }) });
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Ready');
+    now.t += 500;
+    view.tick();
+    expect(view.get('team-a', 'web')?.status.phase).toBe('Deleting');
+  });
+
+  it('notifies listeners with an increasing version', () => {
+    const { view } = makeView();
+    const seen: [string, string | undefined, number][] = [];
+    view.onChange((key, e, v) => seen.push([key, e?.status.phase, v]));
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ sessionModel: 'none' }) });
+    view.apply('d', { type: 'delete', namespace: 'team-a', name: 'web', uid: 'uid-1', resourceVersion: '2' });
+    expect(seen).toEqual([
+      ['team-a/web', 'Ready', 1],
+      ['team-a/web', undefined, 2],
+    ]);
+  });
+});
+
+describe('ChangeWaiters (through the view)', () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('wakes a waiter on a change of its sandbox, not of another', async () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot() });
+    const w = view.waiters.wait('team-a/web', 10_000);
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ name: 'other', uid: 'u9' }) });
+    view.setPresence('team-a', 'web', presence());
+    expect(await w).toBe('changed');
+    expect(view.waiters.size).toBe(0);
+  });
+
+  it('times out, refuses past the limits, aborts and closes', async () => {
+    vi.useFakeTimers();
+    const { view } = makeView();
+    const t = view.waiters.wait('a/x', 100);
+    vi.advanceTimersByTime(100);
+    expect(await t).toBe('timeout');
+
+    const w1 = view.waiters.wait('a/x', 1000);
+    const w2 = view.waiters.wait('a/x', 1000);
+    expect(await view.waiters.wait('a/x', 1000)).toBe('busy');
+    const ac = new AbortController();
+    const w3 = view.waiters.wait('a/y', 1000, ac.signal);
+    expect(await view.waiters.wait('a/z', 1000)).toBe('busy');
+    ac.abort();
+    expect(await w3).toBe('aborted');
+    view.waiters.close();
+    expect(await w1).toBe('closed');
+    expect(await w2).toBe('closed');
+    expect(await view.waiters.wait('a/x', 1000)).toBe('closed');
+    expect(view.waiters.size).toBe(0);
+  });
+});
