@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
@@ -10,11 +11,19 @@ import type { Config } from './config/schema.js';
 import type { RouteOptions, RouteSource } from './domain/route-key.js';
 import type { Driver, DriverSink } from './drivers/driver.js';
 import { FileDriver } from './drivers/file/file-driver.js';
+import { GrpcDriver, parseGrpcDriverUrl } from './drivers/grpc/grpc-driver.js';
+import { createKubernetesDrivers } from './drivers/kubernetes/kubernetes-driver.js';
 import { Decider } from './edge/decider.js';
 import { startGrpcServer } from './edge/envoy/grpc-server.js';
 import { AUTHZ_PREFIX, createHttpAuthz } from './edge/http-authz.js';
+import { EmbeddedProxy } from './edge/proxy/http-proxy.js';
+import { SandgateError } from './domain/errors.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
+import { MemoryPresence } from './sessions/presence/memory-presence.js';
+import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
+import { SupervisorServer } from './sessions/supervisor-server.js';
+import { parseSupervisorKeys, type SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
 
 /**
@@ -30,6 +39,8 @@ export interface GatewayOptions {
   readonly drivers?: readonly Driver[];
   /** Clock (epoch ms); tests pass a fake one. */
   readonly now?: () => number;
+  /** Supervisor token keys to use instead of the configured secret (the demo generates its own). */
+  readonly supervisorKeys?: SupervisorKeys;
 }
 
 export interface Gateway {
@@ -39,8 +50,14 @@ export interface Gateway {
   readonly log: Logger;
   readonly metrics: GatewayMetrics;
   readonly drivers: readonly Driver[];
+  readonly presence: PresenceStore;
+  /** Undefined when no supervisor secret is configured (the endpoint is off). */
+  readonly supervisors: SupervisorServer | undefined;
   readonly grpcPort: number;
   readonly adminPort: number;
+  readonly supervisorPort: number | undefined;
+  /** Undefined when the embedded proxy is off (`--no-proxy`). */
+  readonly proxyPort: number | undefined;
   /** Graceful shutdown: NOT_SERVING, release waiters, stop drivers, close listeners (bounded). */
   close(): Promise<void>;
 }
@@ -55,10 +72,52 @@ export function routeOptions(c: Config): RouteOptions {
   };
 }
 
-export function driversFromConfig(c: Config): Driver[] {
+export function driversFromConfig(c: Config, gatewayId: string, log?: Logger): Driver[] {
   const drivers: Driver[] = [];
   if (c.sandboxes !== '') drivers.push(new FileDriver(c.sandboxes));
+  if (c.kubernetes) {
+    drivers.push(
+      ...createKubernetesDrivers({
+        kubeconfig: c.kubeconfig === '' ? undefined : c.kubeconfig,
+        kinds: c.kubeKinds as readonly ('agent-sandbox' | 'openkruise')[],
+        namespaces: c.kubeNamespaces,
+        defaultSessionModel: c.kubeSessionModel as 'required' | 'none',
+        log,
+      }),
+    );
+  }
+  for (const url of c.drivers) {
+    const { address, name } = parseGrpcDriverUrl(url);
+    drivers.push(new GrpcDriver({ name, address, gatewayId }));
+  }
+  const ids = drivers.map((d) => d.id);
+  const dup = ids.find((id, i) => ids.indexOf(id) !== i);
+  if (dup !== undefined) throw new SandgateError('config_invalid', `two drivers are both named ${dup}: give each grpc:// driver its own ?name=`);
   return drivers;
+}
+
+/** Supervisor token keys from `--supervisor-secret-file` or `SANDGATE_SUPERVISOR_SECRET`; undefined when neither is set. */
+export function supervisorKeysFromConfig(c: Config): SupervisorKeys | undefined {
+  if (c.supervisorSecretFile !== '') {
+    let text: string;
+    try {
+      text = readFileSync(c.supervisorSecretFile, 'utf8');
+    } catch (err) {
+      throw new SandgateError('config_invalid', `cannot read supervisor secret file ${c.supervisorSecretFile}: ${(err as Error).message}`, { cause: err });
+    }
+    return { keys: parseSupervisorKeys(text, c.supervisorSecretFile), audience: c.supervisorAudience };
+  }
+  if (c.supervisorSecret !== '') return { keys: parseSupervisorKeys(c.supervisorSecret, 'SANDGATE_SUPERVISOR_SECRET'), audience: c.supervisorAudience };
+  return undefined;
+}
+
+function presenceOf(r: PresenceRecord | undefined) {
+  return r === undefined ? undefined : { gatewayId: r.gatewayId, sessionId: r.sessionId, instanceId: r.instanceId, epoch: r.epoch, since: r.since };
+}
+
+export function createPresenceStore(c: Config, gatewayId: string, log: Logger): PresenceStore {
+  if (c.presence === 'memory') return new MemoryPresence(gatewayId, { log });
+  throw new SandgateError('config_invalid', `presence must be "memory" or a redis:// URL, not ${JSON.stringify(c.presence)}`);
 }
 
 function listen(server: Server, host: string, port: number): Promise<number> {
@@ -98,7 +157,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   const metrics = new GatewayMetrics(view);
   const decider = new Decider(view, routeOptions(config), config.readinessWaitMs, metrics, log.child({ part: 'edge' }));
-  const drivers = opts.drivers ?? driversFromConfig(config);
+  const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, log.child({ part: 'drivers' }));
+  const keys = opts.supervisorKeys ?? supervisorKeysFromConfig(config);
+  const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }));
   let shuttingDown = false;
   const grpc = await startGrpcServer(decider, { host: config.listenHost, port: config.grpcPort, upstreamHeader: config.upstreamHeader }, log.child({ part: 'envoy' }));
 
@@ -108,7 +169,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [],
+    degraded: () => presence.degraded(),
   };
 
   const driverLog = log.child({ part: 'drivers' });
@@ -150,11 +211,54 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await grpc.close(0);
     throw err;
   }
+  presence.onChange((ns, name, record) => view.setPresence(ns, name, presenceOf(record)));
+  await presence.start();
+  for (const r of presence.list()) view.setPresence(r.namespace, r.name, presenceOf(r));
+  const sessionLog = log.child({ part: 'sessions' });
+  let supervisors: SupervisorServer | undefined;
+  if (keys !== undefined) {
+    supervisors = new SupervisorServer(
+      {
+        host: config.listenHost,
+        port: config.supervisorPort,
+        keys,
+        heartbeatIntervalMs: config.heartbeatIntervalMs,
+        helloTimeoutMs: config.helloTimeoutMs,
+        maxFrameBytes: config.supervisorMaxFrameBytes,
+        maxSessions: config.maxSessions,
+        maxSessionsPerSource: config.maxSessionsPerSource,
+      },
+      presence,
+      sessionLog,
+    );
+    await supervisors.start();
+    metrics.watchSessions(supervisors);
+  } else {
+    sessionLog.warn('no supervisor secret configured (--supervisor-secret-file or SANDGATE_SUPERVISOR_SECRET): the supervisor endpoint is off');
+  }
+  let proxy: EmbeddedProxy | undefined;
+  if (config.proxy) {
+    proxy = new EmbeddedProxy(
+      decider,
+      {
+        host: config.listenHost,
+        port: config.proxyPort,
+        upstreamHeader: config.upstreamHeader,
+        stripHeaders: config.stripHeaders,
+        stripOriginOnUpgrade: config.stripOriginOnUpgrade,
+        connectTimeoutMs: config.proxyConnectTimeoutMs,
+        headersTimeoutMs: config.proxyHeadersTimeoutMs,
+        idleTimeoutMs: config.proxyIdleTimeoutMs,
+      },
+      log.child({ part: 'proxy' }),
+    );
+    await proxy.start();
+  }
   for (const d of drivers) await d.start(sinkFor(d));
   if (view.synced) grpc.setServing(true);
   const tick = setInterval(() => view.tick(), 1000);
   tick.unref();
-  log.info({ grpcPort: grpc.port, adminPort, drivers: drivers.map((d) => d.id) }, 'sandgate started');
+  log.info({ grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, presence: presence.kind, drivers: drivers.map((d) => d.id) }, 'sandgate started');
 
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> =>
@@ -164,11 +268,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       clearInterval(tick);
       view.waiters.close();
       watch.close();
+      // Supervisors are told "service restart" and reconnect elsewhere; the lease and this gateway's
+      // presence records go in one step, so failover does not wait for the lease TTL.
+      await supervisors?.close();
+      await presence.close({ release: true }).catch((err: unknown) => sessionLog.warn({ err }, 'presence release failed'));
       await Promise.all(drivers.map((d) => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed'))));
       const grace = config.shutdownTimeoutMs;
-      await Promise.all([grpc.close(grace), closeServer(admin, grace)]);
+      await Promise.all([grpc.close(grace), closeServer(admin, grace), proxy?.close(grace)]);
       log.info('sandgate stopped');
     })());
 
-  return { config, gatewayId, view, log, metrics, drivers, grpcPort: grpc.port, adminPort, close };
+  return { config, gatewayId, view, log, metrics, drivers, presence, supervisors, grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, close };
 }

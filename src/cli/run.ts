@@ -5,11 +5,16 @@ import { packageRoot } from '../config/paths.js';
 import { configMarkdown } from '../config/docs.js';
 import { SandgateError } from '../domain/errors.js';
 import { serve } from './serve.js';
+import { supervisorCommand, tokenCommand } from './supervisor-commands.js';
 
 const USAGE = `sandgate — traffic gateway for AI-agent sandboxes
 
 Usage:
   sandgate serve [options]     run the gateway (no driver configured: the demo)
+  sandgate token --namespace NS --name NAME [--ttl 24h] [options]
+                               mint a supervisor token from the configured secret
+  sandgate supervisor --gateway ws://HOST:PORT --token T [--instance-id ID]
+                               run the reference supervisor
   sandgate config [options]    print the resolved configuration (--markdown: the option table)
   sandgate version             print the version
   sandgate help                this text
@@ -24,6 +29,10 @@ export async function runCli(argv: readonly string[]): Promise<number> {
     switch (command) {
       case 'serve':
         return await serve(rest);
+      case 'token':
+        return await tokenCommand(rest);
+      case 'supervisor':
+        return await supervisorCommand(rest);
       case 'config': {
         if (rest.includes('--markdown')) {
           process.stdout.write(configMarkdown());

@@ -5,7 +5,7 @@ import { FileDriver } from '../drivers/file/file-driver.js';
 import { startGateway } from '../gateway.js';
 
 function wantsDemo(c: Config): boolean {
-  return c.demo === 'on' || (c.demo === 'auto' && c.sandboxes === '');
+  return c.demo === 'on' || (c.demo === 'auto' && c.sandboxes === '' && c.drivers.length === 0 && !c.kubernetes);
 }
 
 /** `sandgate serve`: runs until SIGTERM/SIGINT, then shuts down gracefully within shutdownTimeoutMs. */
@@ -13,11 +13,12 @@ export async function serve(argv: readonly string[]): Promise<number> {
   let config = resolveConfig({ argv, env: process.env });
   let demo: Demo | undefined;
   if (wantsDemo(config)) {
-    demo = await startDemo();
+    demo = await startDemo(config.supervisorAudience);
     config = resolveConfig({ argv, env: process.env, overrides: { sandboxes: demo.sandboxesPath } });
   }
-  const gateway = await startGateway({ config });
+  const gateway = await startGateway({ config, supervisorKeys: demo?.supervisorKeys });
   if (demo !== undefined) {
+    if (gateway.supervisorPort !== undefined) await demo.startSupervisors(gateway.supervisorPort);
     gateway.log.info(
       { upstreams: demo.upstreams, try: `curl -i -H 'Host: 8000-web.team-a.${config.baseDomain}' http://127.0.0.1:${gateway.adminPort}/authz/` },
       'demo mode: example sandboxes from examples/demo-sandboxes.yaml',

@@ -1,8 +1,11 @@
+import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { packageRoot } from '../config/paths.js';
-import { parseSandboxesFile } from '../drivers/file/file-driver.js';
+import { parseSandboxesFile, type FileSandbox } from '../drivers/file/file-driver.js';
+import { SupervisorClient } from '../sessions/supervisor-client.js';
+import { mintSupervisorToken, type SupervisorKeys } from '../sessions/supervisor-token.js';
 
 /**
  * The demo `npm start` runs with no configuration: the bundled example sandboxes, each backed by a tiny
@@ -13,11 +16,16 @@ export const DEMO_SANDBOXES = join(packageRoot(), 'examples', 'demo-sandboxes.ya
 
 export interface Demo {
   readonly sandboxesPath: string;
+  readonly sandboxes: readonly FileSandbox[];
   readonly upstreams: readonly string[];
+  /** A fresh supervisor token key for this run (the demo needs no configured secret). */
+  readonly supervisorKeys: SupervisorKeys;
+  /** Connects a reference supervisor for every `supervisor: required` sandbox. */
+  startSupervisors(supervisorPort: number): Promise<void>;
   close(): Promise<void>;
 }
 
-export async function startDemo(path = DEMO_SANDBOXES): Promise<Demo> {
+export async function startDemo(audience: string, path = DEMO_SANDBOXES): Promise<Demo> {
   const sandboxes = parseSandboxesFile(await readFile(path, 'utf8'), path);
   const servers: Server[] = [];
   const upstreams: string[] = [];
@@ -37,10 +45,24 @@ export async function startDemo(path = DEMO_SANDBOXES): Promise<Demo> {
       upstreams.push(`${address}:${port}`);
     }
   }
+  const supervisorKeys: SupervisorKeys = { keys: [{ kid: 'demo', secret: randomBytes(32) }], audience };
+  const clients: SupervisorClient[] = [];
   return {
     sandboxesPath: path,
+    sandboxes,
     upstreams,
+    supervisorKeys,
+    async startSupervisors(supervisorPort) {
+      for (const s of sandboxes) {
+        if (s.sessionModel !== 'required') continue;
+        const token = await mintSupervisorToken(supervisorKeys, s.namespace, s.name, 86_400);
+        clients.push(
+          new SupervisorClient({ gateway: `ws://127.0.0.1:${supervisorPort}`, token, namespace: s.namespace, name: s.name, instanceId: `demo-${s.name}` }).start(),
+        );
+      }
+    },
     async close() {
+      for (const c of clients) c.stop();
       await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
     },
   };

@@ -41,7 +41,7 @@ export const RULES: readonly { readonly name: RuleName; readonly phase: PublicPh
   {
     name: 'updating',
     phase: 'Updating',
-    when: 'an in-place update is in progress: Ready=False reason InplaceUpdating/Upgrading, InplaceUpdate reason InplaceUpdating, or InPlaceUpdateReady=False / revision ≠ pod revision while Ready is not True',
+    when: 'Ready is not True and an in-place update is in progress: Ready=False reason InplaceUpdating/Upgrading, InplaceUpdate reason InplaceUpdating, InPlaceUpdateReady=False, or revision ≠ pod revision',
   },
   { name: 'unknown', phase: 'Unknown', when: 'the backend is starting and its Ready condition is Unknown (no status yet)' },
   { name: 'starting', phase: 'Provisioning', when: 'the backend is starting' },
@@ -60,10 +60,12 @@ export function findCondition(conditions: readonly Condition[], type: string): C
 }
 
 function isUpdating(b: BackendSnapshot, ready: Condition | undefined): Condition | undefined {
+  // A backend that says Ready=True is serving: an in-place CPU resize (OpenKruise marks it InplaceUpdating
+  // too) or an update rejected for in-place never changes routing.
+  if (ready !== undefined && ready.status === 'True') return undefined;
   if (ready !== undefined && ready.status === 'False' && UPDATING_READY_REASONS.has(ready.reason)) return ready;
   const inplace = findCondition(b.conditions, 'InplaceUpdate');
   if (inplace !== undefined && inplace.reason === 'InplaceUpdating' && inplace.status !== 'True') return inplace;
-  if (ready !== undefined && ready.status === 'True') return undefined;
   const ipur = findCondition(b.conditions, 'InPlaceUpdateReady');
   if (ipur !== undefined && ipur.status === 'False') {
     return { ...ipur, reason: ipur.reason === '' ? 'InplaceUpdating' : ipur.reason };
@@ -95,9 +97,10 @@ function status(
   return { phase, reason: ready.reason, message: ready.message, conditions: [ready, ...passthrough(b)], rule, failure };
 }
 
+/** The backend's own reason for not being ready; a Ready=True condition lingering on a paused or deleting object is no reason. */
 function backendReason(b: BackendSnapshot, fallback: string): { reason: string; message: string } {
   const ready = findCondition(b.conditions, READY);
-  if (ready !== undefined && ready.reason !== '') return { reason: ready.reason, message: ready.message };
+  if (ready !== undefined && ready.status !== 'True' && ready.reason !== '') return { reason: ready.reason, message: ready.message };
   return { reason: fallback, message: '' };
 }
 

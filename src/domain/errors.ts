@@ -16,10 +16,17 @@ export const ERROR_CODES = {
   gateway_not_ready: { status: 503, message: 'The gateway has not synced its sandbox drivers yet' },
   gateway_busy: { status: 503, message: 'Too many requests are waiting for sandboxes to become ready' },
   internal_error: { status: 500, message: 'Internal gateway error' },
+  // The embedded proxy, reaching the sandbox.
+  port_not_open: { status: 502, message: 'Nothing is listening on this port in the sandbox' },
+  upstream_error: { status: 502, message: 'The connection to the sandbox failed' },
+  upstream_timeout: { status: 504, message: 'The sandbox did not answer in time' },
   // Admin API.
   not_found: { status: 404, message: 'No such resource' },
   invalid_request: { status: 400, message: 'The request is malformed' },
   method_not_allowed: { status: 405, message: 'Method not allowed' },
+  // Drivers (reported to operators through the driver sink and logs, never to clients).
+  driver_message_invalid: { status: 502, message: 'The driver sent an invalid message; it was dropped' },
+  driver_unavailable: { status: 503, message: 'The driver cannot be reached' },
   // Configuration and start-up (reported to operators, never to clients).
   config_invalid: { status: 500, message: 'The configuration is invalid' },
   sandboxes_file_invalid: { status: 500, message: 'The sandboxes file is invalid' },

@@ -85,6 +85,38 @@ export class GatewayMetrics {
     }
   }
 
+  /** Exposes supervisor session counts (read at scrape time; sessions know nothing of metrics). */
+  watchSessions(source: { readonly size: number; readonly connections: number; readonly closes: ReadonlyMap<number, number> }): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'sandgate_sessions_active',
+      help: 'Supervisor sessions accepted on this gateway',
+      registers,
+      collect() {
+        this.set(source.size);
+      },
+    });
+    new Gauge({
+      name: 'sandgate_sessions_connections',
+      help: 'Supervisor sockets open on this gateway, including those before hello',
+      registers,
+      collect() {
+        this.set(source.connections);
+      },
+    });
+    new Counter({
+      name: 'sandgate_sessions_closes_total',
+      help: 'Supervisor sockets closed, by WebSocket close code',
+      labelNames: ['code'],
+      registers,
+      collect() {
+        // The server keeps the running totals; mirror them at scrape time.
+        this.reset();
+        for (const [code, n] of source.closes) this.labels(String(code)).inc(n);
+      },
+    });
+  }
+
   /** Counts one final decision (`code` undefined for an allow) and, when given, its decision time. */
   decision(door: Door, code: string | undefined, seconds?: number): void {
     this.children.get(door)?.get(code ?? ALLOW)?.inc();

@@ -63,6 +63,15 @@ const table: Row[] = [
   },
   {
     rule: 'ready-with-session',
+    why: 'an OpenKruise claim-time CPU resize (InplaceUpdate reason InplaceUpdating while Ready=True) never changes routing',
+    backend: snapshot({ conditions: [cond('Ready', 'True', 'PodReady'), cond('InplaceUpdate', 'False', 'InplaceUpdating')] }),
+    presence: live,
+    phase: 'Ready',
+  },
+  { rule: 'paused', why: 'a Ready=True condition lingering on a paused object is not its reason', backend: snapshot({ state: 'paused' }), phase: 'Paused', reason: 'SandboxPaused' },
+  { rule: 'deleting', why: 'a Ready=True condition lingering on a deleting object is not its reason', backend: snapshot({ state: 'deleting' }), phase: 'Deleting', reason: 'Deleting' },
+  {
+    rule: 'ready-with-session',
     why: 'an infeasible resize shows as a condition only',
     backend: snapshot({ conditions: [cond('Ready', 'True', 'PodReady'), cond('PodResizePending', 'True', 'Infeasible', 'Node has 4 CPUs')] }),
     presence: live,

@@ -2,7 +2,7 @@ import { credentials, type Client } from '@grpc/grpc-js';
 import { resolveConfig } from '../../src/config/load.js';
 import type { Driver } from '../../src/drivers/driver.js';
 import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
-import { startGateway, type Gateway } from '../../src/gateway.js';
+import { startGateway, type Gateway, type GatewayOptions } from '../../src/gateway.js';
 import { MemoryLogSink } from '../../src/observability/logger.js';
 
 export interface TestGateway {
@@ -14,10 +14,12 @@ export interface TestGateway {
 }
 
 /** Starts a real gateway on loopback, port 0, logging to memory. */
-export async function startTestGateway(drivers: Driver[], overrides: Record<string, unknown> = {}): Promise<TestGateway> {
+export async function startTestGateway(drivers: Driver[], overrides: Record<string, unknown> = {}, extra: Partial<GatewayOptions> = {}): Promise<TestGateway> {
   const logs = new MemoryLogSink();
-  const config = resolveConfig({ overrides: { listenHost: '127.0.0.1', grpcPort: 0, adminPort: 0, logLevel: 'debug', shutdownTimeoutMs: 1000, gatewayId: 'gw-test', ...overrides } });
-  const gw = await startGateway({ config, drivers, logDestination: logs });
+  const config = resolveConfig({
+    overrides: { listenHost: '127.0.0.1', grpcPort: 0, adminPort: 0, supervisorPort: 0, proxyPort: 0, logLevel: 'debug', shutdownTimeoutMs: 1000, gatewayId: 'gw-test', ...overrides },
+  });
+  const gw = await startGateway({ config, drivers, logDestination: logs, ...extra });
   return { gw, logs, admin: `http://127.0.0.1:${gw.adminPort}`, grpcTarget: `127.0.0.1:${gw.grpcPort}`, close: () => gw.close() };
 }
 

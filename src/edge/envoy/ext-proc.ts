@@ -65,7 +65,6 @@ function allowMessage(d: Allow, upstreamHeader: string, req: RouteRequest): obje
         clear_route_cache: true,
       },
     },
-    dynamic_metadata: { fields: { upstream: { stringValue: d.upstream } } },
   };
 }
 

@@ -1,0 +1,85 @@
+import { hostname } from 'node:os';
+import { resolveConfig } from '../config/load.js';
+import { SandgateError } from '../domain/errors.js';
+import { isDnsLabel } from '../domain/labels.js';
+import { supervisorKeysFromConfig } from '../gateway.js';
+import { SupervisorClient } from '../sessions/supervisor-client.js';
+import { mintSupervisorToken } from '../sessions/supervisor-token.js';
+
+/** Takes `--name value` pairs for the given command-specific flags out of argv; the rest is configuration. */
+export function takeFlags(argv: readonly string[], names: readonly string[]): { own: Record<string, string>; rest: string[] } {
+  const own: Record<string, string> = {};
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const eq = arg.indexOf('=');
+    const flag = eq < 0 ? arg : arg.slice(0, eq);
+    if (!names.includes(flag)) {
+      rest.push(arg);
+      continue;
+    }
+    const value = eq >= 0 ? arg.slice(eq + 1) : argv[++i];
+    if (value === undefined) throw new SandgateError('config_invalid', `${flag} needs a value`);
+    own[flag.slice(2)] = value;
+  }
+  return { own, rest };
+}
+
+/** `sandgate token --namespace NS --name NAME [--ttl 24h]`: mints a supervisor token from the configured secret. */
+export async function tokenCommand(argv: readonly string[]): Promise<number> {
+  const { own, rest } = takeFlags(argv, ['--namespace', '--name', '--ttl']);
+  const config = resolveConfig({ argv: rest, env: process.env });
+  const keys = supervisorKeysFromConfig(config);
+  if (keys === undefined) throw new SandgateError('config_invalid', 'no supervisor secret: set --supervisor-secret-file or SANDGATE_SUPERVISOR_SECRET');
+  const namespace = own.namespace ?? config.defaultNamespace;
+  const name = own.name;
+  if (name === undefined || !isDnsLabel(name) || !isDnsLabel(namespace)) throw new SandgateError('config_invalid', '--namespace and --name must be DNS-1123 labels (--name is required)');
+  const ttl = parseDuration(own.ttl ?? '24h');
+  process.stdout.write((await mintSupervisorToken(keys, namespace, name, ttl)) + '\n');
+  return 0;
+}
+
+/** Parses `90`, `90s`, `15m`, `24h`, `7d` into seconds. */
+export function parseDuration(text: string): number {
+  const m = /^(\d+)([smhd]?)$/.exec(text.trim());
+  if (m === null) throw new SandgateError('config_invalid', `--ttl ${JSON.stringify(text)} must look like 3600, 90s, 15m, 24h or 7d`);
+  const n = Number(m[1]) * ({ '': 1, s: 1, m: 60, h: 3600, d: 86_400 } as Record<string, number>)[m[2]!]!;
+  if (n <= 0 || n > 366 * 86_400) throw new SandgateError('config_invalid', '--ttl must be between 1 second and 366 days');
+  return n;
+}
+
+/** The sandbox a token is bound to, read from its `sub` claim (unverified: the gateway verifies). */
+export function tokenSubject(token: string): { namespace: string; name: string } {
+  const payload = token.split('.')[1];
+  let sub: unknown;
+  try {
+    sub = (JSON.parse(Buffer.from(payload ?? '', 'base64url').toString()) as { sub?: unknown }).sub;
+  } catch {
+    sub = undefined;
+  }
+  const [namespace, name] = typeof sub === 'string' ? sub.split('/') : [];
+  if (namespace === undefined || name === undefined) throw new SandgateError('config_invalid', 'the token has no <namespace>/<name> subject');
+  return { namespace, name };
+}
+
+/** `sandgate supervisor --gateway ws://HOST:PORT --token T`: the reference supervisor, until SIGTERM. */
+export async function supervisorCommand(argv: readonly string[]): Promise<number> {
+  const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--instance-id']);
+  if (rest.length > 0) throw new SandgateError('config_invalid', `unknown argument ${rest[0]}; usage: sandgate supervisor --gateway ws://HOST:PORT --token T [--instance-id ID]`);
+  const token = own.token ?? process.env.SANDGATE_SUPERVISOR_TOKEN;
+  if (own.gateway === undefined || token === undefined) throw new SandgateError('config_invalid', 'usage: sandgate supervisor --gateway ws://HOST:PORT --token T (or SANDGATE_SUPERVISOR_TOKEN)');
+  const { namespace, name } = tokenSubject(token);
+  const client = new SupervisorClient({ gateway: own.gateway, token, namespace, name, instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}` });
+  const log = (msg: string, extra: object) => console.log(JSON.stringify({ time: new Date().toISOString(), sandbox: `${namespace}/${name}`, msg, ...extra }));
+  client.on('accepted', (e) => log('accepted', e));
+  client.on('disconnected', (e) => log('disconnected', e));
+  return new Promise<number>((resolve) => {
+    client.on('stopped', (e: { code: number }) => {
+      log('stopped', e);
+      resolve(e.code === 1000 ? 0 : 1);
+    });
+    process.once('SIGTERM', () => client.stop());
+    process.once('SIGINT', () => client.stop());
+    client.start();
+  });
+}

@@ -1,0 +1,262 @@
+import { isIP } from 'node:net';
+import { isDnsLabel } from '../../domain/labels.js';
+import type { BackendSnapshot, BackendState, Condition, ConditionStatus, DriverEvent, Endpoint } from '../../domain/sandbox.js';
+import { DriverError } from './driver-error.js';
+import type { WireBackendState, WireCondition, WireConditionStatus, WireDeleted, WireSandbox, WireTimestamp } from './driver-proto.js';
+
+/**
+ * The conversion between driver.proto messages and BackendSnapshot, both ways. Decoding checks every
+ * field and throws DriverError `driver_message_invalid` naming the first bad one, so a driver that sends
+ * garbage gets it reported and dropped instead of reaching the view. The limits keep one hostile driver
+ * from growing the gateway's memory without bound.
+ */
+
+/** Limits on what one snapshot may carry (Kubernetes' own limits where it has one). */
+export const LIMITS = {
+  /** metav1.Condition.message is at most 32768 bytes. */
+  messageLength: 32_768,
+  /** Condition type and reason (metav1.Condition: type ≤ 316, reason ≤ 1024). */
+  wordLength: 1024,
+  /** uid, resource_version, instance_id, revisions. */
+  idLength: 256,
+  conditions: 64,
+  ids: 32,
+  addresses: 16,
+  ports: 1024,
+} as const;
+
+const STATE_FROM_WIRE: Readonly<Record<string, BackendState>> = {
+  BACKEND_STATE_STARTING: 'starting',
+  BACKEND_STATE_READY: 'ready',
+  BACKEND_STATE_PAUSED: 'paused',
+  BACKEND_STATE_DELETING: 'deleting',
+  BACKEND_STATE_FAILED: 'failed',
+};
+
+const STATE_TO_WIRE: Readonly<Record<BackendState, WireBackendState>> = {
+  starting: 'BACKEND_STATE_STARTING',
+  ready: 'BACKEND_STATE_READY',
+  paused: 'BACKEND_STATE_PAUSED',
+  deleting: 'BACKEND_STATE_DELETING',
+  failed: 'BACKEND_STATE_FAILED',
+};
+
+const STATUS_FROM_WIRE: Readonly<Record<string, ConditionStatus>> = {
+  CONDITION_STATUS_TRUE: 'True',
+  CONDITION_STATUS_FALSE: 'False',
+  CONDITION_STATUS_UNKNOWN: 'Unknown',
+};
+
+const STATUS_TO_WIRE: Readonly<Record<ConditionStatus, WireConditionStatus>> = {
+  True: 'CONDITION_STATUS_TRUE',
+  False: 'CONDITION_STATUS_FALSE',
+  Unknown: 'CONDITION_STATUS_UNKNOWN',
+};
+
+/** The largest |epoch ms| a JavaScript Date holds (ECMA-262 §21.4.1.1). */
+const MAX_DATE_MS = 8.64e15;
+
+function bad(field: string, why: string): DriverError {
+  return new DriverError('driver_message_invalid', `${field} ${why}`, { field });
+}
+
+function record(v: unknown, field: string): Record<string, unknown> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad(field, 'is missing');
+  return v as Record<string, unknown>;
+}
+
+function text(o: Record<string, unknown>, key: string, at: string, max: number, required: boolean): string {
+  const v = o[key] ?? '';
+  if (typeof v !== 'string') throw bad(at + key, 'must be a string');
+  if (required && v === '') throw bad(at + key, 'is required');
+  if (v.length > max) throw bad(at + key, `is longer than ${max} characters`);
+  return v;
+}
+
+function label(o: Record<string, unknown>, key: string, at: string): string {
+  const v = text(o, key, at, 63, true);
+  if (!isDnsLabel(v)) throw bad(at + key, `${JSON.stringify(v)} must be a DNS-1123 label`);
+  return v;
+}
+
+function list(o: Record<string, unknown>, key: string, at: string, max: number): readonly unknown[] {
+  const v = o[key] ?? [];
+  if (!Array.isArray(v)) throw bad(at + key, 'must be a list');
+  if (v.length > max) throw bad(at + key, `has more than ${max} entries`);
+  return v;
+}
+
+/** True for a lower-case DNS name (RFC 1123 §2.1 labels joined by dots, at most 253 characters). */
+export function isDnsName(s: string): boolean {
+  if (s.length === 0 || s.length > 253) return false;
+  for (const part of s.split('.')) if (!isDnsLabel(part)) return false;
+  return true;
+}
+
+/** google.protobuf.Timestamp → epoch milliseconds. */
+function timestampMs(v: unknown, field: string): number {
+  const t = record(v, field);
+  const rawSeconds = t.seconds ?? 0;
+  const seconds = typeof rawSeconds === 'string' && /^-?\d{1,16}$/.test(rawSeconds) ? Number(rawSeconds) : rawSeconds;
+  const nanos = t.nanos ?? 0;
+  if (typeof seconds !== 'number' || !Number.isSafeInteger(seconds)) throw bad(field + '.seconds', 'must be an integer');
+  if (typeof nanos !== 'number' || !Number.isInteger(nanos) || nanos < 0 || nanos > 999_999_999) throw bad(field + '.nanos', 'must be 0-999999999');
+  const ms = seconds * 1000 + Math.floor(nanos / 1e6);
+  if (Math.abs(ms) > MAX_DATE_MS) throw bad(field, 'is out of range');
+  return ms;
+}
+
+function msToTimestamp(ms: number): WireTimestamp {
+  const whole = Math.floor(ms);
+  const seconds = Math.floor(whole / 1000);
+  return { seconds: String(seconds), nanos: (whole - seconds * 1000) * 1e6 };
+}
+
+function conditionFromWire(v: unknown, at: string): Condition {
+  const c = record(v, at);
+  const type = text(c, 'type', at + '.', LIMITS.wordLength, true);
+  const status = STATUS_FROM_WIRE[String(c.status ?? '')];
+  if (status === undefined) throw bad(at + '.status', 'must be TRUE, FALSE or UNKNOWN');
+  const lt = c.last_transition_time;
+  return {
+    type,
+    status,
+    reason: text(c, 'reason', at + '.', LIMITS.wordLength, false),
+    message: text(c, 'message', at + '.', LIMITS.messageLength, false),
+    lastTransitionTime: lt === undefined || lt === null ? undefined : new Date(timestampMs(lt, at + '.last_transition_time')).toISOString(),
+  };
+}
+
+function endpointFromWire(o: Record<string, unknown>, at: string): Endpoint {
+  const kind = o.endpoint ?? (o.addresses != null ? 'addresses' : o.service_fqdn !== undefined ? 'service_fqdn' : o.relay_only != null ? 'relay_only' : undefined);
+  switch (kind) {
+    case undefined:
+      return { kind: 'address', addresses: [] };
+    case 'addresses': {
+      const addrs = list(record(o.addresses, at + 'addresses'), 'addresses', at + 'addresses.', LIMITS.addresses);
+      addrs.forEach((a, i) => {
+        if (typeof a !== 'string' || isIP(a) === 0) throw bad(`${at}addresses.addresses[${i}]`, `${JSON.stringify(a)} must be an IP address`);
+      });
+      return { kind: 'address', addresses: addrs as string[] };
+    }
+    case 'service_fqdn': {
+      const fqdn = text(o, 'service_fqdn', at, 253, true);
+      if (!isDnsName(fqdn)) throw bad(at + 'service_fqdn', `${JSON.stringify(fqdn)} must be a lower-case DNS name`);
+      return { kind: 'service', fqdn };
+    }
+    case 'relay_only':
+      return { kind: 'relay' };
+    default:
+      throw bad(at + 'endpoint', `has an unknown kind ${JSON.stringify(kind)}`);
+  }
+}
+
+/**
+ * driver.proto `Sandbox` → BackendSnapshot. Throws DriverError `driver_message_invalid` (with `field`) for
+ * the first field that breaks the contract. `at` prefixes field names in the error (`upserted.`).
+ */
+export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
+  const o = record(msg, at === '' ? 'sandbox' : at.slice(0, -1));
+  const namespace = label(o, 'namespace', at);
+  const name = label(o, 'name', at);
+  const state = STATE_FROM_WIRE[String(o.state ?? '')];
+  if (state === undefined) throw bad(at + 'state', 'must be STARTING, READY, PAUSED, DELETING or FAILED');
+
+  const ids = list(o, 'ids', at, LIMITS.ids);
+  const seenIds = new Set<string>();
+  ids.forEach((id, i) => {
+    if (typeof id !== 'string' || !isDnsLabel(id)) throw bad(`${at}ids[${i}]`, `${JSON.stringify(id)} must be a DNS-1123 label`);
+    if (seenIds.has(id)) throw bad(`${at}ids[${i}]`, `${JSON.stringify(id)} is listed twice`);
+    seenIds.add(id);
+  });
+
+  const conditions = list(o, 'conditions', at, LIMITS.conditions).map((c, i) => conditionFromWire(c, `${at}conditions[${i}]`));
+  const types = new Set<string>();
+  conditions.forEach((c, i) => {
+    if (types.has(c.type)) throw bad(`${at}conditions[${i}].type`, `${JSON.stringify(c.type)} is listed twice`);
+    types.add(c.type);
+  });
+
+  const ports = list(o, 'ports', at, LIMITS.ports);
+  ports.forEach((p, i) => {
+    if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) throw bad(`${at}ports[${i}]`, 'must be a port number 1-65535');
+  });
+
+  const sessionModel = o.session_model ?? 'SESSION_MODEL_REQUIRED';
+  if (sessionModel !== 'SESSION_MODEL_REQUIRED' && sessionModel !== 'SESSION_MODEL_NONE') throw bad(at + 'session_model', 'must be REQUIRED or NONE');
+
+  let revision: BackendSnapshot['revision'];
+  if (o.revision !== undefined && o.revision !== null) {
+    const r = record(o.revision, at + 'revision');
+    revision = { desired: text(r, 'desired', at + 'revision.', LIMITS.idLength, true), current: text(r, 'current', at + 'revision.', LIMITS.idLength, true) };
+  }
+
+  return {
+    namespace,
+    name,
+    uid: text(o, 'uid', at, LIMITS.idLength, true),
+    resourceVersion: text(o, 'resource_version', at, LIMITS.idLength, true),
+    instanceId: text(o, 'instance_id', at, LIMITS.idLength, false),
+    ids: ids as string[],
+    state,
+    conditions,
+    endpoint: endpointFromWire(o, at),
+    sessionModel: sessionModel === 'SESSION_MODEL_NONE' ? 'none' : 'required',
+    ports: ports.length === 0 ? undefined : (ports as number[]),
+    shutdownTime: o.shutdown_time === undefined || o.shutdown_time === null ? undefined : timestampMs(o.shutdown_time, at + 'shutdown_time'),
+    revision,
+  };
+}
+
+/** driver.proto `Deleted` → a delete DriverEvent. Throws like snapshotFromWire. */
+export function deletionFromWire(msg: unknown, at = ''): Extract<DriverEvent, { type: 'delete' }> {
+  const o = record(msg, at === '' ? 'deleted' : at.slice(0, -1));
+  return {
+    type: 'delete',
+    namespace: label(o, 'namespace', at),
+    name: label(o, 'name', at),
+    uid: text(o, 'uid', at, LIMITS.idLength, true),
+    resourceVersion: text(o, 'resource_version', at, LIMITS.idLength, false),
+  };
+}
+
+function conditionToWire(c: Condition): WireCondition {
+  const lt = c.lastTransitionTime === undefined ? NaN : Date.parse(c.lastTransitionTime);
+  return {
+    type: c.type,
+    status: STATUS_TO_WIRE[c.status],
+    reason: c.reason,
+    message: c.message,
+    last_transition_time: Number.isNaN(lt) ? undefined : msToTimestamp(lt),
+  };
+}
+
+/** BackendSnapshot → driver.proto `Sandbox`, for drivers written in TypeScript (and the example driver). */
+export function snapshotToWire(s: BackendSnapshot): WireSandbox {
+  const endpoint: Pick<WireSandbox, 'addresses' | 'service_fqdn' | 'relay_only'> =
+    s.endpoint.kind === 'address'
+      ? { addresses: { addresses: [...s.endpoint.addresses] } }
+      : s.endpoint.kind === 'service'
+        ? { service_fqdn: s.endpoint.fqdn }
+        : { relay_only: {} };
+  return {
+    namespace: s.namespace,
+    name: s.name,
+    uid: s.uid,
+    resource_version: s.resourceVersion,
+    instance_id: s.instanceId,
+    ids: [...s.ids],
+    state: STATE_TO_WIRE[s.state],
+    conditions: s.conditions.map(conditionToWire),
+    ...endpoint,
+    session_model: s.sessionModel === 'none' ? 'SESSION_MODEL_NONE' : 'SESSION_MODEL_REQUIRED',
+    ports: s.ports === undefined ? [] : [...s.ports],
+    shutdown_time: s.shutdownTime === undefined ? undefined : msToTimestamp(s.shutdownTime),
+    revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },
+  };
+}
+
+/** A delete DriverEvent → driver.proto `Deleted`. */
+export function deletionToWire(e: Extract<DriverEvent, { type: 'delete' }>): WireDeleted {
+  return { namespace: e.namespace, name: e.name, uid: e.uid, resource_version: e.resourceVersion };
+}

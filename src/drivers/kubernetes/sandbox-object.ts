@@ -1,0 +1,187 @@
+import { isIP } from 'node:net';
+import { isDnsLabel, parsePort } from '../../domain/labels.js';
+import type { Condition, ConditionStatus, Endpoint, SessionModel } from '../../domain/sandbox.js';
+
+/**
+ * Reading the parts of a Sandbox custom resource that both kinds share: identity from metadata, the
+ * sandgate.dev/* annotations, conditions, endpoints and times. Objects arrive as parsed JSON from the API
+ * server, so every field is checked before use and nothing of the raw object is kept: the snapshot holds
+ * only what routing and compose() need, with short strings shared where the values repeat.
+ */
+
+/** Options of the pure mapping functions. */
+export interface MapOptions {
+  /** Session model when the object has no `sandgate.dev/supervisor` annotation. */
+  readonly defaultSessionModel: SessionModel;
+  /** Told about annotations that were ignored or trimmed (the object is still mapped). */
+  readonly onWarning?: ((message: string) => void) | undefined;
+}
+
+export const ANNOTATION_SUPERVISOR = 'sandgate.dev/supervisor';
+export const ANNOTATION_PORTS = 'sandgate.dev/ports';
+export const ANNOTATION_ID = 'sandgate.dev/id';
+
+/** Condition messages longer than this are cut: they are for operators, and memory is per sandbox. */
+export const MAX_MESSAGE_LENGTH = 256;
+
+export type Json = Readonly<Record<string, unknown>>;
+
+export function asObject(v: unknown): Json | undefined {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Json) : undefined;
+}
+
+export function nonEmptyString(v: unknown): string | undefined {
+  return typeof v === 'string' && v !== '' ? v : undefined;
+}
+
+/**
+ * A small bounded table of shared strings: namespaces, condition types, reasons and common messages
+ * repeat across thousands of sandboxes, and JSON.parse gives every occurrence its own copy.
+ */
+const SHARED = new Map<string, string>();
+const MAX_SHARED = 4096;
+const MAX_SHARED_LENGTH = 96;
+
+export function share(s: string): string {
+  if (s.length > MAX_SHARED_LENGTH) return s;
+  const held = SHARED.get(s);
+  if (held !== undefined) return held;
+  if (SHARED.size < MAX_SHARED) SHARED.set(s, s);
+  return s;
+}
+
+export interface Identity {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+  readonly resourceVersion: string;
+  readonly generation: number;
+  readonly deleting: boolean;
+  readonly labels: Json | undefined;
+  readonly annotations: Json | undefined;
+}
+
+/** metadata of an object; undefined when name, namespace or uid is missing (such an object is refused). */
+export function readIdentity(obj: unknown): Identity | undefined {
+  const meta = asObject(asObject(obj)?.metadata);
+  if (meta === undefined) return undefined;
+  const namespace = nonEmptyString(meta.namespace);
+  const name = nonEmptyString(meta.name);
+  const uid = nonEmptyString(meta.uid);
+  if (namespace === undefined || name === undefined || uid === undefined) return undefined;
+  return {
+    namespace: share(namespace),
+    name,
+    uid,
+    resourceVersion: typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '',
+    generation: typeof meta.generation === 'number' ? meta.generation : 0,
+    deleting: nonEmptyString(meta.deletionTimestamp) !== undefined,
+    labels: asObject(meta.labels),
+    annotations: asObject(meta.annotations),
+  };
+}
+
+function conditionStatus(v: unknown): ConditionStatus {
+  return v === 'True' ? 'True' : v === 'False' ? 'False' : 'Unknown';
+}
+
+/** A condition or status message, cut to MAX_MESSAGE_LENGTH. */
+export function readMessage(v: unknown): string {
+  if (typeof v !== 'string') return '';
+  return share(v.length > MAX_MESSAGE_LENGTH ? v.slice(0, MAX_MESSAGE_LENGTH - 1) + '…' : v);
+}
+
+/** status.conditions of the types in `keep` (metav1.Condition shape), in the object's order. */
+export function readConditions(status: Json | undefined, keep: ReadonlySet<string>): Condition[] {
+  const raw = status?.conditions;
+  if (!Array.isArray(raw)) return [];
+  const out: Condition[] = [];
+  for (const item of raw) {
+    const c = asObject(item);
+    const type = c === undefined ? undefined : nonEmptyString(c.type);
+    if (c === undefined || type === undefined || !keep.has(type)) continue;
+    const ltt = nonEmptyString(c.lastTransitionTime);
+    out.push({
+      type: share(type),
+      status: conditionStatus(c.status),
+      reason: typeof c.reason === 'string' ? share(c.reason) : '',
+      message: readMessage(c.message),
+      ...(ltt === undefined ? {} : { lastTransitionTime: ltt }),
+    });
+  }
+  return out;
+}
+
+export function findCondition(conditions: readonly Condition[], type: string): Condition | undefined {
+  for (const c of conditions) if (c.type === type) return c;
+  return undefined;
+}
+
+/** The Ready condition compose() reads as "no status yet" (phase Unknown). */
+export const READY_UNKNOWN: Condition = Object.freeze({
+  type: 'Ready',
+  status: 'Unknown',
+  reason: 'NoStatus',
+  message: 'The controller has not reported a Ready condition yet',
+});
+
+/** Not routable yet: no address known. One shared object. */
+export const NO_ENDPOINT: Endpoint = Object.freeze({ kind: 'address', addresses: Object.freeze([]) as readonly string[] });
+
+/** No extra ids. One shared array. */
+export const NO_IDS: readonly string[] = Object.freeze([]);
+
+/** An address endpoint of the valid IPs among `ips` (IPv4 and IPv6), or undefined when there is none. */
+export function addressEndpoint(ips: readonly unknown[]): Endpoint | undefined {
+  const addresses: string[] = [];
+  for (const ip of ips) if (typeof ip === 'string' && isIP(ip) !== 0 && !addresses.includes(ip)) addresses.push(ip);
+  return addresses.length === 0 ? undefined : { kind: 'address', addresses };
+}
+
+/** An RFC 3339 time as epoch milliseconds; undefined when absent or unparsable. */
+export function readTime(v: unknown): number | undefined {
+  if (typeof v !== 'string' || v === '') return undefined;
+  const t = Date.parse(v);
+  return Number.isNaN(t) ? undefined : t;
+}
+
+export interface Annotated {
+  readonly sessionModel: SessionModel;
+  readonly ports: readonly number[] | undefined;
+  readonly id: string | undefined;
+}
+
+/**
+ * The sandgate.dev/* annotations. A bad value is reported through `onWarning` and then: supervisor →
+ * the default; id → ignored; ports → the valid entries only (fail closed: a list with no valid port
+ * allows no port, rather than every port).
+ */
+export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
+  const a = id.annotations;
+  const where = `${id.namespace}/${id.name}`;
+  let sessionModel = opts.defaultSessionModel;
+  const sup = a?.[ANNOTATION_SUPERVISOR];
+  if (sup !== undefined) {
+    if (sup === 'none' || sup === 'required') sessionModel = sup;
+    else opts.onWarning?.(`${where}: annotation ${ANNOTATION_SUPERVISOR}=${JSON.stringify(sup)} is not "none" or "required"; using ${sessionModel}`);
+  }
+  let ports: number[] | undefined;
+  const portText = a?.[ANNOTATION_PORTS];
+  if (portText !== undefined) {
+    ports = [];
+    const bad: string[] = [];
+    for (const part of String(portText).split(',')) {
+      const p = parsePort(part.trim());
+      if (p === 0) bad.push(part.trim());
+      else if (!ports.includes(p)) ports.push(p);
+    }
+    if (bad.length > 0) opts.onWarning?.(`${where}: annotation ${ANNOTATION_PORTS} has invalid ports ${JSON.stringify(bad)}; allowing only ${JSON.stringify(ports)}`);
+  }
+  let extraId: string | undefined;
+  const idText = a?.[ANNOTATION_ID];
+  if (idText !== undefined) {
+    if (typeof idText === 'string' && isDnsLabel(idText)) extraId = idText;
+    else opts.onWarning?.(`${where}: annotation ${ANNOTATION_ID}=${JSON.stringify(idText)} is not a DNS-1123 label; ignored`);
+  }
+  return { sessionModel, ports, id: extraId };
+}

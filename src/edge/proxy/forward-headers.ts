@@ -1,0 +1,83 @@
+import { ROUTING_HEADERS } from '../../domain/route-key.js';
+
+/**
+ * The headers the embedded proxy forwards. Removed: hop-by-hop headers (RFC 9110 §7.6.1 — `Connection`
+ * and every header it names, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
+ * `Upgrade`), the routing headers and the upstream header (a client never speaks to the sandbox with
+ * them), and any configured credential headers. Set: `X-Forwarded-For` (appended), `-Proto`, `-Host`.
+ */
+
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'proxy-authenticate', 'proxy-authorization'];
+/** Set by the proxy itself; a client's copies are replaced (X-Forwarded-For is appended to instead). */
+const SET_BY_PROXY = ['x-forwarded-proto', 'x-forwarded-host'];
+
+export interface ForwardOptions {
+  readonly upstreamHeader: string;
+  /** Extra request headers never forwarded (credentials meant for the gateway). */
+  readonly strip: readonly string[];
+}
+
+/** Builds the set of request header names (lower case) the proxy drops before forwarding. */
+export function dropSet(opts: ForwardOptions): ReadonlySet<string> {
+  return new Set([...HOP_BY_HOP, ...ROUTING_HEADERS, opts.upstreamHeader, ...opts.strip, ...SET_BY_PROXY]);
+}
+
+function connectionTokens(raw: readonly string[]): Set<string> | undefined {
+  let out: Set<string> | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') {
+      for (const t of raw[i + 1]!.split(',')) {
+        const token = t.trim().toLowerCase();
+        if (token !== '') (out ??= new Set()).add(token);
+      }
+    }
+  }
+  return out;
+}
+
+export interface ForwardContext {
+  readonly clientIp: string;
+  readonly proto: 'http' | 'https';
+  readonly host: string | undefined;
+}
+
+/**
+ * Filters Node's `rawHeaders` (name, value, name, value…) into a flat list for undici, keeping
+ * duplicates and order. `keepUpgrade` keeps `Connection: upgrade` / `Upgrade` for WebSocket handshakes.
+ */
+export function forwardRequestHeaders(raw: readonly string[], drop: ReadonlySet<string>, ctx: ForwardContext, keep?: ReadonlySet<string>): string[] {
+  const named = connectionTokens(raw);
+  const out: string[] = [];
+  let xff: string | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    const lower = name.toLowerCase();
+    if (lower === 'x-forwarded-for') {
+      xff = xff === undefined ? raw[i + 1] : xff + ', ' + raw[i + 1];
+      continue;
+    }
+    if ((drop.has(lower) || named?.has(lower) === true) && keep?.has(lower) !== true) continue;
+    out.push(name, raw[i + 1]!);
+  }
+  out.push('x-forwarded-for', xff === undefined ? ctx.clientIp : xff + ', ' + ctx.clientIp);
+  out.push('x-forwarded-proto', ctx.proto);
+  if (ctx.host !== undefined) out.push('x-forwarded-host', ctx.host);
+  return out;
+}
+
+const RESPONSE_DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
+
+/** Filters upstream response headers (undici's object form) in place of copying when nothing is dropped. */
+export function forwardResponseHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[] | undefined> {
+  let named: Set<string> | undefined;
+  const conn = headers.connection;
+  if (conn !== undefined) named = new Set((Array.isArray(conn) ? conn.join(',') : conn).split(',').map((t) => t.trim().toLowerCase()));
+  let out: Record<string, string | string[] | undefined> | undefined;
+  for (const k in headers) {
+    if (RESPONSE_DROP.has(k) || named?.has(k) === true) {
+      out ??= { ...headers };
+      delete out[k];
+    }
+  }
+  return out ?? headers;
+}

@@ -1,0 +1,202 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { Agent } from 'undici';
+import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
+import type { ErrorCode } from '../../domain/errors.js';
+import type { RouteRequest } from '../../domain/route-key.js';
+import type { Logger } from '../../observability/logger.js';
+import type { Decider } from '../decider.js';
+import { renderDenial } from '../denial.js';
+import { dropSet, forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
+import { tunnelUpgrade, type TunnelOptions } from './websocket-tunnel.js';
+
+/**
+ * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
+ * doors and carries the request itself with undici — one keep-alive pool per upstream (undici's Agent
+ * keeps a Pool per origin), bodies streamed both ways with backpressure, responses written as they
+ * arrive (SSE and chunked responses are not buffered), WebSocket upgrades tunnelled byte for byte.
+ */
+
+export interface ProxyOptions {
+  readonly host: string;
+  readonly port: number;
+  readonly upstreamHeader: string;
+  /** Request headers never forwarded to a sandbox (credentials meant for the gateway). */
+  readonly stripHeaders: readonly string[];
+  readonly stripOriginOnUpgrade: boolean;
+  readonly connectTimeoutMs: number;
+  readonly headersTimeoutMs: number;
+  /** Longest silence on an open request or response body before both sides are closed. */
+  readonly idleTimeoutMs: number;
+}
+
+/** Maps an undici/socket error, before any response byte was sent, to the denial the client gets. */
+export function upstreamFailure(err: unknown): ErrorCode {
+  const code = (err as { code?: string }).code;
+  switch (code) {
+    case 'ECONNREFUSED':
+      return 'port_not_open';
+    case 'UND_ERR_CONNECT_TIMEOUT':
+    case 'UND_ERR_HEADERS_TIMEOUT':
+    case 'ETIMEDOUT':
+      return 'upstream_timeout';
+    default:
+      return 'upstream_error';
+  }
+}
+
+export class EmbeddedProxy {
+  private readonly server: Server;
+  private readonly agent: Agent;
+  private readonly drop: ReadonlySet<string>;
+  port = 0;
+
+  constructor(
+    private readonly decider: Decider,
+    private readonly opts: ProxyOptions,
+    private readonly log: Logger,
+  ) {
+    this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: opts.stripHeaders });
+    this.agent = new Agent({
+      connect: { timeout: opts.connectTimeoutMs, noDelay: true },
+      headersTimeout: opts.headersTimeoutMs,
+      bodyTimeout: opts.idleTimeoutMs,
+      keepAliveTimeout: 4_000,
+    });
+    this.server = createServer((req, res) => this.request(req, res));
+    this.server.keepAliveTimeout = 65_000;
+    // Long streams (SSE, downloads) are legitimate: only idleness ends them.
+    this.server.requestTimeout = 0;
+    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket as Socket, head));
+    this.server.on('clientError', (_err, socket) => {
+      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      else socket.destroy();
+    });
+  }
+
+  async start(): Promise<number> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.opts.port, this.opts.host, () => resolve());
+    });
+    this.port = (this.server.address() as AddressInfo).port;
+    return this.port;
+  }
+
+  async close(graceMs: number): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.closeAllConnections();
+        resolve();
+      }, graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
+    await this.agent.close();
+  }
+
+  private route(req: IncomingMessage): RouteRequest {
+    const headers = req.headers as RouteRequest['headers'];
+    return { headers, host: headers.host, path: req.url };
+  }
+
+  private context(req: IncomingMessage): ForwardContext {
+    return { clientIp: req.socket.remoteAddress ?? '', proto: 'http', host: req.headers.host };
+  }
+
+  /** Decides, waiting through a readiness gap while the client is still there. */
+  private decideFor(route: RouteRequest, gone: { once(event: 'close', fn: () => void): unknown }, then: (d: Decision) => void): void {
+    const d = this.decider.decide('proxy', route);
+    if (!this.decider.shouldWait(d)) return then(d);
+    const ac = new AbortController();
+    gone.once('close', () => ac.abort());
+    this.decider.wait('proxy', route, d, ac.signal).then(
+      (final) => {
+        if (!ac.signal.aborted) then(final);
+      },
+      (err: unknown) => {
+        this.log.error({ err }, 'proxy readiness wait failed');
+        then(deny('internal_error'));
+      },
+    );
+  }
+
+  private request(req: IncomingMessage, res: ServerResponse): void {
+    const route = this.route(req);
+    this.decideFor(route, res, (d) => (d.allow ? this.forward(req, res, d) : this.refuse(res, d, route)));
+  }
+
+  private refuse(res: ServerResponse, d: Deny, route: RouteRequest): void {
+    if (res.headersSent || res.destroyed) return;
+    const r = renderDenial(d, route.headers.accept);
+    for (const [k, v] of r.headers) res.setHeader(k, v);
+    res.writeHead(r.status).end(r.body);
+  }
+
+  private forward(req: IncomingMessage, res: ServerResponse, d: Allow): void {
+    const ac = new AbortController();
+    // The client went away before the response finished: abort the upstream request too.
+    res.once('close', () => {
+      if (!res.writableFinished) ac.abort();
+    });
+    const hasBody = req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
+    this.agent.stream(
+      {
+        origin: 'http://' + d.upstream,
+        path: d.target.path ?? req.url ?? '/',
+        method: req.method as 'GET',
+        headers: forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req)),
+        body: hasBody ? req : null,
+        signal: ac.signal,
+      },
+      ({ statusCode, headers }) => {
+        res.writeHead(statusCode, forwardResponseHeaders(headers));
+        // Server-Sent Events: send the head now, do not wait for the first event.
+        if (headers['content-type']?.toString().startsWith('text/event-stream')) res.flushHeaders();
+        return res;
+      },
+      (err) => {
+        if (err === null) return;
+        if (!res.headersSent) {
+          if (ac.signal.aborted) return;
+          const code = upstreamFailure(err);
+          this.log.debug({ err, upstream: d.upstream, code }, 'upstream failed before the response');
+          return this.refuse(res, deny(code, undefined, d.entry), this.route(req));
+        }
+        // Reset mid-response: the client must see a broken response, not a hang or a silent truncation.
+        res.destroy();
+      },
+    );
+  }
+
+  private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    const route = this.route(req);
+    this.decideFor(route, socket, (d) => {
+      if (socket.destroyed) return;
+      if (!d.allow) return writeDenial(socket, d, route);
+      const opts: TunnelOptions = {
+        drop: this.drop,
+        stripOrigin: this.opts.stripOriginOnUpgrade,
+        connectTimeoutMs: this.opts.connectTimeoutMs,
+        idleTimeoutMs: this.opts.idleTimeoutMs,
+      };
+      tunnelUpgrade(req, socket, head, d, this.context(req), opts, (code) => writeDenial(socket, deny(code, undefined, d.entry), route));
+    });
+  }
+}
+
+/** Writes a denial as a raw HTTP/1.1 response on a socket that asked to upgrade. */
+export function writeDenial(socket: Duplex, d: Deny, route: RouteRequest): void {
+  if (socket.destroyed) return;
+  const r = renderDenial(d, route.headers.accept);
+  let head = `HTTP/1.1 ${r.status} ${d.code}\r\n`;
+  for (const [k, v] of r.headers) head += `${k}: ${v}\r\n`;
+  head += `content-length: ${Buffer.byteLength(r.body)}\r\nconnection: close\r\n\r\n`;
+  socket.end(head + r.body);
+}

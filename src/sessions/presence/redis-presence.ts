@@ -1,0 +1,483 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { ListenerSet } from './presence-listeners.js';
+import { PresenceMirror } from './presence-mirror.js';
+import type { PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
+import { createClient, disconnect, errorText, runScript, type PresenceRedisOptions, type RedisClient } from './redis-connection.js';
+import { decodeLeases, decodeMessage, decodeRecord, encodeGatewayInfo, fieldOf, type PresenceMessage, type StoredRecord } from './redis-codec.js';
+import { presenceKeys, scriptKeys, SCRIPTS, type PresenceKeys } from './redis-scripts.js';
+
+export interface RedisPresenceOptions {
+  /** redis://… or rediss://… (for Sentinel and Cluster, see redisOptions). */
+  readonly url: string;
+  /** ioredis options; Sentinel: `sentinels` + `name`; Cluster: `cluster: [{host, port}]`. */
+  readonly redisOptions?: PresenceRedisOptions;
+  readonly gatewayId: string;
+  /** Gateway lease lifetime; renewed every third of it. Default 10000. */
+  readonly leaseTtlMs?: number;
+  /** Full re-scan period (heals anything the change stream missed; collects dead records). Default 30000. */
+  readonly rescanMs?: number;
+  /** Key prefix, used as the hash tag of every key. Default 'sandgate'. */
+  readonly keyPrefix?: string;
+  /** Published with the lease so peers can reach this gateway (e.g. its relay address). */
+  readonly gatewayInfo?: Readonly<Record<string, string>>;
+  readonly log: Logger;
+  /** Local clock (ms), for lease deadlines. Default Date.now. */
+  readonly now?: () => number;
+}
+
+export const DEFAULT_LEASE_TTL_MS = 10_000;
+export const DEFAULT_RESCAN_MS = 30_000;
+
+/** Creates the Redis presence store; call start() to connect and load the mirror. */
+export function createRedisPresence(opts: RedisPresenceOptions): RedisPresence {
+  return new RedisPresence(opts);
+}
+
+type RenewReply = [number, number, number, number, unknown[]];
+type SnapshotReply = [number, number, unknown[], unknown[]];
+type AssertReply = [number, number, string];
+
+/**
+ * Cluster-wide presence through Redis (docs/presence.md). Reads are served from a PresenceMirror fed by
+ * a start-up scan, a pub/sub change stream and periodic re-scans, so get()/list() never touch Redis.
+ * A background tick every TTL/3 renews this gateway's lease, reads the live leases and the change
+ * counter, pushes queued writes and re-scans when the stream missed something. While Redis is
+ * unreachable, local claims and releases still apply to the mirror, are queued, and degraded() says why.
+ */
+export class RedisPresence implements PresenceStore {
+  readonly kind = 'redis' as const;
+  readonly gatewayId: string;
+  private readonly log: Logger;
+  private readonly now: () => number;
+  private readonly keys: PresenceKeys;
+  private readonly keyList: string[];
+  private readonly ttlMs: number;
+  private readonly renewMs: number;
+  private readonly rescanMs: number;
+  private readonly incarnation = randomUUID();
+  private readonly infoJson: string;
+  private readonly main: RedisClient;
+  private readonly sub: RedisClient;
+  private readonly mirror: PresenceMirror;
+  private readonly changes = new ListenerSet<[string, string, PresenceRecord | undefined]>();
+  private readonly losses = new ListenerSet<[PresenceRecord]>();
+  /** Per-sandbox queue, so a claim, a release and a re-assert of one sandbox never interleave. */
+  private readonly chains = new Map<string, Promise<unknown>>();
+  /** Local sessions Redis may not have (claimed offline, or after a reconnect or a lapsed lease). */
+  private readonly dirty = new Set<string>();
+  /** Releases made while Redis was unreachable: sandbox → session ids. */
+  private readonly pendingReleases = new Map<string, Set<string>>();
+  private problem: string | undefined;
+  private subProblem: string | undefined = 'presence store subscription not started';
+  private lastVersion = -1;
+  /** Messages held while a scan is in flight, replayed after it (those the scan already covers are skipped). */
+  private buffered: PresenceMessage[] | undefined = [];
+  private reloadWanted = true;
+  private resync = true;
+  private ticking: Promise<void> | undefined;
+  private tickAgain = false;
+  private tickTimer: NodeJS.Timeout | undefined;
+  private rescanTimer: NodeJS.Timeout | undefined;
+  private lapseTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+  /** Local time of the last renewal reply: lease deadlines are only trusted while this is recent. */
+  private lastRenewedAt = Number.NEGATIVE_INFINITY;
+
+  constructor(opts: RedisPresenceOptions) {
+    this.gatewayId = opts.gatewayId;
+    this.log = opts.log.child({ part: 'presence', gatewayId: opts.gatewayId });
+    this.now = opts.now ?? Date.now;
+    this.keys = presenceKeys(opts.keyPrefix ?? 'sandgate');
+    this.keyList = scriptKeys(this.keys);
+    this.ttlMs = opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
+    this.renewMs = Math.max(1, Math.floor(this.ttlMs / 3));
+    this.rescanMs = opts.rescanMs ?? DEFAULT_RESCAN_MS;
+    this.infoJson = encodeGatewayInfo(this.incarnation, opts.gatewayInfo ?? {});
+    // A command must fail well inside one renewal period's slack, or a hung Redis would stall the tick.
+    const timeout = Math.max(250, Math.floor(this.ttlMs / 2));
+    this.main = createClient(opts.url, opts.redisOptions, timeout, `sandgate-presence:${opts.gatewayId}`);
+    this.sub = createClient(opts.url, opts.redisOptions, timeout, `sandgate-presence-sub:${opts.gatewayId}`);
+    this.mirror = new PresenceMirror(this.gatewayId, this.incarnation, {
+      change: (namespace, name, record) => this.report(this.changes.emit(namespace, name, record), 'change'),
+      lost: (record) => {
+        this.log.warn({ namespace: record.namespace, name: record.name, sessionId: record.sessionId, epoch: record.epoch }, 'local session superseded by a newer claim');
+        this.report(this.losses.emit(record), 'lost');
+      },
+    });
+  }
+
+  async start(): Promise<void> {
+    this.main.on('ready', () => {
+      // A new connection may be to a restarted or failed-over server: re-assert everything and re-scan.
+      this.resync = true;
+      this.reloadWanted = true;
+      void this.kick();
+    });
+    this.main.on('error', (err: Error) => this.setOffline(err));
+    // 'close' follows the 'error' that says why; keep that reason rather than a generic one.
+    this.main.on('close', () => {
+      if (this.problem === undefined) this.setOffline(new Error('connection closed'));
+    });
+    this.sub.on('ready', () => void this.subscribe());
+    this.sub.on('error', (err: Error) => this.setSubDown(err));
+    this.sub.on('close', () => {
+      if (this.subProblem === undefined) this.setSubDown(new Error('connection closed'));
+    });
+    this.sub.on('message', (_channel: string, text: string) => this.onMessage(text));
+    // A failed or slow first connect is not fatal: ioredis keeps retrying, the store serves local
+    // sessions meanwhile and reports degraded, and the 'ready' handler loads the mirror when it connects.
+    let waited: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([this.main.connect(), this.sub.connect()]),
+      new Promise((resolve) => (waited = setTimeout(resolve, Math.min(this.ttlMs, 5000)))),
+    ]);
+    clearTimeout(waited);
+    if (this.main.status !== 'ready' && this.problem === undefined) this.setOffline(new Error(`not connected yet (${this.main.status})`));
+    await this.kick();
+    this.rescanTimer = setInterval(() => {
+      this.reloadWanted = true;
+      void this.kick();
+    }, this.rescanMs);
+    this.rescanTimer.unref();
+  }
+
+  async claim(namespace: string, name: string, session: SessionClaim): Promise<PresenceRecord> {
+    const field = fieldOf(namespace, name);
+    return this.serial(field, async () => {
+      let epoch = this.mirror.nextEpoch(field);
+      const { sessionId, instanceId, since } = session;
+      if (this.writable()) {
+        try {
+          const args = [this.keys.channel, field, this.gatewayId, this.incarnation, sessionId, instanceId, String(since), epoch];
+          epoch = Number(await runScript(this.main, SCRIPTS.claim, this.keyList, args));
+          // The claim overwrote whatever Redis held for the sandbox: queued work for it is moot.
+          this.dirty.delete(field);
+          this.pendingReleases.delete(field);
+        } catch (err) {
+          this.setOffline(err);
+          this.dirty.add(field);
+        }
+      } else {
+        this.dirty.add(field);
+      }
+      const record: PresenceRecord = { namespace, name, gatewayId: this.gatewayId, sessionId, instanceId, epoch, since };
+      // A newer claim from elsewhere may already be mirrored; onLost fires after the caller has the record.
+      if (this.mirror.setLocal(record)) setImmediate(() => this.mirror.checkLost(field));
+      return record;
+    });
+  }
+
+  /**
+   * Removes this gateway's session for the sandbox if it is the current one here, and Redis's record if it
+   * is still this session's (remove-if-current). Returns whether the session was current here.
+   */
+  async release(namespace: string, name: string, sessionId: string): Promise<boolean> {
+    const field = fieldOf(namespace, name);
+    return this.serial(field, async () => {
+      if (this.mirror.deleteLocal(field, sessionId) === undefined) return false;
+      this.dirty.delete(field);
+      if (this.writable()) {
+        try {
+          await runScript(this.main, SCRIPTS.release, this.keyList, [this.keys.channel, field, this.gatewayId, sessionId]);
+          return true;
+        } catch (err) {
+          this.setOffline(err);
+        }
+      }
+      let set = this.pendingReleases.get(field);
+      if (set === undefined) this.pendingReleases.set(field, (set = new Set()));
+      set.add(sessionId);
+      return true;
+    });
+  }
+
+  get(namespace: string, name: string): PresenceRecord | undefined {
+    return this.mirror.get(fieldOf(namespace, name));
+  }
+
+  list(): Iterable<PresenceRecord> {
+    return this.mirror.list();
+  }
+
+  onChange(listener: PresenceListener): () => void {
+    return this.changes.add(listener);
+  }
+
+  onLost(listener: (record: PresenceRecord) => void): () => void {
+    return this.losses.add(listener);
+  }
+
+  degraded(): string[] {
+    const out: string[] = [];
+    if (this.problem !== undefined) out.push(this.problem);
+    if (this.subProblem !== undefined && this.problem === undefined) out.push(this.subProblem);
+    return out;
+  }
+
+  /** The attributes a live gateway published with its lease (e.g. its relay address), from the mirror. */
+  gatewayInfo(gatewayId: string): Readonly<Record<string, string>> | undefined {
+    return this.mirror.gatewayInfo(gatewayId);
+  }
+
+  async close(opts: { release: boolean }): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.tickTimer);
+    clearInterval(this.rescanTimer);
+    clearTimeout(this.lapseTimer);
+    await Promise.allSettled([this.ticking, ...this.chains.values()]);
+    if (opts.release && this.main.status === 'ready') {
+      const args: (string | number)[] = [this.keys.channel, this.gatewayId, this.incarnation];
+      for (const r of this.mirror.localRecords()) args.push(fieldOf(r.namespace, r.name), r.sessionId);
+      try {
+        const n = await runScript(this.main, SCRIPTS.leave, this.keyList, args);
+        this.log.info({ released: n }, 'presence released: lease and sessions deleted');
+      } catch (err) {
+        this.log.warn({ err }, 'presence release on close failed; peers drop this gateway when its lease expires');
+      }
+    }
+    disconnect(this.main);
+    disconnect(this.sub);
+  }
+
+  private writable(): boolean {
+    return !this.closed && this.problem === undefined && this.main.status === 'ready';
+  }
+
+  private serial<T>(field: string, fn: () => Promise<T>): Promise<T> {
+    const run = (this.chains.get(field) ?? Promise.resolve()).then(fn, fn);
+    const tail = run.catch(() => undefined);
+    this.chains.set(field, tail);
+    void tail.then(() => {
+      if (this.chains.get(field) === tail) this.chains.delete(field);
+    });
+    return run;
+  }
+
+  /** Runs the background tick now (or once more right after the running one). */
+  private kick(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    if (this.ticking !== undefined) {
+      this.tickAgain = true;
+      return this.ticking;
+    }
+    clearTimeout(this.tickTimer);
+    this.ticking = (async () => {
+      do {
+        this.tickAgain = false;
+        await this.tick();
+      } while (this.tickAgain && !this.closed);
+    })().finally(() => {
+      this.ticking = undefined;
+      if (this.closed) return;
+      this.tickTimer = setTimeout(() => void this.kick(), this.renewMs);
+      this.tickTimer.unref();
+    });
+    return this.ticking;
+  }
+
+  private async tick(): Promise<void> {
+    if (this.main.status !== 'ready') return;
+    try {
+      const args = [this.keys.channel, this.gatewayId, this.incarnation, this.ttlMs, this.infoJson, Math.max(10 * this.ttlMs, 60_000)];
+      const [redisNow, lapsed, usurped, version, leases] = (await runScript(this.main, SCRIPTS.renew, this.keyList, args)) as RenewReply;
+      this.lastRenewedAt = this.now();
+      if (usurped === 1) this.log.error('another live process holds this gateway id; gateway ids must be unique');
+      this.mirror.replaceLeases(decodeLeases(leases, redisNow, this.now()));
+      if (lapsed === 1 || this.resync) {
+        if (lapsed === 1 && !this.resync) this.log.warn('gateway lease had lapsed; re-asserting local sessions');
+        for (const r of this.mirror.localRecords()) this.dirty.add(fieldOf(r.namespace, r.name));
+        this.resync = false;
+      }
+      this.checkVersion(version);
+      await this.flush();
+      if (this.reloadWanted) {
+        await this.reload();
+        this.reloadWanted = false;
+        await this.collect();
+      }
+      this.setOnline();
+      this.scheduleLapse();
+    } catch (err) {
+      this.setOffline(err);
+    }
+  }
+
+  /** A counter Redis bumps with every published change: one the mirror has not seen means a missed message. */
+  private checkVersion(version: number): void {
+    if (version === this.lastVersion) return;
+    if (version < this.lastVersion || this.lastVersion < 0) {
+      this.reloadWanted = true;
+      return;
+    }
+    // The message may still be in flight on the subscriber connection: give it a moment before scanning.
+    setTimeout(() => {
+      if (this.lastVersion >= version) return;
+      this.reloadWanted = true;
+      void this.kick();
+    }, Math.min(this.renewMs, 250)).unref();
+  }
+
+  /** Pushes queued releases, then re-asserts dirty local sessions (fenced: a newer claim wins). */
+  private async flush(): Promise<void> {
+    await Promise.all(
+      [...this.pendingReleases.keys()].map((field) =>
+        this.serial(field, async () => {
+          const set = this.pendingReleases.get(field);
+          for (const sessionId of [...(set ?? [])]) {
+            await runScript(this.main, SCRIPTS.release, this.keyList, [this.keys.channel, field, this.gatewayId, sessionId]);
+            set?.delete(sessionId);
+          }
+          if (set?.size === 0) this.pendingReleases.delete(field);
+        }),
+      ),
+    );
+    await Promise.all([...this.dirty].map((field) => this.serial(field, () => this.assertLocal(field))));
+  }
+
+  private async assertLocal(field: string): Promise<void> {
+    const l = this.mirror.localRecord(field);
+    if (l === undefined) {
+      this.dirty.delete(field);
+      return;
+    }
+    const args = [this.keys.channel, field, this.gatewayId, this.incarnation, l.sessionId, l.instanceId, String(l.since), l.epoch];
+    const [ok, epoch, raw] = (await runScript(this.main, SCRIPTS.assert, this.keyList, args)) as AssertReply;
+    this.dirty.delete(field);
+    if (this.mirror.localRecord(field) !== l) return;
+    if (ok === 1) {
+      if (epoch !== l.epoch) this.mirror.setLocal({ ...l, epoch });
+      this.mirror.checkLost(field);
+      return;
+    }
+    this.log.info({ namespace: l.namespace, name: l.name, epoch: l.epoch, storedEpoch: epoch }, 're-assert lost to a newer claim');
+    if (raw !== '') this.mirror.putRemote(field, decodeRecord(field, raw));
+    this.mirror.loseLocal(field, l.sessionId);
+  }
+
+  /** Loads every record and live lease in one consistent read, then replays messages that arrived meanwhile. */
+  private async reload(): Promise<void> {
+    this.buffered ??= [];
+    try {
+      const [redisNow, version, flat, leases] = (await runScript(this.main, SCRIPTS.snapshot, this.keyList, [this.keys.channel])) as SnapshotReply;
+      const records = new Map<string, StoredRecord>();
+      for (let j = 0; j + 1 < flat.length; j += 2) {
+        const field = String(flat[j]);
+        const stored = decodeRecord(field, flat[j + 1]);
+        if (stored === undefined) this.log.warn({ field }, 'skipping malformed presence record');
+        else records.set(field, stored);
+      }
+      this.mirror.replaceLeases(decodeLeases(leases, redisNow, this.now()));
+      this.mirror.replaceRemote(records);
+      this.lastVersion = version;
+    } finally {
+      const held = this.buffered ?? [];
+      this.buffered = undefined;
+      for (const m of held) this.apply(m);
+      this.scheduleLapse();
+    }
+  }
+
+  /** Deletes records no live lease backs (fenced per record; the script re-checks the lease). */
+  private async collect(): Promise<void> {
+    const stale = this.mirror.staleRecords().filter((s) => !this.chains.has(s.field) && !this.pendingReleases.has(s.field));
+    for (let j = 0; j < stale.length; j += 500) {
+      const args: (string | number)[] = [this.keys.channel, this.gatewayId];
+      for (const s of stale.slice(j, j + 500)) args.push(s.field, s.sessionId, s.epoch);
+      const n = await runScript(this.main, SCRIPTS.collect, this.keyList, args);
+      if (Number(n) > 0) this.log.debug({ collected: n }, 'collected presence records of lapsed gateways');
+    }
+  }
+
+  private async subscribe(): Promise<void> {
+    try {
+      await this.sub.subscribe(this.keys.channel);
+      this.subProblem = undefined;
+      // Messages published while unsubscribed are gone: re-scan.
+      this.reloadWanted = true;
+      void this.kick();
+    } catch (err) {
+      this.setSubDown(err);
+    }
+  }
+
+  private onMessage(text: string): void {
+    const m = decodeMessage(text);
+    if (m === undefined) {
+      this.log.warn({ message: text.slice(0, 200) }, 'ignoring malformed presence message');
+      return;
+    }
+    if (this.buffered !== undefined) this.buffered.push(m);
+    else this.apply(m);
+  }
+
+  private apply(m: PresenceMessage): void {
+    if (m.v <= this.lastVersion) return;
+    if (this.lastVersion >= 0 && m.v !== this.lastVersion + 1) {
+      this.reloadWanted = true;
+      void this.kick();
+    }
+    this.lastVersion = m.v;
+    switch (m.op) {
+      case 'set':
+        this.mirror.putRemote(m.field, m.stored);
+        break;
+      case 'del':
+        this.mirror.putRemote(m.field, undefined);
+        break;
+      case 'del-many':
+        for (const f of m.fields) this.mirror.putRemote(f, undefined);
+        break;
+      case 'gw':
+        this.mirror.putLease({ ...m.lease, deadline: this.now() + (m.expiry - m.redisNow) });
+        this.scheduleLapse();
+        break;
+      case 'gw-down':
+        for (const f of m.fields) this.mirror.putRemote(f, undefined);
+        if (this.mirror.leaseIncarnation(m.gatewayId) === m.incarnation) this.mirror.dropLease(m.gatewayId);
+        break;
+    }
+  }
+
+  /**
+   * Expires peer leases on the local clock, so a crashed gateway's sessions vanish one TTL after its last
+   * renewal rather than at this gateway's next read. A deadline is only as good as the read it came
+   * from: when this gateway's own renewals are late or failing (Redis hung, or this process was paused),
+   * a peer may well have renewed unseen, so expiry waits for the next successful read, and while Redis
+   * is unreachable the mirror keeps serving the last known cluster state.
+   */
+  private scheduleLapse(): void {
+    clearTimeout(this.lapseTimer);
+    const now = this.now();
+    if (this.closed || this.problem !== undefined || now - this.lastRenewedAt > 2 * this.renewMs) return;
+    const next = this.mirror.expireLeases(now);
+    if (next === undefined) return;
+    this.lapseTimer = setTimeout(() => this.scheduleLapse(), Math.max(1, next - this.now()));
+    this.lapseTimer.unref();
+  }
+
+  private setOffline(err: unknown): void {
+    if (this.closed) return;
+    const reason = `presence store redis unreachable: ${errorText(err)}`;
+    if (this.problem === undefined) this.log.warn({ err: errorText(err) }, 'presence store cannot reach Redis; serving from the mirror');
+    this.problem = reason;
+    this.reloadWanted = true;
+    clearTimeout(this.lapseTimer);
+  }
+
+  private setOnline(): void {
+    if (this.problem === undefined) return;
+    this.problem = undefined;
+    this.log.info('presence store reconnected to Redis');
+  }
+
+  private setSubDown(err: unknown): void {
+    if (this.closed) return;
+    this.subProblem = `presence store subscription down: ${errorText(err)}`;
+  }
+
+  private report(errors: unknown[], what: string): void {
+    for (const err of errors) this.log.error({ err }, `presence ${what} listener failed`);
+  }
+}

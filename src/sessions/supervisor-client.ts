@@ -1,0 +1,151 @@
+import { EventEmitter } from 'node:events';
+import WebSocket from 'ws';
+import { CLOSE, DO_NOT_RETRY, RECONNECT_AT_ONCE, SUBPROTOCOL, SUPERVISOR_PATH, type ServerMessage } from './supervisor-protocol.js';
+
+/**
+ * The reference supervisor client: what runs inside a sandbox. It connects, says hello, heartbeats both
+ * ways (closing a silent connection after 3 intervals), and reconnects with jittered exponential backoff.
+ * It follows the gateway's close codes: 1012 (service restart) and 4409 (presence lost) reconnect at once,
+ * 4000 (superseded by a newer session) stops for good, 4401/4403 stop unless the token is refreshable.
+ *
+ * Events: `accepted` ({sessionId, epoch}), `disconnected` ({code, reason}), `stopped` ({code, reason}).
+ */
+
+export interface SupervisorClientOptions {
+  /** `ws://host:port` (the path /v1/supervisor is added when absent). */
+  readonly gateway: string;
+  /** The sandbox-bound token, or a function returning a fresh one for each connection. */
+  readonly token: string | (() => string | Promise<string>);
+  readonly namespace: string;
+  readonly name: string;
+  readonly instanceId: string;
+  readonly version?: string;
+  readonly backoff?: { readonly initialMs: number; readonly maxMs: number };
+  /** Defaults to Math.random; tests pass a fixed source. */
+  readonly random?: () => number;
+}
+
+export type SupervisorState = 'connecting' | 'connected' | 'waiting' | 'stopped';
+
+export function supervisorUrl(gateway: string): string {
+  const u = new URL(gateway);
+  if (u.pathname === '/' || u.pathname === '') u.pathname = SUPERVISOR_PATH;
+  return u.toString();
+}
+
+/** Full-jitter exponential backoff (a random delay in [0, min(max, initial·2^attempt)]). */
+export function backoffDelay(attempt: number, initialMs: number, maxMs: number, random: () => number): number {
+  return Math.floor(random() * Math.min(maxMs, initialMs * 2 ** Math.min(attempt, 30)));
+}
+
+export class SupervisorClient extends EventEmitter {
+  state: SupervisorState = 'waiting';
+  sessionId: string | undefined;
+  epoch = 0;
+  private ws: WebSocket | undefined;
+  private attempt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private lastSeen = 0;
+  private readonly url: string;
+  private readonly random: () => number;
+  private readonly backoff: { readonly initialMs: number; readonly maxMs: number };
+
+  constructor(private readonly opts: SupervisorClientOptions) {
+    super();
+    this.url = supervisorUrl(opts.gateway);
+    this.random = opts.random ?? Math.random;
+    this.backoff = opts.backoff ?? { initialMs: 100, maxMs: 10_000 };
+  }
+
+  start(): this {
+    if (this.state === 'waiting') void this.connect();
+    return this;
+  }
+
+  /** Closes the session (1000) and stops reconnecting. */
+  stop(): void {
+    this.finish(CLOSE.normal, 'stopped');
+  }
+
+  private async connect(): Promise<void> {
+    if (this.state === 'stopped') return;
+    this.state = 'connecting';
+    let token: string;
+    try {
+      token = typeof this.opts.token === 'function' ? await this.opts.token() : this.opts.token;
+    } catch (err) {
+      this.emit('error', err);
+      return this.retry(false);
+    }
+    if ((this.state as SupervisorState) === 'stopped') return;
+    const ws = new WebSocket(this.url, SUBPROTOCOL, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
+    this.ws = ws;
+    ws.on('open', () => {
+      this.lastSeen = Date.now();
+      ws.send(JSON.stringify({ type: 'hello', namespace: this.opts.namespace, name: this.opts.name, instanceId: this.opts.instanceId, version: this.opts.version ?? 'sandgate-supervisor/1' }));
+    });
+    ws.on('message', (data, isBinary) => {
+      this.lastSeen = Date.now();
+      if (isBinary) return;
+      let m: ServerMessage;
+      try {
+        m = JSON.parse(data.toString()) as ServerMessage;
+      } catch {
+        return;
+      }
+      if (m.type === 'accepted') this.accepted(ws, m.sessionId, m.epoch, m.heartbeatIntervalMs);
+      else if (m.type === 'ping') ws.send(JSON.stringify({ type: 'pong', t: m.t }));
+    });
+    // Connection errors surface as a close; without this listener ws would throw.
+    ws.on('error', () => {});
+    ws.on('close', (code, reason) => this.closed(ws, code, reason.toString()));
+  }
+
+  private accepted(ws: WebSocket, sessionId: string, epoch: number, intervalMs: number): void {
+    this.state = 'connected';
+    this.sessionId = sessionId;
+    this.epoch = epoch;
+    this.attempt = 0;
+    clearInterval(this.heartbeat);
+    this.heartbeat = setInterval(() => {
+      if (Date.now() - this.lastSeen >= 3 * intervalMs) {
+        // The gateway went silent: do not wait for TCP to notice.
+        ws.terminate();
+        return;
+      }
+      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'ping', t: Date.now() }));
+    }, intervalMs);
+    this.heartbeat.unref();
+    this.emit('accepted', { sessionId, epoch });
+  }
+
+  private closed(ws: WebSocket, code: number, reason: string): void {
+    if (ws !== this.ws) return;
+    clearInterval(this.heartbeat);
+    this.ws = undefined;
+    if (this.state === 'stopped') return;
+    this.emit('disconnected', { code, reason });
+    if (code === CLOSE.superseded || (DO_NOT_RETRY.has(code) && typeof this.opts.token === 'string')) {
+      return this.finish(code, reason);
+    }
+    this.retry(RECONNECT_AT_ONCE.has(code));
+  }
+
+  private retry(atOnce: boolean): void {
+    this.state = 'waiting';
+    const delay = atOnce ? Math.floor(this.random() * 50) : backoffDelay(this.attempt++, this.backoff.initialMs, this.backoff.maxMs, this.random);
+    this.timer = setTimeout(() => void this.connect(), delay);
+  }
+
+  private finish(code: number, reason: string): void {
+    if (this.state === 'stopped') return;
+    this.state = 'stopped';
+    clearTimeout(this.timer);
+    clearInterval(this.heartbeat);
+    const ws = this.ws;
+    this.ws = undefined;
+    if (ws !== undefined && (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING)) ws.close(CLOSE.normal, 'supervisor stopping');
+    this.emit('stopped', { code, reason });
+  }
+}

@@ -1,0 +1,129 @@
+import { isDnsLabel } from '../domain/labels.js';
+
+/**
+ * The supervisor protocol, version 1 (docs/supervisor-protocol.md documents every message and close code).
+ * JSON text frames; the WebSocket subprotocol names the version so a future v2 can be negotiated.
+ */
+
+export const SUBPROTOCOL = 'sandgate.supervisor.v1';
+export const SUPERVISOR_PATH = '/v1/supervisor';
+
+/**
+ * Close codes. 1000–1015 are RFC 6455 §7.4.1 / IANA codes; 4000–4999 are reserved by RFC 6455 §7.4.2 for
+ * private use, and ours mirror HTTP statuses where one fits (4401 ≈ 401) so they read at a glance.
+ */
+export const CLOSE = {
+  /** The supervisor said goodbye. */
+  normal: 1000,
+  /** A frame larger than the limit (ws enforces maxPayload with 1009). */
+  tooBig: 1009,
+  /** The gateway is shutting down gracefully: reconnect, to any gateway, at once. */
+  serviceRestart: 1012,
+  /** A newer session for the same sandbox replaced this one. Do not reconnect this socket. */
+  superseded: 4000,
+  /** No frame from the peer for 3 heartbeat intervals. */
+  heartbeatTimeout: 4001,
+  /** Malformed frame: not JSON, not an object, missing or invalid fields. */
+  malformed: 4400,
+  /** Missing, expired, wrong-audience, wrongly signed or `alg: none` token. */
+  unauthorized: 4401,
+  /** hello names a sandbox other than the token's. */
+  forbidden: 4403,
+  /** No hello within the hello timeout. */
+  helloTimeout: 4408,
+  /** This gateway lost the sandbox's presence to a newer claim elsewhere (it was partitioned or paused). */
+  presenceLost: 4409,
+  /** A frame of a type not allowed now: unknown type, a second hello, binary frames, anything before hello. */
+  unexpected: 4415,
+  /** The gateway failed to record the session. Reconnect with backoff. */
+  internal: 4500,
+} as const;
+
+export type CloseName = keyof typeof CLOSE;
+
+/** Close codes after which a supervisor reconnects at once (to this or another gateway). */
+export const RECONNECT_AT_ONCE: ReadonlySet<number> = new Set([CLOSE.serviceRestart, CLOSE.presenceLost]);
+/** Close codes after which reconnecting with the same credentials is pointless. */
+export const DO_NOT_RETRY: ReadonlySet<number> = new Set([CLOSE.unauthorized, CLOSE.forbidden, CLOSE.superseded]);
+
+export interface Hello {
+  readonly type: 'hello';
+  readonly namespace: string;
+  readonly name: string;
+  readonly instanceId: string;
+  readonly version: string;
+}
+
+export interface Accepted {
+  readonly type: 'accepted';
+  readonly sessionId: string;
+  readonly epoch: number;
+  readonly heartbeatIntervalMs: number;
+}
+
+export interface Rejected {
+  readonly type: 'rejected';
+  readonly code: string;
+  readonly message: string;
+}
+
+export interface Heartbeat {
+  readonly type: 'ping' | 'pong';
+  /** Sender's clock (epoch ms), echoed in the pong: lets either side measure round trips. */
+  readonly t: number;
+}
+
+export type ClientMessage = Hello | Heartbeat;
+export type ServerMessage = Accepted | Rejected | Heartbeat;
+
+/** Why a frame was refused: the close code and a short reason (≤ 123 bytes, RFC 6455 §5.5). */
+export interface FrameError {
+  readonly close: number;
+  readonly code: string;
+  readonly message: string;
+}
+
+const MAX_ID = 128;
+
+function frameError(close: number, code: string, message: string): FrameError {
+  return { close, code, message };
+}
+
+function printable(s: unknown, max: number): s is string {
+  if (typeof s !== 'string' || s.length === 0 || s.length > max) return false;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+/** Parses a text frame from a supervisor. Never throws. */
+export function parseClientFrame(text: string): ClientMessage | FrameError {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return frameError(CLOSE.malformed, 'malformed_frame', 'frame is not JSON');
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return frameError(CLOSE.malformed, 'malformed_frame', 'frame is not a JSON object');
+  const m = v as Record<string, unknown>;
+  switch (m.type) {
+    case 'hello':
+      if (typeof m.namespace !== 'string' || !isDnsLabel(m.namespace)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.namespace must be a DNS-1123 label');
+      if (typeof m.name !== 'string' || !isDnsLabel(m.name)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.name must be a DNS-1123 label');
+      if (!printable(m.instanceId, MAX_ID)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.instanceId must be 1-128 printable ASCII characters');
+      if (!printable(m.version, 64)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.version must be 1-64 printable ASCII characters');
+      return { type: 'hello', namespace: m.namespace, name: m.name, instanceId: m.instanceId, version: m.version };
+    case 'ping':
+    case 'pong':
+      if (typeof m.t !== 'number' || !Number.isFinite(m.t)) return frameError(CLOSE.malformed, 'malformed_frame', `${m.type}.t must be a number`);
+      return { type: m.type, t: m.t };
+    default:
+      return frameError(CLOSE.unexpected, 'unexpected_frame', `unknown frame type ${JSON.stringify(String(m.type)).slice(0, 40)}`);
+  }
+}
+
+export function isFrameError(v: ClientMessage | FrameError): v is FrameError {
+  return 'close' in v;
+}

@@ -1,0 +1,322 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import type { PresenceRecord, PresenceStore } from './presence/presence-store.js';
+import { SessionRegistry } from './session-registry.js';
+import { CLOSE, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
+import { isTokenRejection, verifySupervisorToken, type SupervisorKeys, type TokenSubject } from './supervisor-token.js';
+
+/**
+ * `GET /v1/supervisor`: the WebSocket endpoint the supervisor inside each sandbox connects to, on its own
+ * listener. Authenticates the sandbox-bound token, runs the hello handshake, keeps heartbeats both ways
+ * with a missed-heartbeat timeout, records presence in the store, and closes sessions with specific codes
+ * (supervisor-protocol.ts). A hostile frame closes its socket and changes no state.
+ */
+
+export interface SupervisorServerOptions {
+  readonly host: string;
+  readonly port: number;
+  readonly keys: SupervisorKeys;
+  readonly heartbeatIntervalMs: number;
+  readonly helloTimeoutMs: number;
+  /** Largest frame accepted (ws closes with 1009 past it). */
+  readonly maxFrameBytes: number;
+  readonly maxSessions: number;
+  readonly maxSessionsPerSource: number;
+  /** Epoch ms; the heartbeat sweep reads it, so tests can drive time. */
+  readonly now?: () => number;
+  /** Run the heartbeat sweep on a timer (tests turn it off and call sweep()). */
+  readonly autoSweep?: boolean;
+}
+
+type State = 'hello' | 'claiming' | 'active' | 'closed';
+
+export interface LocalSession {
+  readonly sessionId: string;
+  readonly namespace: string;
+  readonly name: string;
+  readonly source: string;
+  readonly ws: WebSocket;
+  readonly openedAt: number;
+  state: State;
+  instanceId: string;
+  epoch: number;
+  since: number;
+  lastSeen: number;
+}
+
+export class SupervisorServer {
+  private readonly http: Server;
+  private readonly wss: WebSocketServer;
+  private readonly registry = new SessionRegistry<LocalSession>();
+  /** Sockets past the HTTP upgrade, with or without a hello yet. */
+  private readonly open = new Set<LocalSession>();
+  private readonly perSource = new Map<string, number>();
+  private pending = 0;
+  private sweeper: NodeJS.Timeout | undefined;
+  private shuttingDown = false;
+  private readonly now: () => number;
+  private readonly unsubscribe: (() => void)[] = [];
+  /** Closes by code, for metrics. */
+  readonly closes = new Map<number, number>();
+  port = 0;
+
+  constructor(
+    private readonly opts: SupervisorServerOptions,
+    private readonly store: PresenceStore,
+    private readonly log: Logger,
+  ) {
+    this.now = opts.now ?? Date.now;
+    this.http = createServer((_req, res) => {
+      res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
+      res.end(JSON.stringify({ code: 'upgrade_required', message: `connect with a WebSocket to ${SUPERVISOR_PATH}` }));
+    });
+    this.wss = new WebSocketServer({
+      noServer: true,
+      maxPayload: opts.maxFrameBytes,
+      handleProtocols: (protocols) => (protocols.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
+    });
+    this.http.on('upgrade', (req, socket, head) => void this.upgrade(req, socket, head));
+    this.unsubscribe.push(
+      store.onChange((ns, name, record) => this.onPresenceChange(ns, name, record)),
+      store.onLost((record) => this.onPresenceLost(record)),
+    );
+  }
+
+  /** Live sessions (accepted, presence claimed) on this gateway. */
+  get size(): number {
+    return this.registry.size;
+  }
+
+  /** Sockets open, including those still before hello. */
+  get connections(): number {
+    return this.open.size;
+  }
+
+  session(namespace: string, name: string): LocalSession | undefined {
+    const s = this.registry.get(namespace, name);
+    return s?.state === 'active' ? s : undefined;
+  }
+
+  async start(): Promise<number> {
+    await new Promise<void>((resolve, reject) => {
+      this.http.once('error', reject);
+      this.http.listen(this.opts.port, this.opts.host, () => resolve());
+    });
+    this.port = (this.http.address() as AddressInfo).port;
+    if (this.opts.autoSweep !== false) {
+      this.sweeper = setInterval(() => this.sweep(), this.opts.heartbeatIntervalMs);
+      this.sweeper.unref();
+    }
+    return this.port;
+  }
+
+  /**
+   * One heartbeat round: pings every accepted session and closes those silent for 3 intervals, and
+   * sockets that sent no hello within the hello timeout. Runs every heartbeat interval.
+   */
+  sweep(): void {
+    const now = this.now();
+    const limit = 3 * this.opts.heartbeatIntervalMs;
+    for (const s of this.open) {
+      if (s.state === 'hello') {
+        if (now - s.openedAt >= this.opts.helloTimeoutMs) this.closeSession(s, CLOSE.helloTimeout, 'no hello within the hello timeout');
+      } else if (s.state === 'active') {
+        if (now - s.lastSeen >= limit) this.closeSession(s, CLOSE.heartbeatTimeout, 'missed heartbeats', true);
+        else this.send(s, { type: 'ping', t: now });
+      }
+    }
+  }
+
+  /**
+   * Graceful shutdown: every session is closed with 1012 (service restart) so supervisors reconnect
+   * elsewhere at once. Presence is not released per session here: the caller closes the store with
+   * `release: true`, which drops this gateway's lease and records in one step.
+   */
+  async close(): Promise<void> {
+    this.shuttingDown = true;
+    clearInterval(this.sweeper);
+    for (const u of this.unsubscribe) u();
+    for (const s of [...this.open]) this.closeSession(s, CLOSE.serviceRestart, 'service restart');
+    this.wss.close();
+    await new Promise<void>((resolve) => {
+      this.http.close(() => resolve());
+      this.http.closeAllConnections();
+    });
+  }
+
+  private reject(socket: Duplex, status: number, code: string, message: string): void {
+    const body = JSON.stringify({ code, message });
+    socket.end(
+      `HTTP/1.1 ${status} ${code}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+
+  private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    socket.on('error', () => socket.destroy());
+    const url = req.url ?? '/';
+    const path = url.split('?', 1)[0];
+    if (path !== SUPERVISOR_PATH) return this.reject(socket, 404, 'not_found', `the supervisor endpoint is ${SUPERVISOR_PATH}`);
+    const offered = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim());
+    if (!offered.includes(SUBPROTOCOL)) return this.reject(socket, 400, 'unsupported_subprotocol', `offer the subprotocol ${SUBPROTOCOL}`);
+    if (this.shuttingDown) return this.reject(socket, 503, 'service_restart', 'the gateway is shutting down');
+    const source = (socket as Socket).remoteAddress ?? 'unknown';
+    const fromSource = this.perSource.get(source) ?? 0;
+    if (this.open.size + this.pending >= this.opts.maxSessions) return this.reject(socket, 503, 'too_many_sessions', 'the gateway holds its maximum of supervisor sessions');
+    if (fromSource >= this.opts.maxSessionsPerSource) return this.reject(socket, 429, 'too_many_sessions', 'too many supervisor sessions from this address');
+    this.perSource.set(source, fromSource + 1);
+    this.pending++;
+    let upgraded = false;
+    // ws aborts a malformed handshake without calling back: the source's count must not leak then.
+    socket.once('close', () => {
+      if (!upgraded) this.releaseSource(source);
+    });
+    const auth = req.headers.authorization;
+    const token = auth !== undefined && /^Bearer /i.test(auth) ? auth.slice(7).trim() : undefined;
+    const subject = await verifySupervisorToken(this.opts.keys, token, this.now());
+    this.pending--;
+    if (socket.destroyed) return;
+    this.wss.handleUpgrade(req, socket, head, (ws) => {
+      upgraded = true;
+      const s: LocalSession = {
+        sessionId: randomUUID(),
+        namespace: isTokenRejection(subject) ? '' : subject.namespace,
+        name: isTokenRejection(subject) ? '' : subject.name,
+        source,
+        ws,
+        openedAt: this.now(),
+        state: 'hello',
+        instanceId: '',
+        epoch: 0,
+        since: 0,
+        lastSeen: this.now(),
+      };
+      this.open.add(s);
+      ws.on('close', () => this.closed(s));
+      ws.on('error', (err) => this.log.debug({ err, sessionId: s.sessionId }, 'supervisor socket error'));
+      if (isTokenRejection(subject)) {
+        this.send(s, { type: 'rejected', code: subject.code, message: subject.message });
+        return this.closeSession(s, CLOSE.unauthorized, subject.message);
+      }
+      ws.on('message', (data, isBinary) => this.frame(s, subject, data, isBinary));
+    });
+  }
+
+  private frame(s: LocalSession, subject: TokenSubject, data: RawData, isBinary: boolean): void {
+    if (s.state === 'closed') return;
+    s.lastSeen = this.now();
+    if (isBinary) return this.closeSession(s, CLOSE.unexpected, 'binary frames are not part of this protocol version');
+    const m = parseClientFrame(data.toString());
+    if (isFrameError(m)) return this.closeSession(s, m.close, m.message);
+    switch (m.type) {
+      case 'hello':
+        if (s.state !== 'hello') return this.closeSession(s, CLOSE.unexpected, 'a second hello');
+        if (m.namespace !== subject.namespace || m.name !== subject.name) {
+          this.send(s, { type: 'rejected', code: 'sandbox_mismatch', message: 'hello names a sandbox other than the token' });
+          return this.closeSession(s, CLOSE.forbidden, 'hello names a sandbox other than the token');
+        }
+        return void this.hello(s, m);
+      case 'ping':
+        if (s.state !== 'active') return this.closeSession(s, CLOSE.unexpected, 'ping before accepted');
+        return this.send(s, { type: 'pong', t: m.t });
+      case 'pong':
+        if (s.state !== 'active') return this.closeSession(s, CLOSE.unexpected, 'pong before accepted');
+        return;
+    }
+  }
+
+  private async hello(s: LocalSession, m: Hello): Promise<void> {
+    s.state = 'claiming';
+    s.instanceId = m.instanceId;
+    s.since = this.now();
+    const old = this.registry.put(s);
+    if (old !== undefined) this.closeSession(old, CLOSE.superseded, 'superseded by a newer session');
+    let record: PresenceRecord;
+    try {
+      record = await this.store.claim(s.namespace, s.name, { sessionId: s.sessionId, instanceId: s.instanceId, since: s.since });
+    } catch (err) {
+      this.log.error({ err, sandbox: `${s.namespace}/${s.name}` }, 'presence claim failed');
+      return this.closeSession(s, CLOSE.internal, 'could not record the session');
+    }
+    s.epoch = record.epoch;
+    if (s.state !== 'claiming') {
+      // Closed (or superseded) while claiming: undo our claim if it is still ours.
+      if (this.registry.removeIfCurrent(s) || this.store.get(s.namespace, s.name)?.sessionId === s.sessionId) {
+        await this.release(s);
+      }
+      return;
+    }
+    s.state = 'active';
+    s.lastSeen = this.now();
+    this.send(s, { type: 'accepted', sessionId: s.sessionId, epoch: record.epoch, heartbeatIntervalMs: this.opts.heartbeatIntervalMs });
+    this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version }, 'supervisor session accepted');
+  }
+
+  private onPresenceChange(namespace: string, name: string, record: PresenceRecord | undefined): void {
+    const local = this.registry.get(namespace, name);
+    if (local === undefined || local.state !== 'active' || record === undefined) return;
+    if (record.sessionId !== local.sessionId && record.epoch > local.epoch) {
+      // A newer claim elsewhere (the supervisor reconnected to another gateway): this socket is stale.
+      this.closeSession(local, CLOSE.superseded, 'superseded by a newer session on another gateway');
+    }
+  }
+
+  private onPresenceLost(record: PresenceRecord): void {
+    const local = this.registry.get(record.namespace, record.name);
+    if (local !== undefined && local.sessionId === record.sessionId) this.closeSession(local, CLOSE.presenceLost, 'presence lost to a newer session');
+  }
+
+  private send(s: LocalSession, m: ServerMessage): void {
+    if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(m));
+  }
+
+  /** Closes a socket with a code. `hard` also terminates it: a peer that stopped answering may never ack. */
+  private closeSession(s: LocalSession, code: number, reason: string, hard = false): void {
+    if (s.state === 'closed') return;
+    const wasActive = s.state === 'active' || s.state === 'claiming';
+    s.state = 'closed';
+    this.closes.set(code, (this.closes.get(code) ?? 0) + 1);
+    if (wasActive) this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, code, reason }, 'supervisor session closed');
+    else this.log.debug({ sessionId: s.sessionId, code, reason, source: s.source }, 'supervisor socket refused');
+    s.ws.close(code, reason.slice(0, 123));
+    if (hard) s.ws.terminate();
+    this.cleanup(s);
+  }
+
+  /** The socket closed (by either side). */
+  private closed(s: LocalSession): void {
+    if (s.state !== 'closed') {
+      const wasActive = s.state === 'active';
+      s.state = 'closed';
+      this.closes.set(CLOSE.normal, (this.closes.get(CLOSE.normal) ?? 0) + 1);
+      if (wasActive) this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId }, 'supervisor disconnected');
+      this.cleanup(s);
+    }
+    if (this.open.delete(s)) this.releaseSource(s.source);
+  }
+
+  private cleanup(s: LocalSession): void {
+    if (this.shuttingDown) {
+      this.registry.removeIfCurrent(s);
+      return;
+    }
+    if (this.registry.removeIfCurrent(s) && s.epoch > 0) void this.release(s);
+  }
+
+  private async release(s: LocalSession): Promise<void> {
+    try {
+      await this.store.release(s.namespace, s.name, s.sessionId);
+    } catch (err) {
+      this.log.warn({ err, sandbox: `${s.namespace}/${s.name}` }, 'presence release failed');
+    }
+  }
+
+  private releaseSource(source: string): void {
+    const n = (this.perSource.get(source) ?? 1) - 1;
+    if (n <= 0) this.perSource.delete(source);
+    else this.perSource.set(source, n);
+  }
+}

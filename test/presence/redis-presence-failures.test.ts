@@ -1,0 +1,203 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
+import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
+import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
+import { presenceKeys } from '../../src/sessions/presence/redis-scripts.js';
+import { eventually, freePort, startRedisServer, startTcpRelay, type RedisServer, type TcpRelay } from '../helpers/redis-server.js';
+
+// Failure modes: Redis killed and restarted empty, Redis hung (SIGSTOP), one gateway partitioned from
+// Redis (a relay that freezes or cuts its traffic) while the supervisor moves to another gateway.
+
+const TTL = 450;
+
+let server: RedisServer;
+let prefix = '';
+let n = 0;
+const stores: RedisPresence[] = [];
+const relays: TcpRelay[] = [];
+const extraServers: RedisServer[] = [];
+
+beforeAll(async () => {
+  server = await startRedisServer();
+});
+afterAll(async () => {
+  await server.stop();
+});
+beforeEach(() => {
+  prefix = `failures-${++n}`;
+});
+afterEach(async () => {
+  server.resume();
+  await Promise.all(stores.splice(0).map((s) => s.close({ release: false })));
+  await Promise.all(relays.splice(0).map((r) => r.close()));
+  await Promise.all(extraServers.splice(0).map((s) => s.stop()));
+});
+
+function make(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): RedisPresence {
+  const s = createRedisPresence({ url: server.url, gatewayId, leaseTtlMs: TTL, rescanMs: 1000, keyPrefix: prefix, log: createLogger('silent', new MemoryLogSink()), ...o });
+  stores.push(s);
+  return s;
+}
+
+async function started(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): Promise<RedisPresence> {
+  const s = make(gatewayId, o);
+  await s.start();
+  return s;
+}
+
+async function relay(): Promise<TcpRelay> {
+  const r = await startTcpRelay(server.port);
+  relays.push(r);
+  return r;
+}
+
+const claim = (s: RedisPresence, sessionId: string, name = 'sb'): Promise<PresenceRecord> => s.claim('ns', name, { sessionId, instanceId: `inst-${sessionId}`, since: 1000 });
+const holds = (s: RedisPresence, name: string, sessionId: string) => () => s.get('ns', name)?.sessionId === sessionId;
+const gone = (s: RedisPresence, name: string) => () => s.get('ns', name) === undefined;
+const healthy = (...ss: RedisPresence[]) => () => ss.every((s) => s.degraded().length === 0);
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+async function stored(field: string): Promise<{ s: string; e: number } | undefined> {
+  const raw = await server.admin().hget(presenceKeys(prefix).presence, field);
+  return raw === null ? undefined : (JSON.parse(raw) as { s: string; e: number });
+}
+
+describe('Redis killed and restarted empty on the same port', () => {
+  it('both gateways go degraded, keep serving, then re-assert and heal within one re-scan', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    for (const id of ['a1', 'a2', 'a3']) await claim(a, id, 'a');
+    const b1 = await claim(b, 'b1', 'b');
+    await eventually(holds(a, 'b', 'b1'));
+    await eventually(holds(b, 'a', 'a3'));
+
+    await server.kill();
+    await eventually(() => a.degraded().length > 0 && b.degraded().length > 0);
+    expect(a.degraded()[0]).toMatch(/^presence store redis unreachable: /);
+    // The mirror is frozen, not expired: B's session still counts on A after more than a TTL.
+    await sleep(TTL * 2);
+    expect(a.get('ns', 'b')).toEqual(b1);
+    // Local sessions still change while Redis is away.
+    const offline = await claim(a, 'c1', 'c');
+    expect(offline.epoch).toBe(1);
+    expect(a.get('ns', 'c')).toEqual(offline);
+
+    const t0 = Date.now();
+    await server.restart();
+    await eventually(() => holds(b, 'c', 'c1')() && holds(b, 'a', 'a3')() && holds(a, 'b', 'b1')() && healthy(a, b)(), 3000, 'presence to heal');
+    expect(Date.now() - t0).toBeLessThan(1500);
+    // The re-assert raised the reset epoch counter back to what the sessions carry.
+    expect(await server.admin().hget(presenceKeys(prefix).epochs, 'ns/a')).toBe('3');
+    expect((await stored('ns/a'))?.s).toBe('a3');
+    // And a new claim continues above it.
+    expect((await claim(b, 'b2', 'a')).epoch).toBe(4);
+  });
+});
+
+describe('Redis hung (SIGSTOP)', () => {
+  it('reports degraded through command timeouts, serves local sessions, and heals on SIGCONT', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    await claim(b, 'b1', 'b');
+    await eventually(holds(a, 'b', 'b1'));
+    server.pause();
+    await eventually(() => a.degraded().length > 0, 3000, 'degraded');
+    const local = await claim(a, 'a1', 'a');
+    expect(a.get('ns', 'a')).toEqual(local);
+    expect(a.get('ns', 'b')?.sessionId).toBe('b1');
+    server.resume();
+    await eventually(() => holds(b, 'a', 'a1')() && healthy(a, b)(), 3000, 'heal');
+  });
+});
+
+describe('gateway A partitioned from Redis while the supervisor moves to B', () => {
+  it("A's stale release after the partition heals leaves B's newer record", async () => {
+    const r = await relay();
+    const a = await started('A', { url: r.url });
+    const b = await started('B');
+    await claim(a, 's1');
+    await eventually(holds(b, 'sb', 's1'));
+
+    r.freeze();
+    await eventually(gone(b, 'sb'), TTL * 4, "A's lease to lapse on B");
+    const newer = await claim(b, 's2');
+    expect(newer.epoch).toBe(2);
+    // The old session's cleanup runs on A while A cannot reach Redis: it is queued.
+    expect(await a.release('ns', 'sb', 's1')).toBe(true);
+
+    r.thaw();
+    await eventually(() => holds(a, 'sb', 's2')() && healthy(a)(), 3000, 'A to heal');
+    // Two more renewals on A: its lease renewal must not bring s1 back either.
+    await sleep(TTL);
+    expect(await stored('ns/sb')).toEqual(expect.objectContaining({ s: 's2', e: 2 }));
+    expect(b.get('ns', 'sb')).toEqual(newer);
+  });
+
+  it("A's re-assert after the partition loses to B's newer epoch, and A closes its session (onLost)", async () => {
+    const r = await relay();
+    const a = await started('A', { url: r.url });
+    const b = await started('B');
+    const lost: PresenceRecord[] = [];
+    a.onLost((rec) => lost.push(rec));
+    const old = await claim(a, 's1');
+    await eventually(holds(b, 'sb', 's1'));
+
+    r.freeze();
+    await eventually(gone(b, 'sb'), TTL * 4, "A's lease to lapse on B");
+    const newer = await claim(b, 's2');
+
+    r.thaw();
+    await eventually(() => lost.length > 0 && healthy(a)(), 3000, 'A to learn it lost');
+    expect(lost).toEqual([old]);
+    expect(a.get('ns', 'sb')).toEqual(newer);
+    await sleep(TTL);
+    expect(await stored('ns/sb')).toEqual(expect.objectContaining({ s: 's2', e: 2 }));
+    expect(lost).toHaveLength(1);
+  });
+
+  it('a paused A whose session nobody replaced re-asserts it after its records were collected', async () => {
+    const r = await relay();
+    const a = await started('A', { url: r.url });
+    const b = await started('B', { rescanMs: 200 });
+    await claim(a, 's1');
+    await eventually(holds(b, 'sb', 's1'));
+    r.freeze();
+    // B's re-scan collects the record of A's lapsed lease.
+    await eventually(gone(b, 'sb'), TTL * 4);
+    await eventually(async () => (await stored('ns/sb')) === undefined || undefined, 2000);
+    r.thaw();
+    await eventually(holds(b, 'sb', 's1'), 3000, 're-assert to reach B');
+    expect(await stored('ns/sb')).toEqual(expect.objectContaining({ s: 's1', e: 1 }));
+  });
+
+  it('claims and releases made while cut off are pushed when the connection returns', async () => {
+    const r = await relay();
+    const a = await started('A', { url: r.url, leaseTtlMs: 5000 });
+    const b = await started('B', { leaseTtlMs: 5000 });
+    await claim(a, 's1', 'old');
+    await eventually(holds(b, 'old', 's1'));
+    r.cut();
+    await eventually(() => a.degraded().length > 0);
+    expect(await a.release('ns', 'old', 's1')).toBe(true);
+    await claim(a, 's2', 'new');
+    // B still counts A's old session: A's lease is live and Redis never heard the release.
+    expect(b.get('ns', 'old')?.sessionId).toBe('s1');
+    r.heal();
+    await eventually(() => gone(b, 'old')() && holds(b, 'new', 's2')() && healthy(a)(), 4000, 'queued writes to land');
+  });
+});
+
+describe('Redis absent at start', () => {
+  it('starts degraded, records claims locally, and joins when Redis appears', async () => {
+    const port = await freePort();
+    const a = await started('A', { url: `redis://127.0.0.1:${port}` });
+    expect(a.degraded()[0]).toMatch(/^presence store redis unreachable: /);
+    const rec = await claim(a, 's1');
+    expect(a.get('ns', 'sb')).toEqual(rec);
+    const late = await startRedisServer({ port });
+    extraServers.push(late);
+    await eventually(healthy(a), 4000, 'A to connect');
+    const b = await started('B', { url: late.url });
+    expect(b.get('ns', 'sb')).toEqual(rec);
+  });
+});

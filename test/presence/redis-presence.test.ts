@@ -1,0 +1,256 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
+import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
+import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
+import { presenceKeys } from '../../src/sessions/presence/redis-scripts.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+// Two gateways (A and B) in one process, each with its own Redis connections, against a private
+// redis-server. Lease TTLs are short so expiry is observed in well under a second.
+
+const TTL = 450;
+
+let server: RedisServer;
+let admin: Redis;
+let prefix = '';
+let n = 0;
+let sink: MemoryLogSink;
+const stores: RedisPresence[] = [];
+
+beforeAll(async () => {
+  server = await startRedisServer();
+  admin = server.admin();
+});
+afterAll(async () => {
+  await server.stop();
+});
+beforeEach(() => {
+  prefix = `presence-${++n}`;
+  sink = new MemoryLogSink();
+});
+afterEach(async () => {
+  await Promise.all(stores.splice(0).map((s) => s.close({ release: false })));
+});
+
+function make(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): RedisPresence {
+  const s = createRedisPresence({ url: server.url, gatewayId, leaseTtlMs: TTL, rescanMs: 60_000, keyPrefix: prefix, log: createLogger('debug', sink), ...o });
+  stores.push(s);
+  return s;
+}
+
+async function started(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): Promise<RedisPresence> {
+  const s = make(gatewayId, o);
+  await s.start();
+  return s;
+}
+
+const claim = (s: RedisPresence, sessionId: string, name = 'sb'): Promise<PresenceRecord> => s.claim('ns', name, { sessionId, instanceId: `inst-${sessionId}`, since: 1_700_000_000_123 });
+
+/** Resolves with the elapsed ms once `store`'s presence of ns/name satisfies `pred` (checked now and on every change). */
+function presenceBecomes(store: RedisPresence, pred: (r: PresenceRecord | undefined) => boolean, name = 'sb', timeoutMs = 3000): Promise<number> {
+  const t0 = Date.now();
+  return new Promise((resolve, reject) => {
+    if (pred(store.get('ns', name))) return resolve(0);
+    const timer = setTimeout(() => {
+      off();
+      reject(new Error(`presence of ns/${name} on ${store.gatewayId} did not change as expected; now ${JSON.stringify(store.get('ns', name))}`));
+    }, timeoutMs);
+    const off = store.onChange((ns, nm, r) => {
+      if (ns !== 'ns' || nm !== name || !pred(r)) return;
+      clearTimeout(timer);
+      off();
+      resolve(Date.now() - t0);
+    });
+  });
+}
+
+const heldBy = (sessionId: string) => (r: PresenceRecord | undefined) => r?.sessionId === sessionId;
+const absent = (r: PresenceRecord | undefined): boolean => r === undefined;
+
+async function storedSession(field = 'ns/sb'): Promise<string | undefined> {
+  const raw = await admin.hget(presenceKeys(prefix).presence, field);
+  return raw === null ? undefined : (JSON.parse(raw) as { s: string }).s;
+}
+
+describe('RedisPresence between two gateways', () => {
+  it("a claim on B shows in A's mirror, with B's gateway info", async () => {
+    const a = await started('A');
+    const b = await started('B', { gatewayInfo: { relay: '10.0.0.2:7000' } });
+    const seen: (PresenceRecord | undefined)[] = [];
+    a.onChange((_ns, _name, r) => seen.push(r));
+    const rec = await claim(b, 's1');
+    expect(rec).toEqual({ namespace: 'ns', name: 'sb', gatewayId: 'B', sessionId: 's1', instanceId: 'inst-s1', epoch: 1, since: 1_700_000_000_123 });
+    await presenceBecomes(a, heldBy('s1'));
+    expect(a.get('ns', 'sb')).toEqual(rec);
+    expect([...a.list()]).toEqual([rec]);
+    expect(seen).toEqual([rec]);
+    expect(a.gatewayInfo('B')).toEqual({ relay: '10.0.0.2:7000' });
+    expect(a.degraded()).toEqual([]);
+  });
+
+  it('a gateway started later loads existing presence by scan', async () => {
+    const b = await started('B');
+    await claim(b, 's1');
+    const a = await started('A');
+    expect(a.get('ns', 'sb')?.sessionId).toBe('s1');
+  });
+
+  it("B's lease lapses (no renewal, no release) → A drops B's sessions within about one TTL", async () => {
+    const a = await started('A');
+    const b = await started('B');
+    await claim(b, 's1');
+    await presenceBecomes(a, heldBy('s1'));
+    const t0 = Date.now();
+    await b.close({ release: false });
+    await presenceBecomes(a, absent, 'sb', TTL * 4);
+    const elapsed = Date.now() - t0;
+    // The lease was renewed at most TTL/3 before the close, so it ends between 2/3 TTL and one TTL later.
+    expect(elapsed).toBeGreaterThanOrEqual(TTL / 2);
+    expect(elapsed).toBeLessThan(TTL + 300);
+    expect(a.gatewayInfo('B')).toBeUndefined();
+  });
+
+  it('graceful close({release: true}) removes B at once, not after the TTL', async () => {
+    const a = await started('A', { leaseTtlMs: 10_000 });
+    const b = await started('B', { leaseTtlMs: 10_000 });
+    await claim(b, 's1');
+    await presenceBecomes(a, heldBy('s1'));
+    await b.close({ release: true });
+    const elapsed = await presenceBecomes(a, absent);
+    expect(elapsed).toBeLessThan(1000);
+    expect(a.gatewayInfo('B')).toBeUndefined();
+    expect(await storedSession()).toBeUndefined();
+  });
+
+  it("a newer claim on B supersedes A's session: A is told (onLost) and a stale release leaves B's record", async () => {
+    const a = await started('A');
+    const b = await started('B');
+    const lost: PresenceRecord[] = [];
+    a.onLost((r) => lost.push(r));
+    const first = await claim(a, 's1');
+    await presenceBecomes(b, heldBy('s1'));
+    const second = await claim(b, 's2');
+    expect(second.epoch).toBe(first.epoch + 1);
+    await presenceBecomes(a, heldBy('s2'));
+    expect(lost).toEqual([first]);
+    expect(await a.release('ns', 'sb', 's1')).toBe(false);
+    expect(await storedSession()).toBe('s2');
+    expect(b.get('ns', 'sb')).toEqual(second);
+  });
+
+  it('release is remove-if-current: a stale session id does not remove the newer session', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    await claim(a, 's1');
+    const newer = await claim(a, 's2');
+    await presenceBecomes(b, heldBy('s2'));
+    expect(await a.release('ns', 'sb', 's1')).toBe(false);
+    expect(a.get('ns', 'sb')).toEqual(newer);
+    expect(await storedSession()).toBe('s2');
+    expect(await a.release('ns', 'sb', 's2')).toBe(true);
+    await presenceBecomes(b, absent);
+    expect(await storedSession()).toBeUndefined();
+  });
+
+  it('epochs only grow, across gateways and across release', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    const epochs: number[] = [];
+    for (const [s, id] of [[a, 'x1'], [b, 'x2'], [a, 'x3']] as const) {
+      epochs.push((await claim(s, id)).epoch);
+      await s.release('ns', 'sb', id);
+    }
+    expect(epochs).toEqual([1, 2, 3]);
+  });
+
+  it('a missed pub/sub message is healed within one renewal when the change counter moved', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    await claim(b, 'real');
+    await presenceBecomes(a, heldBy('real'), 'sb');
+    const k = presenceKeys(prefix);
+    const inc = JSON.parse((await admin.hget(k.presence, 'ns/sb'))!).i as string;
+    // A write that bumped the counter but whose message never arrived (as if published while A's
+    // subscriber was reconnecting).
+    await admin.hset(k.presence, 'ns/other', JSON.stringify({ g: 'B', i: inc, s: 'ghost', n: 'i', e: 1, t: '5' }));
+    await admin.incr(k.version);
+    const elapsed = await presenceBecomes(a, heldBy('ghost'), 'other');
+    expect(elapsed).toBeLessThan(TTL);
+  });
+
+  it('a write that bypassed the scripts entirely is healed by the periodic re-scan', async () => {
+    const a = await started('A', { rescanMs: 300 });
+    const b = await started('B');
+    await claim(b, 'real');
+    await presenceBecomes(a, heldBy('real'));
+    const k = presenceKeys(prefix);
+    const inc = JSON.parse((await admin.hget(k.presence, 'ns/sb'))!).i as string;
+    await admin.hset(k.presence, 'ns/other', JSON.stringify({ g: 'B', i: inc, s: 'ghost', n: 'i', e: 1, t: '5' }));
+    await admin.hdel(k.presence, 'ns/sb');
+    await presenceBecomes(a, heldBy('ghost'), 'other', 1500);
+    await presenceBecomes(a, absent, 'sb', 1500);
+  });
+
+  it("a restarted gateway with the same id does not resurrect its previous incarnation's records", async () => {
+    const a = await started('A');
+    const b1 = await started('B');
+    await claim(b1, 'old');
+    await presenceBecomes(a, heldBy('old'));
+    await b1.close({ release: false });
+    await presenceBecomes(a, absent, 'sb', TTL * 4);
+    const b2 = await started('B');
+    expect(b2.get('ns', 'sb')).toBeUndefined();
+    // The new incarnation's start-up scan collected the record its predecessor left behind.
+    expect(await storedSession()).toBeUndefined();
+    await presenceBecomes(a, absent);
+  });
+
+  it("renewal cost follows gateways, not sessions: 200 idle sessions add no Redis commands", async () => {
+    const a = await started('A', { leaseTtlMs: 300 });
+    const b = await started('B', { leaseTtlMs: 300 });
+    const window = async (): Promise<number> => {
+      await admin.config('RESETSTAT');
+      await new Promise((r) => setTimeout(r, 600)); // six renewal periods of 100 ms
+      const stats = await admin.info('commandstats');
+      let calls = 0;
+      for (const m of stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)) if (m[1] !== 'info' && m[1] !== 'config') calls += Number(m[2]);
+      return calls;
+    };
+    const idle = await window();
+    for (let i = 0; i < 100; i++) {
+      await claim(a, `a${i}`, `a${i}`);
+      await claim(b, `b${i}`, `b${i}`);
+    }
+    await presenceBecomes(a, heldBy('b99'), 'b99');
+    const loaded = await window();
+    // Each window holds about a dozen renewals of ~10 commands each, with or without the sessions.
+    expect(idle).toBeLessThan(400);
+    expect(loaded).toBeLessThan(idle * 1.5 + 20);
+    expect(loaded).toBeLessThan(200);
+  });
+
+  it('get() and list() never call Redis', async () => {
+    const a = await started('A');
+    await claim(a, 's1');
+    const before = (await admin.info('stats')).match(/total_commands_processed:(\d+)/)![1];
+    let hits = 0;
+    for (let i = 0; i < 10_000; i++) if (a.get('ns', 'sb') !== undefined && [...a.list()].length === 1) hits++;
+    const after = (await admin.info('stats')).match(/total_commands_processed:(\d+)/)![1];
+    expect(hits).toBe(10_000);
+    // Only the two INFO calls themselves (a renewal may fall in between: at most one script's worth).
+    expect(Number(after) - Number(before)).toBeLessThan(15);
+  });
+
+  it('a throwing listener is logged and does not stop the others', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    a.onChange(() => {
+      throw new Error('listener bug');
+    });
+    const ok = presenceBecomes(a, heldBy('s1'));
+    await claim(b, 's1');
+    await ok;
+    expect(sink.find((l) => l.msg === 'presence change listener failed')).toBeDefined();
+  });
+});
