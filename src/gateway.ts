@@ -22,6 +22,8 @@ import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import { MemoryPresence } from './sessions/presence/memory-presence.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
+import type { PresenceRedisOptions } from './sessions/presence/redis-connection.js';
+import { createRedisPresence } from './sessions/presence/redis-presence.js';
 import { SupervisorServer } from './sessions/supervisor-server.js';
 import { parseSupervisorKeys, type SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
@@ -117,7 +119,25 @@ function presenceOf(r: PresenceRecord | undefined) {
 
 export function createPresenceStore(c: Config, gatewayId: string, log: Logger): PresenceStore {
   if (c.presence === 'memory') return new MemoryPresence(gatewayId, { log });
-  throw new SandgateError('config_invalid', `presence must be "memory" or a redis:// URL, not ${JSON.stringify(c.presence)}`);
+  if (!/^rediss?:\/\//.test(c.presence)) throw new SandgateError('config_invalid', `presence must be "memory" or a redis:// URL, not ${JSON.stringify(c.presence)}`);
+  let redisOptions: PresenceRedisOptions | undefined;
+  if (c.presenceRedisOptions !== '') {
+    try {
+      redisOptions = JSON.parse(c.presenceRedisOptions) as PresenceRedisOptions;
+    } catch (err) {
+      throw new SandgateError('config_invalid', `presenceRedisOptions is not JSON: ${(err as Error).message}`, { cause: err });
+    }
+    if (typeof redisOptions !== 'object' || redisOptions === null || Array.isArray(redisOptions)) throw new SandgateError('config_invalid', 'presenceRedisOptions must be a JSON object');
+  }
+  return createRedisPresence({
+    url: c.presence,
+    redisOptions,
+    gatewayId,
+    leaseTtlMs: c.leaseTtlMs,
+    rescanMs: c.presenceRescanMs,
+    keyPrefix: c.presenceKeyPrefix,
+    log,
+  });
 }
 
 function listen(server: Server, host: string, port: number): Promise<number> {

@@ -62,14 +62,15 @@ export function tokenSubject(token: string): { namespace: string; name: string }
   return { namespace, name };
 }
 
-/** `sandgate supervisor --gateway ws://HOST:PORT --token T`: the reference supervisor, until SIGTERM. */
+/** `sandgate supervisor --gateway ws://HOST:PORT[,ws://…] --token T`: the reference supervisor, until SIGTERM. */
 export async function supervisorCommand(argv: readonly string[]): Promise<number> {
   const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--instance-id']);
   if (rest.length > 0) throw new SandgateError('config_invalid', `unknown argument ${rest[0]}; usage: sandgate supervisor --gateway ws://HOST:PORT --token T [--instance-id ID]`);
   const token = own.token ?? process.env.SANDGATE_SUPERVISOR_TOKEN;
   if (own.gateway === undefined || token === undefined) throw new SandgateError('config_invalid', 'usage: sandgate supervisor --gateway ws://HOST:PORT --token T (or SANDGATE_SUPERVISOR_TOKEN)');
   const { namespace, name } = tokenSubject(token);
-  const client = new SupervisorClient({ gateway: own.gateway, token, namespace, name, instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}` });
+  const gateways = own.gateway.split(',').map((g) => g.trim()).filter((g) => g !== '');
+  const client = new SupervisorClient({ gateway: gateways, token, namespace, name, instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}` });
   const log = (msg: string, extra: object) => console.log(JSON.stringify({ time: new Date().toISOString(), sandbox: `${namespace}/${name}`, msg, ...extra }));
   client.on('accepted', (e) => log('accepted', e));
   client.on('disconnected', (e) => log('disconnected', e));

@@ -110,6 +110,11 @@ export const SCHEMA = {
   },
   leaseTtlMs: { kind: 'int', default: 10_000, min: 100, max: 600_000, description: 'Gateway lease TTL in the Redis presence store (renewed every TTL/3).' },
   presenceRescanMs: { kind: 'int', default: 30_000, min: 100, max: 3_600_000, description: 'Full re-scan of Redis presence, healing missed pub/sub messages.' },
+  presenceRedisOptions: {
+    kind: 'string',
+    default: '',
+    description: 'JSON ioredis options for the presence store, e.g. Sentinel `{"sentinels":[{"host":"s1","port":26379}],"name":"mymaster"}` or Cluster `{"cluster":[{"host":"r1","port":6379}]}`.',
+  },
   presenceKeyPrefix: { kind: 'string', default: 'sandgate', description: 'Prefix of the Redis keys and channel of the presence store.' },
   shutdownTimeoutMs: { kind: 'int', default: 10_000, min: 0, max: 600_000, description: 'Upper bound on graceful shutdown after SIGTERM.' },
   logLevel: {

@@ -5,15 +5,19 @@ import { CLOSE, DO_NOT_RETRY, RECONNECT_AT_ONCE, SUBPROTOCOL, SUPERVISOR_PATH, t
 /**
  * The reference supervisor client: what runs inside a sandbox. It connects, says hello, heartbeats both
  * ways (closing a silent connection after 3 intervals), and reconnects with jittered exponential backoff.
- * It follows the gateway's close codes: 1012 (service restart) and 4409 (presence lost) reconnect at once,
+ * It follows the gateway's close codes: 1012 (service restart) and 4409 (presence lost) reconnect at once
+ * (to the next gateway when given several),
  * 4000 (superseded by a newer session) stops for good, 4401/4403 stop unless the token is refreshable.
  *
  * Events: `accepted` ({sessionId, epoch}), `disconnected` ({code, reason}), `stopped` ({code, reason}).
  */
 
 export interface SupervisorClientOptions {
-  /** `ws://host:port` (the path /v1/supervisor is added when absent). */
-  readonly gateway: string;
+  /**
+   * `ws://host:port` (the path /v1/supervisor is added when absent), or several: each reconnect tries the
+   * next one, so a supervisor told "service restart" lands on another gateway at once.
+   */
+  readonly gateway: string | readonly string[];
   /** The sandbox-bound token, or a function returning a fresh one for each connection. */
   readonly token: string | (() => string | Promise<string>);
   readonly namespace: string;
@@ -47,13 +51,15 @@ export class SupervisorClient extends EventEmitter {
   private timer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private lastSeen = 0;
-  private readonly url: string;
+  private readonly urls: readonly string[];
+  private next = 0;
   private readonly random: () => number;
   private readonly backoff: { readonly initialMs: number; readonly maxMs: number };
 
   constructor(private readonly opts: SupervisorClientOptions) {
     super();
-    this.url = supervisorUrl(opts.gateway);
+    this.urls = (typeof opts.gateway === 'string' ? [opts.gateway] : opts.gateway).map(supervisorUrl);
+    if (this.urls.length === 0) throw new Error('SupervisorClient needs at least one gateway');
     this.random = opts.random ?? Math.random;
     this.backoff = opts.backoff ?? { initialMs: 100, maxMs: 10_000 };
   }
@@ -79,7 +85,8 @@ export class SupervisorClient extends EventEmitter {
       return this.retry(false);
     }
     if ((this.state as SupervisorState) === 'stopped') return;
-    const ws = new WebSocket(this.url, SUBPROTOCOL, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
+    const url = this.urls[this.next++ % this.urls.length]!;
+    const ws = new WebSocket(url, SUBPROTOCOL, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
     this.ws = ws;
     ws.on('open', () => {
       this.lastSeen = Date.now();

@@ -1,0 +1,162 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
+import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
+import { clusterFiles, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
+import { freePort, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * Chaos: a seeded, reproducible random sequence of supervisor connects and disconnects, gateway kills
+ * (kill -9, then a restart), gateway pauses (SIGSTOP past the lease TTL, then SIGCONT) and Redis
+ * restarts. After each step settles, on every gateway: no sandbox is Ready without a live session, every
+ * live session's sandbox is Ready, and all gateways agree (same phase, same owning gateway).
+ *
+ * Reproduce a failure with CHAOS_SEED=<seed printed in the failure>.
+ */
+
+const SEED = Number(process.env.CHAOS_SEED ?? 20261121);
+const STEPS = 14;
+const TTL = 1000;
+const keys: SupervisorKeys = { keys: [{ kid: 'default', secret: new TextEncoder().encode(TEST_SECRET) }], audience: 'sandgate-supervisor' };
+const NAMES = ['web', 'api', 'db'] as const;
+const IDS = ['A', 'B', 'C'] as const;
+
+/** mulberry32: a tiny seeded PRNG, so a run is reproducible from its seed. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+let redis: RedisServer;
+let files: { sandboxes: string; secret: string };
+const ports = new Map<string, number>();
+const live = new Map<string, GatewayProcess>();
+const clients = new Map<string, SupervisorClient>();
+
+async function startGateway(id: string): Promise<void> {
+  const g = await startGatewayProcess(id, [
+    '--sandboxes', files.sandboxes,
+    '--supervisor-secret-file', files.secret,
+    '--presence', redis.url,
+    '--lease-ttl-ms', String(TTL),
+    '--presence-rescan-ms', '500',
+    '--heartbeat-interval-ms', '200',
+    '--readiness-wait-ms', '0',
+    '--supervisor-port', String(ports.get(id)),
+  ]);
+  live.set(id, g);
+}
+
+async function startClient(name: string, offset: number): Promise<void> {
+  const order = IDS.map((_, i) => IDS[(i + offset) % IDS.length]!);
+  const c = new SupervisorClient({
+    gateway: order.map((id) => `ws://127.0.0.1:${ports.get(id)}`),
+    token: await mintSupervisorToken(keys, 'team-a', name, 3600),
+    namespace: 'team-a',
+    name,
+    instanceId: `chaos-${name}`,
+    backoff: { initialMs: 20, maxMs: 300 },
+  });
+  clients.set(name, c.start());
+}
+
+/** What every gateway must show once the cluster has settled. */
+async function settled(step: string): Promise<void> {
+  const deadline = Date.now() + 12_000;
+  let last = '';
+  while (Date.now() < deadline) {
+    const views = await Promise.all(
+      [...live.values()].map(async (g) => ({ id: g.id, sandboxes: await Promise.all(NAMES.map((n) => g.sandbox('team-a', n))) })),
+    );
+    const problems: string[] = [];
+    for (const [i, name] of NAMES.entries()) {
+      const wantReady = clients.has(name);
+      const owners = new Set<string>();
+      for (const v of views) {
+        const s = v.sandboxes[i];
+        if (s === undefined) {
+          problems.push(`${v.id} unreachable`);
+          continue;
+        }
+        if ((s.phase === 'Ready') !== wantReady) problems.push(`${v.id}: ${name} is ${s.phase}, want ${wantReady ? 'Ready' : 'not Ready'}`);
+        if (s.phase === 'Ready' && s.session === null) problems.push(`${v.id}: ${name} Ready without a session`);
+        owners.add(s.session?.gatewayId ?? '-');
+      }
+      if (owners.size > 1) problems.push(`gateways disagree on ${name}'s owner: ${[...owners].join(', ')}`);
+      if (wantReady && !live.has([...owners][0] ?? '')) problems.push(`${name} owned by a dead gateway ${[...owners][0]}`);
+    }
+    if (problems.length === 0) return;
+    last = problems.join('; ');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`seed ${SEED}, after ${step}: not settled: ${last}`);
+}
+
+beforeAll(async () => {
+  redis = await startRedisServer();
+  files = clusterFiles(`sandboxes:\n${NAMES.map((n) => `  - {namespace: team-a, name: ${n}, address: 127.0.0.1}`).join('\n')}\n`);
+  for (const id of IDS) ports.set(id, await freePort());
+  for (const id of IDS) await startGateway(id);
+});
+
+afterAll(async () => {
+  for (const c of clients.values()) c.stop();
+  for (const g of live.values()) {
+    g.signal('SIGCONT');
+    g.signal('SIGKILL');
+    await g.exited();
+  }
+  await redis.stop();
+});
+
+describe('chaos (seeded)', () => {
+  it(`keeps Ready ⇔ live session on every gateway through ${STEPS} random faults (seed ${SEED})`, { timeout: 240_000 }, async () => {
+    const rand = prng(SEED);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+    const log: string[] = [];
+    for (let step = 0; step < STEPS; step++) {
+      const roll = rand();
+      let what: string;
+      const idle = NAMES.filter((n) => !clients.has(n));
+      const running = NAMES.filter((n) => clients.has(n));
+      if (roll < 0.35 && idle.length > 0) {
+        const name = pick(idle);
+        await startClient(name, Math.floor(rand() * IDS.length));
+        what = `connect ${name}`;
+      } else if (roll < 0.5 && running.length > 0) {
+        const name = pick(running);
+        clients.get(name)!.stop();
+        clients.delete(name);
+        what = `disconnect ${name}`;
+      } else if (roll < 0.7) {
+        const id = pick(IDS);
+        const g = live.get(id)!;
+        g.signal('SIGKILL');
+        await g.exited();
+        live.delete(id);
+        await new Promise((r) => setTimeout(r, Math.floor(rand() * 400)));
+        await startGateway(id);
+        what = `kill -9 ${id} and restart`;
+      } else if (roll < 0.85) {
+        const id = pick(IDS);
+        const g = live.get(id)!;
+        g.signal('SIGSTOP');
+        await new Promise((r) => setTimeout(r, TTL + Math.floor(rand() * 500)));
+        g.signal('SIGCONT');
+        what = `SIGSTOP ${id} past the TTL, then SIGCONT`;
+      } else {
+        await redis.kill();
+        await redis.restart();
+        what = 'restart Redis (empty)';
+      }
+      log.push(`${step}: ${what}`);
+      await settled(log.join(' → '));
+    }
+    expect(log).toHaveLength(STEPS);
+  });
+});

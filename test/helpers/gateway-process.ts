@@ -1,0 +1,96 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * A real gateway in its own process (the built CLI, dist/), for tests that kill -9, SIGSTOP or SIGTERM a
+ * replica. `npm test` builds first (pretest).
+ */
+
+const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
+
+export const TEST_SECRET = 'multi-gateway-test-secret-0123456789abcdef';
+
+export interface GatewayProcess {
+  readonly id: string;
+  readonly proc: ChildProcess;
+  readonly adminPort: number;
+  readonly supervisorPort: number;
+  readonly grpcPort: number;
+  readonly proxyPort: number | undefined;
+  readonly admin: string;
+  readonly supervisorUrl: string;
+  /** Log lines (parsed JSON) the process wrote so far. */
+  readonly logs: Record<string, unknown>[];
+  /** Public status of one sandbox as this gateway sees it, or undefined if it is unreachable. */
+  sandbox(namespace: string, name: string): Promise<{ phase: string; reason: string; session: { gatewayId: string; sessionId: string } | null } | undefined>;
+  signal(sig: NodeJS.Signals): void;
+  exited(): Promise<number | null>;
+}
+
+/** Writes a sandboxes file and a secret file into a temp dir; returns their paths. */
+export function clusterFiles(sandboxesYaml: string): { sandboxes: string; secret: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'sandgate-cluster-'));
+  const sandboxes = join(dir, 'sandboxes.yaml');
+  const secret = join(dir, 'secret');
+  writeFileSync(sandboxes, sandboxesYaml);
+  writeFileSync(secret, TEST_SECRET);
+  return { sandboxes, secret };
+}
+
+export async function startGatewayProcess(id: string, args: readonly string[]): Promise<GatewayProcess> {
+  const proc = spawn(
+    process.execPath,
+    [CLI, 'serve', '--gateway-id', id, '--listen-host', '127.0.0.1', '--grpc-port', '0', '--admin-port', '0', '--supervisor-port', '0', '--proxy-port', '0', '--demo', 'off', ...args],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const logs: Record<string, unknown>[] = [];
+  let stderr = '';
+  proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exit = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const started = await new Promise<Record<string, unknown>>((resolve, reject) => {
+    let buf = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      let i: number;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        try {
+          const entry = JSON.parse(line) as Record<string, unknown>;
+          logs.push(entry);
+          if (entry.msg === 'sandgate started') resolve(entry);
+        } catch {
+          // not a log line
+        }
+      }
+    });
+    void exit.then((code) => reject(new Error(`gateway ${id} exited with ${code} before starting: ${stderr}`)));
+  });
+  const admin = `http://127.0.0.1:${started.adminPort as number}`;
+  return {
+    id,
+    proc,
+    adminPort: started.adminPort as number,
+    supervisorPort: started.supervisorPort as number,
+    grpcPort: started.grpcPort as number,
+    proxyPort: started.proxyPort as number | undefined,
+    admin,
+    supervisorUrl: `ws://127.0.0.1:${started.supervisorPort as number}`,
+    logs,
+    async sandbox(namespace, name) {
+      try {
+        const res = await fetch(`${admin}/v1/sandboxes/${namespace}/${name}`, { signal: AbortSignal.timeout(1000) });
+        return (await res.json()) as never;
+      } catch {
+        return undefined;
+      }
+    },
+    signal(sig) {
+      proc.kill(sig);
+    },
+    exited: () => exit,
+  };
+}
