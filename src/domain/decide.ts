@@ -16,6 +16,11 @@ export interface RouteEntry {
   readonly upstreamHost: string | undefined;
   /** Allowed ports; undefined = any. */
   readonly ports: ReadonlySet<number> | undefined;
+  /**
+   * For a sandbox with no inbound network ("relay only"): the gateway holding its supervisor session,
+   * whose relay listener carries the traffic over that session. Undefined otherwise.
+   */
+  readonly relayOwner: string | undefined;
 }
 
 export interface RouteTable {
@@ -24,12 +29,22 @@ export interface RouteTable {
   get(namespace: string, name: string): RouteEntry | undefined;
   /** Resolves an opaque id (a sandbox's `id`, or the legacy `<namespace>--<name>`). */
   getById(id: string): RouteEntry | undefined;
+  /** `host:port` of a gateway's relay listener (from its lease), if it is live and has one. */
+  relayAddress(gatewayId: string): string | undefined;
 }
+
+/**
+ * An access check run right after the sandbox is found, before anything about it is revealed: a denial
+ * here (e.g. another tenant's sandbox) can be made indistinguishable from a missing sandbox.
+ */
+export type AccessGuard = (entry: RouteEntry, target: RouteTarget) => Deny | undefined;
 
 export interface Allow {
   readonly allow: true;
   /** `<host>:<port>` to send the request to. */
   readonly upstream: string;
+  /** True when `upstream` is a gateway's relay listener, not the sandbox itself. */
+  readonly relay: boolean;
   readonly entry: RouteEntry;
   readonly target: RouteTarget;
 }
@@ -54,6 +69,8 @@ export type Decision = Allow | Deny;
 const RETRY_AFTER_SECONDS = 1;
 
 const GATEWAY_NOT_READY: Deny = deny('gateway_not_ready', undefined, undefined, RETRY_AFTER_SECONDS);
+/** The one answer for a sandbox that does not exist — or that the caller may not know exists. */
+export const NOT_FOUND: Deny = deny('sandbox_not_found');
 const NO_ROUTE: Deny = deny('invalid_route', 'The request names no sandbox: use a sandbox host, the x-sandbox-* headers or the E2B headers');
 
 export function deny(code: ErrorCode, message?: string, entry?: RouteEntry, retryAfter?: number, waitable = false): Deny {
@@ -80,17 +97,24 @@ function lookup(table: RouteTable, t: RouteTarget): RouteEntry | undefined {
   return t.id !== undefined ? table.getById(t.id) : table.get(t.namespace!, t.name!);
 }
 
-/** Decides for an already-parsed target (the doors re-decide this way after a readiness wait). */
-export function decideTarget(table: RouteTable, t: RouteTarget): Decision {
+/** Decides for an already-parsed target. */
+export function decideTarget(table: RouteTable, t: RouteTarget, guard?: AccessGuard): Decision {
   const entry = lookup(table, t);
-  if (entry === undefined) return deny('sandbox_not_found');
+  if (entry === undefined) return NOT_FOUND;
+  if (guard !== undefined) {
+    const refused = guard(entry, t);
+    if (refused !== undefined) return refused;
+  }
   if (entry.ports !== undefined && !entry.ports.has(t.port)) {
     return deny('port_not_allowed', `Port ${t.port} is not exposed by this sandbox`, entry);
   }
   switch (entry.status.phase) {
-    case 'Ready':
-      if (entry.upstreamHost === undefined) return deny('sandbox_unreachable', undefined, entry);
-      return { allow: true, upstream: upstreamOf(entry.upstreamHost, t.port), entry, target: t };
+    case 'Ready': {
+      if (entry.upstreamHost !== undefined) return { allow: true, upstream: upstreamOf(entry.upstreamHost, t.port), relay: false, entry, target: t };
+      const relay = entry.relayOwner === undefined ? undefined : table.relayAddress(entry.relayOwner);
+      if (relay === undefined) return deny('sandbox_unreachable', undefined, entry);
+      return { allow: true, upstream: relay, relay: true, entry, target: t };
+    }
     case 'Paused':
       return deny('sandbox_paused', undefined, entry);
     case 'Deleting':
@@ -103,10 +127,10 @@ export function decideTarget(table: RouteTable, t: RouteTarget): Decision {
 }
 
 /** Parses the route and decides. Never throws for any input. */
-export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest): Decision {
+export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest, guard?: AccessGuard): Decision {
   if (!table.synced) return GATEWAY_NOT_READY;
   const t = parseRoute(req, opts);
   if (t === undefined) return NO_ROUTE;
   if (typeof t === 'string') return deny('invalid_route', t);
-  return decideTarget(table, t);
+  return decideTarget(table, t, guard);
 }

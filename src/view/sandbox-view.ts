@@ -83,6 +83,10 @@ export class SandboxView implements RouteTable {
   /** Keys of entries with a shutdownTime, checked by tick(). */
   private readonly expiring = new Set<string>();
   private readonly drivers = new Map<string, boolean>();
+  /** Cached `synced`: read on every decision. */
+  private allSynced = true;
+  /** Gateway id → its relay listener `host:port` (the presence store reads it from gateway leases). */
+  private relayResolver: (gatewayId: string) => string | undefined = () => undefined;
   private readonly listeners = new Set<ChangeListener>();
   private changeCounter = 0;
   readonly waiters: ChangeWaiters;
@@ -95,8 +99,7 @@ export class SandboxView implements RouteTable {
 
   /** True once every registered driver has delivered a full list. */
   get synced(): boolean {
-    for (const synced of this.drivers.values()) if (!synced) return false;
-    return true;
+    return this.allSynced;
   }
 
   get size(): number {
@@ -113,7 +116,19 @@ export class SandboxView implements RouteTable {
   }
 
   registerDriver(id: string): void {
-    if (!this.drivers.has(id)) this.drivers.set(id, false);
+    if (!this.drivers.has(id)) {
+      this.drivers.set(id, false);
+      this.allSynced = false;
+    }
+  }
+
+  relayAddress(gatewayId: string): string | undefined {
+    return this.relayResolver(gatewayId);
+  }
+
+  /** Sets how a gateway's relay listener is found (wiring: the presence store's view of gateway leases). */
+  setRelayResolver(resolve: (gatewayId: string) => string | undefined): void {
+    this.relayResolver = resolve;
   }
 
   get(namespace: string, name: string): ViewEntry | undefined {
@@ -197,6 +212,7 @@ export class SandboxView implements RouteTable {
       }
     }
     this.drivers.set(driver, true);
+    this.allSynced = [...this.drivers.values()].every(Boolean);
   }
 
   /** Sets or clears the cluster-wide presence of one sandbox. */
@@ -252,6 +268,7 @@ export class SandboxView implements RouteTable {
       status,
       upstreamHost: upstreamHostOf(s.endpoint),
       ports: s.ports === undefined ? undefined : new Set(s.ports),
+      relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
       snapshot: s,
       presence,
       driver,

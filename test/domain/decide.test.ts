@@ -57,6 +57,23 @@ describe('decide()', () => {
     expect(d.allow && d.upstream).toBe('[fd00::4]:3000');
   });
 
+  it('a relay-only sandbox routes to the relay listener of the gateway holding its session', () => {
+    const v = world();
+    v.setPresence('team-a', 'relay', presence({ gatewayId: 'gw-b' }));
+    expect(decide(v, opts, h('relay'))).toMatchObject({ allow: false, code: 'sandbox_unreachable' });
+    let relays: Record<string, string> = { 'gw-b': '127.0.0.1:8082' };
+    v.setRelayResolver((id) => relays[id]);
+    expect(decide(v, opts, h('relay', '3000'))).toMatchObject({ allow: true, upstream: '127.0.0.1:8082', relay: true });
+    relays = {};
+    expect(decide(v, opts, h('relay'))).toMatchObject({ allow: false, code: 'sandbox_unreachable' });
+  });
+
+  it('an access guard runs before anything about the sandbox is revealed', () => {
+    const guard = () => decide(view, opts, h('nope'));
+    const hidden = decide(view, opts, h('paused'), (entry) => (entry.namespace === 'team-a' ? (guard() as never) : undefined));
+    expect(hidden).toEqual(decide(view, opts, h('nope')));
+  });
+
   it('a path route carries the rewritten path', () => {
     const d = decide(view, opts, { headers: {}, host: undefined, path: '/sbx/team-a/ready/8000/x?y=1' });
     expect(d.allow && d.target.path).toBe('/x?y=1');
