@@ -16,6 +16,13 @@ import { createKubernetesDrivers } from './drivers/kubernetes/kubernetes-driver.
 import { Decider } from './edge/decider.js';
 import { startGrpcServer } from './edge/envoy/grpc-server.js';
 import { AUTHZ_PREFIX, createHttpAuthz } from './edge/http-authz.js';
+import { removedHeaders, type DoorOptions } from './edge/headers.js';
+import { Resumer } from './edge/resume.js';
+import { ApiKeyAuth, type ApiKeyStore } from './auth/api-keys.js';
+import { FileApiKeyStore } from './auth/api-key-file-store.js';
+import { RedisApiKeyStore } from './auth/api-key-redis-store.js';
+import { createHmac } from 'node:crypto';
+import type { KeyPolicy } from './domain/access.js';
 import { EmbeddedProxy } from './edge/proxy/http-proxy.js';
 import { SandgateError } from './domain/errors.js';
 import { createLogger, type Logger } from './observability/logger.js';
@@ -113,6 +120,38 @@ export function supervisorKeysFromConfig(c: Config): SupervisorKeys | undefined 
   return undefined;
 }
 
+/** A secret from its option or its file (the file wins); undefined when neither is set. */
+export function secretFromConfig(value: string, file: string, what: string): Uint8Array | undefined {
+  let text = value;
+  if (file !== '') {
+    try {
+      text = readFileSync(file, 'utf8').trim();
+    } catch (err) {
+      throw new SandgateError('config_invalid', `cannot read the ${what} file ${file}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+  if (text === '') return undefined;
+  const bytes = new TextEncoder().encode(text);
+  if (bytes.length < 32) throw new SandgateError('config_invalid', `the ${what} must be at least 32 bytes`);
+  return bytes;
+}
+
+export function apiKeyStoreFromConfig(c: Config, onError: (err: Error) => void): ApiKeyStore | undefined {
+  if (c.apiKeys === '') return undefined;
+  if (/^rediss?:\/\//.test(c.apiKeys)) return new RedisApiKeyStore(c.apiKeys, c.presenceKeyPrefix, 30_000, onError);
+  return new FileApiKeyStore(c.apiKeys, onError);
+}
+
+function keyPolicy(namespaces: readonly string[]): KeyPolicy {
+  return { all: namespaces.includes('*'), namespaces: new Set(namespaces.filter((n) => n !== '*')) };
+}
+
+function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {
+  const d = drivers.find((x) => x.id === driverId);
+  if (d?.resume === undefined) return Promise.reject(new Error(`driver ${driverId} cannot resume sandboxes`));
+  return d.resume(namespace, name);
+}
+
 function presenceOf(r: PresenceRecord | undefined) {
   return r === undefined ? undefined : { gatewayId: r.gatewayId, sessionId: r.sessionId, instanceId: r.instanceId, epoch: r.epoch, since: r.since };
 }
@@ -170,18 +209,39 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const gatewayId = config.gatewayId !== '' ? config.gatewayId : `${hostname()}-${process.pid}`;
   const log = createLogger(config.logLevel, opts.logDestination).child({ gatewayId });
   log.info({ config: redacted(config) }, 'configuration');
+  const tokenSecret = secretFromConfig(config.trafficTokenSecret, config.trafficTokenSecretFile, 'traffic token secret');
   const view = new SandboxView({
     now: opts.now ?? Date.now,
     tombstoneTtlMs: config.tombstoneTtlMs,
     waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
+    deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   const metrics = new GatewayMetrics(view);
-  const decider = new Decider(view, routeOptions(config), config.readinessWaitMs, metrics, log.child({ part: 'edge' }));
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, log.child({ part: 'drivers' }));
+  const authLog = log.child({ part: 'auth' });
+  const keyStore = apiKeyStoreFromConfig(config, (err) => authLog.warn({ err }, 'API key store problem'));
+  const pepper = keyStore === undefined ? undefined : secretFromConfig(config.keyPepper, config.keyPepperFile, 'key pepper');
+  if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
+  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
+  const decider = new Decider(
+    view,
+    routeOptions(config),
+    config.readinessWaitMs,
+    metrics,
+    log.child({ part: 'edge' }),
+    {
+      keys: keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam),
+      apiKeyHeader: config.apiKeyHeader,
+      policy: keyPolicy(config.apiKeyNamespaces),
+      tokenHeaders: config.trafficTokenHeaders,
+    },
+    resumer,
+  );
   const keys = opts.supervisorKeys ?? supervisorKeysFromConfig(config);
   const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }));
   let shuttingDown = false;
-  const grpc = await startGrpcServer(decider, { host: config.listenHost, port: config.grpcPort, upstreamHeader: config.upstreamHeader }, log.child({ part: 'envoy' }));
+  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials) };
+  const grpc = await startGrpcServer(decider, { host: config.listenHost, port: config.grpcPort, door }, log.child({ part: 'envoy' }));
 
   const readiness: Readiness = {
     notReady() {
@@ -189,7 +249,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => presence.degraded(),
+    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? [])],
   };
 
   const driverLog = log.child({ part: 'drivers' });
@@ -212,7 +272,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const watch = new SandboxWatch(view);
   const adminApi = createAdminApi({ view, registry: metrics.registry, readiness, watch, gatewayId, log: log.child({ part: 'api' }) });
-  const httpAuthz = createHttpAuthz(decider, config.upstreamHeader, log.child({ part: 'edge' }));
+  const httpAuthz = createHttpAuthz(decider, door, log.child({ part: 'edge' }));
   const admin = createServer((req, res) => {
     const url = req.url ?? '/';
     if (url === AUTHZ_PREFIX || url.startsWith(AUTHZ_PREFIX + '/') || url.startsWith(AUTHZ_PREFIX + '?')) return httpAuthz(req, res);
@@ -231,6 +291,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await grpc.close(0);
     throw err;
   }
+  await keyStore?.start();
   presence.onChange((ns, name, record) => view.setPresence(ns, name, presenceOf(record)));
   await presence.start();
   for (const r of presence.list()) view.setPresence(r.namespace, r.name, presenceOf(r));
@@ -264,7 +325,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         host: config.listenHost,
         port: config.proxyPort,
         upstreamHeader: config.upstreamHeader,
-        stripHeaders: config.stripHeaders,
+        stripHeaders: [...config.stripHeaders, ...config.stripCredentials],
         stripOriginOnUpgrade: config.stripOriginOnUpgrade,
         connectTimeoutMs: config.proxyConnectTimeoutMs,
         headersTimeoutMs: config.proxyHeadersTimeoutMs,
@@ -292,6 +353,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       // presence records go in one step, so failover does not wait for the lease TTL.
       await supervisors?.close();
       await presence.close({ release: true }).catch((err: unknown) => sessionLog.warn({ err }, 'presence release failed'));
+      await keyStore?.close();
       await Promise.all(drivers.map((d) => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed'))));
       const grace = config.shutdownTimeoutMs;
       await Promise.all([grpc.close(grace), closeServer(admin, grace), proxy?.close(grace)]);

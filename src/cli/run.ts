@@ -6,6 +6,7 @@ import { configMarkdown } from '../config/docs.js';
 import { SandgateError } from '../domain/errors.js';
 import { serve } from './serve.js';
 import { supervisorCommand, tokenCommand } from './supervisor-commands.js';
+import { keysCommand } from './keys-commands.js';
 
 const USAGE = `sandgate — traffic gateway for AI-agent sandboxes
 
@@ -15,6 +16,8 @@ Usage:
                                mint a supervisor token from the configured secret
   sandgate supervisor --gateway ws://HOST:PORT --token T [--instance-id ID]
                                run the reference supervisor
+  sandgate keys create --team T | revoke --id ID | list   [--api-keys FILE|redis://…]
+                               manage team API keys
   sandgate config [options]    print the resolved configuration (--markdown: the option table)
   sandgate version             print the version
   sandgate help                this text
@@ -33,6 +36,8 @@ export async function runCli(argv: readonly string[]): Promise<number> {
         return await tokenCommand(rest);
       case 'supervisor':
         return await supervisorCommand(rest);
+      case 'keys':
+        return await keysCommand(rest);
       case 'config': {
         if (rest.includes('--markdown')) {
           process.stdout.write(configMarkdown());

@@ -197,6 +197,12 @@ function validate(c: Config): void {
   if (c.pathPrefix !== '' && !/^[A-Za-z0-9._~-]+$/.test(c.pathPrefix)) throw invalid('pathPrefix must be a single path segment, e.g. "sandbox"');
   if (!/^[a-z0-9-]+$/.test(c.upstreamHeader)) throw invalid('upstreamHeader must be a lower-case header name');
   if (c.routeOrder.length === 0) throw invalid('routeOrder must name at least one source');
+  const label = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+  for (const ns of c.apiKeyNamespaces) if (ns !== '*' && !label.test(ns)) throw invalid(`apiKeyNamespaces: ${JSON.stringify(ns)} is neither * nor a DNS-1123 label`);
+  if (!label.test(c.adminTeam)) throw invalid('adminTeam must be a DNS-1123 label');
+  for (const h of [c.apiKeyHeader, ...c.trafficTokenHeaders, ...c.stripCredentials, ...c.stripHeaders]) {
+    if (!/^[a-z0-9-]+$/.test(h)) throw invalid(`header name ${JSON.stringify(h)} must be lower-case letters, digits and '-'`);
+  }
 }
 
 /** The resolved configuration for logging: secrets redacted. */

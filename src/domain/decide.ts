@@ -21,6 +21,8 @@ export interface RouteEntry {
    * whose relay listener carries the traffic over that session. Undefined otherwise.
    */
   readonly relayOwner: string | undefined;
+  /** The traffic token requests must present (constant-time compared); undefined = none required. */
+  readonly accessToken: string | undefined;
 }
 
 export interface RouteTable {
@@ -34,10 +36,14 @@ export interface RouteTable {
 }
 
 /**
- * An access check run right after the sandbox is found, before anything about it is revealed: a denial
- * here (e.g. another tenant's sandbox) can be made indistinguishable from a missing sandbox.
+ * An access check around the view lookup (domain/access.ts builds one per request): `before` runs on the
+ * parsed target, `after` right after the sandbox is found and before anything about it is revealed — so
+ * a denial for another tenant's sandbox can be the very answer a missing sandbox gets.
  */
-export type AccessGuard = (entry: RouteEntry, target: RouteTarget) => Deny | undefined;
+export interface Access {
+  before(target: RouteTarget): Deny | undefined;
+  after(entry: RouteEntry, target: RouteTarget): Deny | undefined;
+}
 
 export interface Allow {
   readonly allow: true;
@@ -98,11 +104,15 @@ function lookup(table: RouteTable, t: RouteTarget): RouteEntry | undefined {
 }
 
 /** Decides for an already-parsed target. */
-export function decideTarget(table: RouteTable, t: RouteTarget, guard?: AccessGuard): Decision {
+export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access): Decision {
+  if (access !== undefined) {
+    const refused = access.before(t);
+    if (refused !== undefined) return refused;
+  }
   const entry = lookup(table, t);
   if (entry === undefined) return NOT_FOUND;
-  if (guard !== undefined) {
-    const refused = guard(entry, t);
+  if (access !== undefined) {
+    const refused = access.after(entry, t);
     if (refused !== undefined) return refused;
   }
   if (entry.ports !== undefined && !entry.ports.has(t.port)) {
@@ -127,10 +137,10 @@ export function decideTarget(table: RouteTable, t: RouteTarget, guard?: AccessGu
 }
 
 /** Parses the route and decides. Never throws for any input. */
-export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest, guard?: AccessGuard): Decision {
+export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest, access?: Access): Decision {
   if (!table.synced) return GATEWAY_NOT_READY;
   const t = parseRoute(req, opts);
   if (t === undefined) return NO_ROUTE;
   if (typeof t === 'string') return deny('invalid_route', t);
-  return decideTarget(table, t, guard);
+  return decideTarget(table, t, access);
 }

@@ -48,6 +48,13 @@ export interface BackendSnapshot {
   readonly ports?: readonly number[] | undefined;
   /** Epoch milliseconds after which the sandbox is expired (agent-sandbox spec.shutdownTime). */
   readonly shutdownTime?: number | undefined;
+  /**
+   * Traffic auth: the token requests must present (OpenKruise's `agents.kruise.io/runtime-access-token`),
+   * or `derived` to require HMAC(secret, sandbox id) (the gateway's `--traffic-token-secret`).
+   */
+  readonly accessToken?: string | { readonly derived: true } | undefined;
+  /** Resume this sandbox when traffic arrives while it is paused (overrides `--auto-resume`). */
+  readonly resumeOnTraffic?: boolean | undefined;
   /** Template revision the backend wants, and the one the running instance has (OpenKruise). */
   readonly revision?: { readonly desired: string; readonly current: string } | undefined;
 }

@@ -1,10 +1,23 @@
 import { performance } from 'node:perf_hooks';
-import { decide, deny, type Decision, type Deny } from '../domain/decide.js';
+import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
+import { decide, deny, type Access, type Decision, type Deny } from '../domain/decide.js';
 import type { RouteOptions, RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Logger } from '../observability/logger.js';
 import type { Door, GatewayMetrics } from '../observability/metrics.js';
 import type { SandboxView } from '../view/sandbox-view.js';
+import type { ApiKeyAuth } from '../auth/api-keys.js';
+import type { Resumer } from './resume.js';
+
+/** Tenancy and traffic auth settings the decision applies (domain/access.ts). */
+export interface RequestAuth {
+  /** Undefined when no API key store is configured: every request is anonymous. */
+  readonly keys: ApiKeyAuth | undefined;
+  readonly apiKeyHeader: string;
+  readonly policy: KeyPolicy;
+  /** Headers that may carry a sandbox's traffic token, in order. */
+  readonly tokenHeaders: readonly string[];
+}
 
 /**
  * The front doors' shared use of decide(): it times and counts every decision and, for a sandbox in a
@@ -18,12 +31,28 @@ export class Decider {
     readonly readinessWaitMs: number,
     private readonly metrics: GatewayMetrics,
     private readonly log: Logger,
+    private readonly auth?: RequestAuth,
+    private readonly resumer?: Resumer,
   ) {}
+
+  /** The access check for one request (undefined when nothing can require one). */
+  access(req: RouteRequest): Access | undefined {
+    const a = this.auth;
+    if (a === undefined) return undefined;
+    let token: string | undefined;
+    for (const h of a.tokenHeaders) {
+      token = req.headers[h];
+      if (token !== undefined) break;
+    }
+    if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0) return undefined;
+    const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(req.headers[a.apiKeyHeader]);
+    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token);
+  }
 
   /** Decides at once. When `shouldWait(d)`, the door calls wait() and answers with its result instead. */
   decide(door: Door, req: RouteRequest): Decision {
     const t0 = performance.now();
-    const d = decide(this.view, this.route, req);
+    const d = decide(this.view, this.route, req, this.access(req));
     const seconds = (performance.now() - t0) / 1000;
     if (this.shouldWait(d)) this.metrics.observeLatency(door, seconds);
     else this.settle(door, d, req, seconds);
@@ -31,19 +60,51 @@ export class Decider {
   }
 
   shouldWait(d: Decision): d is Deny {
-    return !d.allow && d.waitable && this.readinessWaitMs > 0;
+    if (d.allow || this.readinessWaitMs <= 0) return false;
+    return d.waitable || (d.code === 'sandbox_paused' && this.resumable(d));
   }
 
-  /** Waits for the sandbox named by `first` to change, re-deciding each time, until allowed, final or timed out. */
+  private resumable(d: Deny): boolean {
+    if (this.resumer === undefined) return false;
+    const entry = this.view.get(d.namespace!, d.name!);
+    return entry !== undefined && this.resumer.allows(entry);
+  }
+
+  /**
+   * Waits for the sandbox named by `first` to change, re-deciding each time, until allowed, final or timed
+   * out. For a paused sandbox that may be resumed on traffic, starts (or joins) its resume first.
+   */
   async wait(door: Door, req: RouteRequest, first: Deny, signal?: AbortSignal): Promise<Decision> {
     const key = sandboxKey(first.namespace!, first.name!);
     const deadline = performance.now() + this.readinessWaitMs;
+    let resuming: Promise<void> | undefined;
+    let resumeError: unknown;
+    if (first.code === 'sandbox_paused') {
+      const entry = this.view.get(first.namespace!, first.name!);
+      if (entry !== undefined && this.resumer !== undefined) {
+        resuming = this.resumer.trigger(entry);
+        resuming.catch((err: unknown) => (resumeError = err ?? new Error('resume failed')));
+      }
+    }
+    const resumeFailed = (why: string): Deny => deny('sandbox_resume_failed', `The sandbox could not be resumed: ${why}`, this.view.get(first.namespace!, first.name!), 1);
     let d: Decision = first;
     let outcome = 'timeout';
-    for (;;) {
+    // A driver may report the resumed sandbox before its resume call even returns: look again first.
+    let settledEarly = false;
+    if (resuming !== undefined) {
+      d = decide(this.view, this.route, req, this.access(req));
+      settledEarly = d.allow || (!d.waitable && d.code !== 'sandbox_paused');
+      if (settledEarly) outcome = d.allow ? 'ready' : 'final';
+    }
+    while (!settledEarly) {
       const left = deadline - performance.now();
       if (left <= 0) break;
       const r = await this.view.waiters.wait(key, left, signal);
+      if (resumeError !== undefined) {
+        d = resumeFailed(resumeError instanceof Error ? resumeError.message : String(resumeError));
+        outcome = 'resume_failed';
+        break;
+      }
       if (r === 'busy') {
         d = deny('gateway_busy', undefined, undefined, 1);
         outcome = r;
@@ -51,14 +112,19 @@ export class Decider {
       }
       if (r !== 'changed') {
         outcome = r;
-        if (r !== 'timeout') d = decide(this.view, this.route, req);
+        if (r !== 'timeout') d = decide(this.view, this.route, req, this.access(req));
         break;
       }
-      d = decide(this.view, this.route, req);
-      if (!this.shouldWait(d)) {
+      d = decide(this.view, this.route, req, this.access(req));
+      // Still paused while our resume is under way: keep waiting.
+      if (!d.allow && d.code === 'sandbox_paused' && resuming !== undefined) continue;
+      if (d.allow || !d.waitable) {
         outcome = d.allow ? 'ready' : 'final';
         break;
       }
+    }
+    if (outcome === 'timeout' && !d.allow && d.code === 'sandbox_paused' && resuming !== undefined) {
+      d = resumeFailed(`still paused after ${this.readinessWaitMs} ms`);
     }
     this.metrics.waits.labels(outcome).inc();
     this.settle(door, d, req, undefined);

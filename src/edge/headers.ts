@@ -35,10 +35,23 @@ export function addHeader(out: Record<string, string>, lowerName: string, value:
   out[lowerName] = prev === undefined ? value : prev + ',' + value;
 }
 
-/** The routing headers present in a request (they are removed before the request reaches the sandbox). */
-export function routingHeadersPresent(headers: HeaderMap): string[] | undefined {
+/** What the Envoy doors and HTTP authz tell the data plane about headers. */
+export interface DoorOptions {
+  /** The header that carries the decided upstream (always overwritten, never taken from a client). */
+  readonly upstreamHeader: string;
+  /** Lower-case request headers never forwarded to a sandbox: the routing headers plus credentials. */
+  readonly removeHeaders: readonly string[];
+}
+
+/** The routing headers, plus `credentials`: what a door removes before a request reaches the sandbox. */
+export function removedHeaders(credentials: readonly string[]): readonly string[] {
+  return [...new Set([...ROUTING_HEADERS, ...credentials.map((h) => h.toLowerCase())])];
+}
+
+/** The headers of `names` present in a request (no allocation when none is). */
+export function presentHeaders(headers: HeaderMap, names: readonly string[]): string[] | undefined {
   let out: string[] | undefined;
-  for (const name of ROUTING_HEADERS) {
+  for (const name of names) {
     if (headers[name] !== undefined) (out ??= []).push(name);
   }
   return out;

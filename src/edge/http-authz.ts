@@ -4,6 +4,7 @@ import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
 import type { Logger } from '../observability/logger.js';
 import type { Decider } from './decider.js';
 import { renderDenial } from './denial.js';
+import { presentHeaders, type DoorOptions } from './headers.js';
 
 /**
  * HTTP authz: the same decision for Envoy's ext_authz `http_service` and nginx `auth_request`. Any path
@@ -15,6 +16,8 @@ import { renderDenial } from './denial.js';
 export const AUTHZ_PREFIX = '/authz';
 export const PATH_HEADER = 'x-sandgate-path';
 export const SANDBOX_HEADER = 'x-sandgate-sandbox';
+/** Envoy's HTTP ext_authz removes the request headers this response header lists (comma-separated). */
+export const ENVOY_REMOVE_HEADER = 'x-envoy-auth-headers-to-remove';
 
 export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
   const headers = req.headers as HeaderMap;
@@ -24,11 +27,13 @@ export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
   return { headers, host: headers['x-forwarded-host'] ?? headers.host, path };
 }
 
-export function createHttpAuthz(decider: Decider, upstreamHeader: string, log: Logger) {
+export function createHttpAuthz(decider: Decider, opts: DoorOptions, log: Logger) {
   const answer = (res: ServerResponse, d: Decision, req: RouteRequest): void => {
     if (res.destroyed) return;
     if (d.allow) {
-      res.setHeader(upstreamHeader, d.upstream);
+      res.setHeader(opts.upstreamHeader, d.upstream);
+      const remove = presentHeaders(req.headers, opts.removeHeaders);
+      if (remove !== undefined) res.setHeader(ENVOY_REMOVE_HEADER, remove.join(','));
       res.setHeader(SANDBOX_HEADER, d.entry.namespace + '/' + d.entry.name);
       if (d.target.path !== undefined) res.setHeader(PATH_HEADER, d.target.path);
       res.writeHead(200).end();

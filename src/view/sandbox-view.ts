@@ -34,6 +34,8 @@ export interface ViewOptions {
   /** How long a deleted uid stays fenced (OpenKruise's gateway keeps 10 minutes). */
   readonly tombstoneTtlMs: number;
   readonly waiters: WaiterLimits;
+  /** Derives a sandbox's traffic token from its id (HMAC with the gateway's secret), for `accessToken: {derived}`. */
+  readonly deriveToken?: ((sandboxId: string) => string) | undefined;
 }
 
 export const DEFAULT_VIEW_OPTIONS: ViewOptions = {
@@ -58,6 +60,15 @@ export function isStale(held: string, next: string): boolean {
   const b = next.replace(/^0+(?=\d)/, '');
   if (a.length !== b.length) return b.length < a.length;
   return b <= a;
+}
+
+/** A token no request can present (header values never hold NUL): a derived token with no secret fails closed. */
+const UNMATCHABLE = '\u0000no-traffic-token-secret';
+
+function accessTokenOf(s: BackendSnapshot, derive: ((id: string) => string) | undefined): string | undefined {
+  const t = s.accessToken;
+  if (t === undefined || typeof t === 'string') return t;
+  return derive === undefined ? UNMATCHABLE : derive(s.ids[0] ?? `${s.namespace}--${s.name}`);
 }
 
 function upstreamHostOf(endpoint: Endpoint): string | undefined {
@@ -89,6 +100,7 @@ export class SandboxView implements RouteTable {
   private relayResolver: (gatewayId: string) => string | undefined = () => undefined;
   private readonly listeners = new Set<ChangeListener>();
   private changeCounter = 0;
+  private tokenCount = 0;
   readonly waiters: ChangeWaiters;
   private readonly opts: ViewOptions;
 
@@ -104,6 +116,11 @@ export class SandboxView implements RouteTable {
 
   get size(): number {
     return this.entries.size;
+  }
+
+  /** Sandboxes that require a traffic token (when none do and no key store is set, requests skip the access check). */
+  get tokenSandboxes(): number {
+    return this.tokenCount;
   }
 
   get version(): number {
@@ -269,12 +286,15 @@ export class SandboxView implements RouteTable {
       upstreamHost: upstreamHostOf(s.endpoint),
       ports: s.ports === undefined ? undefined : new Set(s.ports),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
+      accessToken: accessTokenOf(s, this.opts.deriveToken),
       snapshot: s,
       presence,
       driver,
       version,
     };
     if (held !== undefined) for (const id of held.snapshot.ids) if (this.ids.get(id) === held) this.ids.delete(id);
+    if (held?.accessToken !== undefined) this.tokenCount--;
+    if (entry.accessToken !== undefined) this.tokenCount++;
     this.entries.set(key, entry);
     for (const id of s.ids) this.ids.set(id, entry);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
@@ -284,6 +304,7 @@ export class SandboxView implements RouteTable {
 
   private remove(key: string, held: ViewEntry): void {
     this.entries.delete(key);
+    if (held.accessToken !== undefined) this.tokenCount--;
     this.expiring.delete(key);
     for (const id of held.snapshot.ids) if (this.ids.get(id) === held) this.ids.delete(id);
     this.emit(key, undefined, ++this.changeCounter);

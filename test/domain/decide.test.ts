@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decide } from '../../src/domain/decide.js';
+import { decide, NOT_FOUND } from '../../src/domain/decide.js';
 import type { RouteOptions } from '../../src/domain/route-key.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { cond, presence, snapshot } from '../helpers/snapshots.js';
@@ -68,10 +68,11 @@ describe('decide()', () => {
     expect(decide(v, opts, h('relay'))).toMatchObject({ allow: false, code: 'sandbox_unreachable' });
   });
 
-  it('an access guard runs before anything about the sandbox is revealed', () => {
-    const guard = () => decide(view, opts, h('nope'));
-    const hidden = decide(view, opts, h('paused'), (entry) => (entry.namespace === 'team-a' ? (guard() as never) : undefined));
-    expect(hidden).toEqual(decide(view, opts, h('nope')));
+  it('an access check runs before the lookup and right after it, before anything is revealed', () => {
+    const hidden = decide(view, opts, h('paused'), { before: () => undefined, after: () => NOT_FOUND });
+    expect(hidden).toBe(decide(view, opts, h('nope')));
+    const early = decide(view, opts, h('paused'), { before: () => NOT_FOUND, after: () => undefined });
+    expect(early).toBe(NOT_FOUND);
   });
 
   it('a path route carries the rewritten path', () => {

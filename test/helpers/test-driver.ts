@@ -28,7 +28,11 @@ export class TestDriver implements Driver {
     this.sink!.apply({ type: 'upsert', snapshot: s });
   }
 
+  /** What resume() does after recording the call (tests set it: succeed later, or fail). */
+  onResume: (namespace: string, name: string) => Promise<void> = async () => undefined;
+
   async resume(namespace: string, name: string): Promise<void> {
     this.resumed.push(`${namespace}/${name}`);
+    return this.onResume(namespace, name);
   }
 }

@@ -20,6 +20,8 @@ import type { Driver, DriverSink } from '../driver.js';
  *       ports: [8000, 49983]   # optional allow-list; absent = any port
  *       state: ready           # starting | ready | paused | failed | deleting
  *       supervisor: none       # required (default) | none
+ *       accessToken: s3cret    # optional traffic token requests must present; `derived` = HMAC(secret, id)
+ *       resume: on-traffic     # optional: resume when traffic arrives while paused | manual
  */
 
 const STATES: Readonly<Record<string, BackendState>> = {
@@ -38,7 +40,7 @@ const READY_BY_STATE: Readonly<Record<BackendState, Omit<Condition, 'type'>>> = 
   deleting: { status: 'False', reason: 'Deleting', message: 'The sandbox is being deleted' },
 };
 
-const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime']);
+const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'resume']);
 
 /** A parsed entry, before it gets a uid and a resourceVersion. */
 export type FileSandbox = Omit<BackendSnapshot, 'uid' | 'resourceVersion'>;
@@ -98,9 +100,15 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     shutdownTime = Date.parse(st);
     if (Number.isNaN(shutdownTime)) throw fail(`${at}.shutdownTime must be an RFC 3339 time`);
   }
+  const token = str('accessToken', false);
+  if (token !== undefined && token.length === 0) throw fail(`${at}.accessToken must not be empty`);
+  const resume = str('resume', false);
+  if (resume !== undefined && resume !== 'on-traffic' && resume !== 'manual') throw fail(`${at}.resume must be on-traffic or manual`);
   return {
     namespace,
     name,
+    accessToken: token === 'derived' ? { derived: true } : token,
+    resumeOnTraffic: resume === undefined ? undefined : resume === 'on-traffic',
     instanceId: str('instanceId', false) ?? `${namespace}/${name}`,
     ids,
     state,

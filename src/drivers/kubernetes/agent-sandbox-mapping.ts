@@ -96,6 +96,8 @@ export function mapAgentSandbox(obj: unknown, opts: MapOptions): BackendSnapshot
     endpoint,
     sessionModel: ann.sessionModel,
     ports: ann.ports,
+    accessToken: ann.accessToken,
+    resumeOnTraffic: ann.resumeOnTraffic,
     shutdownTime: readTime(spec?.shutdownTime),
   };
 }

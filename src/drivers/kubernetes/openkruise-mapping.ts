@@ -113,6 +113,8 @@ export function mapOpenKruiseSandbox(obj: unknown, opts: MapOptions): BackendSna
     endpoint,
     sessionModel: ann.sessionModel,
     ports: ann.ports,
+    accessToken: ann.accessToken,
+    resumeOnTraffic: ann.resumeOnTraffic,
     shutdownTime: readTime(spec?.shutdownTime),
     // Revisions repeat across every sandbox of a template: one copy each.
     revision: desired !== undefined && current !== undefined ? { desired: share(desired), current: share(current) } : undefined,

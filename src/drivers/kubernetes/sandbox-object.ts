@@ -20,6 +20,12 @@ export interface MapOptions {
 export const ANNOTATION_SUPERVISOR = 'sandgate.dev/supervisor';
 export const ANNOTATION_PORTS = 'sandgate.dev/ports';
 export const ANNOTATION_ID = 'sandgate.dev/id';
+/** OpenKruise's per-sandbox traffic token (E2B `envd` access token). */
+export const ANNOTATION_RUNTIME_TOKEN = 'agents.kruise.io/runtime-access-token';
+/** `derived`: require HMAC(secret, sandbox id) as the traffic token. */
+export const ANNOTATION_ACCESS_TOKEN = 'sandgate.dev/access-token';
+/** `true` / `false`: resume on traffic while paused (overrides the gateway's --auto-resume). */
+export const ANNOTATION_RESUME = 'sandgate.dev/resume-on-traffic';
 
 /** Condition messages longer than this are cut: they are for operators, and memory is per sandbox. */
 export const MAX_MESSAGE_LENGTH = 256;
@@ -149,6 +155,8 @@ export interface Annotated {
   readonly sessionModel: SessionModel;
   readonly ports: readonly number[] | undefined;
   readonly id: string | undefined;
+  readonly accessToken: string | { readonly derived: true } | undefined;
+  readonly resumeOnTraffic: boolean | undefined;
 }
 
 /**
@@ -183,5 +191,19 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
     if (typeof idText === 'string' && isDnsLabel(idText)) extraId = idText;
     else opts.onWarning?.(`${where}: annotation ${ANNOTATION_ID}=${JSON.stringify(idText)} is not a DNS-1123 label; ignored`);
   }
-  return { sessionModel, ports, id: extraId };
+  let accessToken: Annotated['accessToken'];
+  const runtimeToken = a?.[ANNOTATION_RUNTIME_TOKEN];
+  if (typeof runtimeToken === 'string' && runtimeToken !== '') accessToken = runtimeToken;
+  const tokenMode = a?.[ANNOTATION_ACCESS_TOKEN];
+  if (tokenMode !== undefined) {
+    if (tokenMode === 'derived') accessToken = { derived: true };
+    else opts.onWarning?.(`${where}: annotation ${ANNOTATION_ACCESS_TOKEN}=${JSON.stringify(tokenMode)} is not "derived"; ignored`);
+  }
+  let resumeOnTraffic: boolean | undefined;
+  const resume = a?.[ANNOTATION_RESUME];
+  if (resume !== undefined) {
+    if (resume === 'true' || resume === 'false') resumeOnTraffic = resume === 'true';
+    else opts.onWarning?.(`${where}: annotation ${ANNOTATION_RESUME}=${JSON.stringify(resume)} is not "true" or "false"; ignored`);
+  }
+  return { sessionModel, ports, id: extraId, accessToken, resumeOnTraffic };
 }

@@ -4,7 +4,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { lowerCaseHeaders, routingHeadersPresent } from '../headers.js';
+import { lowerCaseHeaders, presentHeaders, type DoorOptions } from '../headers.js';
 
 /**
  * Envoy ext_authz v3 (`envoy.service.auth.v3.Authorization/Check`). Allow → `ok_response` that sets the
@@ -57,12 +57,12 @@ export function checkRequestToRoute(req: CheckRequest): RouteRequest {
   return { headers: lower, host: http?.host || lower[':authority'] || lower.host, path: http?.path || lower[':path'] };
 }
 
-export function allowResponse(d: Allow, upstreamHeader: string, req: RouteRequest): object {
-  const headers = [set(upstreamHeader, d.upstream)];
+export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): object {
+  const headers = [set(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
   return {
     status: { code: 0 },
-    ok_response: { headers, headers_to_remove: routingHeadersPresent(req.headers) ?? [] },
+    ok_response: { headers, headers_to_remove: presentHeaders(req.headers, opts.removeHeaders) ?? [] },
     dynamic_metadata: { fields: { upstream: { stringValue: d.upstream } } },
   };
 }
@@ -75,9 +75,9 @@ export function deniedResponse(d: Deny, accept: string | undefined): object {
   };
 }
 
-export function extAuthzService(decider: Decider, upstreamHeader: string, log: Logger): UntypedServiceImplementation {
+export function extAuthzService(decider: Decider, opts: DoorOptions, log: Logger): UntypedServiceImplementation {
   const answer = (cb: sendUnaryData<object>, d: Decision, req: RouteRequest): void => {
-    cb(null, d.allow ? allowResponse(d, upstreamHeader, req) : deniedResponse(d, req.headers.accept));
+    cb(null, d.allow ? allowResponse(d, opts, req) : deniedResponse(d, req.headers.accept));
   };
   return {
     Check(call: ServerUnaryCall<CheckRequest, object>, cb: sendUnaryData<object>): void {

@@ -4,7 +4,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { addHeader, routingHeadersPresent } from '../headers.js';
+import { addHeader, presentHeaders, type DoorOptions } from '../headers.js';
 
 /**
  * Envoy ext_proc v3 (`envoy.service.ext_proc.v3.ExternalProcessor/Process`): one bidirectional stream per
@@ -54,14 +54,14 @@ export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteR
   return { headers, host: headers[':authority'] ?? headers.host, path: headers[':path'] };
 }
 
-function allowMessage(d: Allow, upstreamHeader: string, req: RouteRequest): object {
-  const set_headers = [rawSet(upstreamHeader, d.upstream)];
+function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
+  const set_headers = [rawSet(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
   return {
     request_headers: {
       response: {
         status: 'CONTINUE',
-        header_mutation: { set_headers, remove_headers: routingHeadersPresent(req.headers) ?? [] },
+        header_mutation: { set_headers, remove_headers: presentHeaders(req.headers, opts.removeHeaders) ?? [] },
         clear_route_cache: true,
       },
     },
@@ -80,11 +80,11 @@ function denyMessage(d: Deny, accept: string | undefined): object {
   };
 }
 
-function decisionMessage(d: Decision, upstreamHeader: string, req: RouteRequest): object {
-  return d.allow ? allowMessage(d, upstreamHeader, req) : denyMessage(d, req.headers.accept);
+function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): object {
+  return d.allow ? allowMessage(d, opts, req) : denyMessage(d, req.headers.accept);
 }
 
-export function extProcService(decider: Decider, upstreamHeader: string, log: Logger): UntypedServiceImplementation {
+export function extProcService(decider: Decider, opts: DoorOptions, log: Logger): UntypedServiceImplementation {
   return {
     Process(call: ServerDuplexStream<ProcessingRequest, object>): void {
       let ac: AbortController | undefined;
@@ -104,13 +104,13 @@ export function extProcService(decider: Decider, upstreamHeader: string, log: Lo
           req = headersToRoute(msg.request_headers?.headers?.headers);
           const d = decider.decide('ext_proc', req);
           if (!decider.shouldWait(d)) {
-            send(decisionMessage(d, upstreamHeader, req));
+            send(decisionMessage(d, opts, req));
             return undefined;
           }
           ac ??= new AbortController();
           const r = req;
           return decider.wait('ext_proc', r, d, ac.signal).then(
-            (final) => send(decisionMessage(final, upstreamHeader, r)),
+            (final) => send(decisionMessage(final, opts, r)),
             (err: unknown) => {
               log.error({ err }, 'ext_proc wait failed');
               send(denyMessage(deny('internal_error'), r.headers.accept));

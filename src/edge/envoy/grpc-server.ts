@@ -2,6 +2,7 @@ import { Server, ServerCredentials } from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
+import type { DoorOptions } from '../headers.js';
 import { extAuthzService } from './ext-authz.js';
 import { extProcService } from './ext-proc.js';
 import { authorizationService, externalProcessorService } from './protos.js';
@@ -22,7 +23,7 @@ export interface GrpcFrontDoor {
 
 export async function startGrpcServer(
   decider: Decider,
-  opts: { host: string; port: number; upstreamHeader: string },
+  opts: { host: string; port: number; door: DoorOptions },
   log: Logger,
 ): Promise<GrpcFrontDoor> {
   const server = new Server({
@@ -30,8 +31,8 @@ export async function startGrpcServer(
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5_000,
   });
-  server.addService(authorizationService().service, extAuthzService(decider, opts.upstreamHeader, log));
-  server.addService(externalProcessorService().service, extProcService(decider, opts.upstreamHeader, log));
+  server.addService(authorizationService().service, extAuthzService(decider, opts.door, log));
+  server.addService(externalProcessorService().service, extProcService(decider, opts.door, log));
   const health = new HealthImplementation(Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING'])));
   health.addToServer(server);
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;

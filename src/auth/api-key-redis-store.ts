@@ -1,0 +1,109 @@
+import { Redis } from 'ioredis';
+import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js';
+
+/**
+ * API keys in Redis: one hash `{prefix}:apikeys` (field = key hash, value = JSON {id, team, createdAt}),
+ * mirrored in memory by every gateway. Every change is published on `{prefix}:apikeys-changes`; a gateway
+ * reloads the hash on each message (revocation reaches every gateway within a round trip) and every
+ * `rescanMs` to heal a missed message. Lookups read only the mirror.
+ */
+export class RedisApiKeyStore implements ApiKeyStore {
+  readonly kind = 'redis' as const;
+  private readonly client: Redis;
+  private subscriber: Redis | undefined;
+  private byHashMap = new Map<string, ApiKeyRecord>();
+  private timer: NodeJS.Timeout | undefined;
+  private problem: string | undefined;
+  private readonly hashKey: string;
+  private readonly channel: string;
+
+  constructor(
+    private readonly url: string,
+    prefix: string,
+    private readonly rescanMs = 30_000,
+    private readonly onError: (err: Error) => void = () => undefined,
+  ) {
+    this.hashKey = `{${prefix}}:apikeys`;
+    this.channel = `{${prefix}}:apikeys-changes`;
+    this.client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false });
+    this.client.on('error', (err: Error) => this.fail(err));
+  }
+
+  async start(): Promise<void> {
+    await this.client.connect();
+    await this.reload();
+    this.subscriber = new Redis(this.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+    this.subscriber.on('error', (err: Error) => this.fail(err));
+    this.subscriber.on('message', () => void this.reload());
+    // A reconnected subscriber may have missed messages: reload at once.
+    this.subscriber.on('ready', () => void this.reload());
+    await this.subscriber.connect();
+    await this.subscriber.subscribe(this.channel);
+    this.timer = setInterval(() => void this.reload(), this.rescanMs);
+    this.timer.unref();
+  }
+
+  byHash(hash: string): ApiKeyRecord | undefined {
+    return this.byHashMap.get(hash);
+  }
+
+  async list(): Promise<ApiKeyRecord[]> {
+    return this.fetch();
+  }
+
+  async add(record: ApiKeyRecord): Promise<void> {
+    await this.client.hset(this.hashKey, record.hash, JSON.stringify({ id: record.id, team: record.team, createdAt: record.createdAt }));
+    await this.client.publish(this.channel, 'add');
+    await this.reload();
+  }
+
+  async revoke(id: string): Promise<boolean> {
+    const hit = (await this.fetch()).find((r) => r.id === id);
+    if (hit === undefined) return false;
+    const removed = await this.client.hdel(this.hashKey, hit.hash);
+    await this.client.publish(this.channel, 'revoke');
+    await this.reload();
+    return removed > 0;
+  }
+
+  degraded(): string[] {
+    return this.problem === undefined ? [] : [`api key store redis unreachable: ${this.problem}`];
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    this.subscriber?.disconnect();
+    this.client.disconnect();
+  }
+
+  private async fetch(): Promise<ApiKeyRecord[]> {
+    const all = await this.client.hgetall(this.hashKey);
+    const out: ApiKeyRecord[] = [];
+    for (const [hash, json] of Object.entries(all)) {
+      let v: unknown;
+      try {
+        v = { ...(JSON.parse(json) as object), hash };
+      } catch {
+        continue;
+      }
+      const r = parseRecord(v);
+      if (r !== undefined) out.push(r);
+    }
+    return out;
+  }
+
+  private async reload(): Promise<void> {
+    try {
+      this.byHashMap = new Map((await this.fetch()).map((r) => [r.hash, r]));
+      this.problem = undefined;
+    } catch (err) {
+      // Keep the last mirror: a Redis outage must not lock every tenant out, nor let revoked keys back in.
+      this.fail(err as Error);
+    }
+  }
+
+  private fail(err: Error): void {
+    this.problem = err.message;
+    this.onError(err);
+  }
+}

@@ -1,0 +1,77 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { deny, NOT_FOUND, type Access, type Deny, type RouteEntry } from './decide.js';
+import type { RouteTarget } from './route-key.js';
+
+/**
+ * Tenancy and traffic auth, as a pure check the decision runs around the view lookup.
+ *
+ * Teams are namespaces. A request carries no API key (anonymous), a valid one (a team, or the admin team
+ * that reaches every namespace), or an invalid one (unknown or revoked). The rule that matters: a team
+ * can never reach, nor detect, another team's sandbox — its request for one gets exactly the answer a
+ * missing sandbox gets (`NOT_FOUND`, the same constant object), decided by the same map lookup and string
+ * compare, so neither body nor timing class differs. Answers that do not depend on the target (no key
+ * where one is needed, an invalid key) are given before the lookup, so they reveal nothing either.
+ */
+
+export type Principal =
+  | { readonly kind: 'anonymous' }
+  | { readonly kind: 'invalid' }
+  | { readonly kind: 'team'; readonly team: string }
+  | { readonly kind: 'admin' };
+
+export const ANONYMOUS: Principal = { kind: 'anonymous' };
+export const INVALID_KEY: Principal = { kind: 'invalid' };
+export const ADMIN: Principal = { kind: 'admin' };
+
+/** Which namespaces require an API key. */
+export interface KeyPolicy {
+  readonly all: boolean;
+  readonly namespaces: ReadonlySet<string>;
+}
+
+export const NO_KEYS_REQUIRED: KeyPolicy = { all: false, namespaces: new Set() };
+
+const API_KEY_REQUIRED = deny('api_key_required');
+const API_KEY_INVALID = deny('api_key_invalid');
+const TOKEN_REQUIRED = deny('token_required');
+const TOKEN_INVALID = deny('token_invalid');
+
+function digest(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+/** Compares two secrets in constant time (over their SHA-256, so lengths leak nothing either). */
+export function safeEqual(a: string, b: string): boolean {
+  return timingSafeEqual(digest(a), digest(b));
+}
+
+/**
+ * The access check for one request: who is asking (`principal`), which namespaces need a key, and the
+ * traffic token the request presented (if any).
+ */
+export function accessFor(principal: Principal, policy: KeyPolicy, presentedToken: string | undefined): Access {
+  return {
+    before(t: RouteTarget): Deny | undefined {
+      switch (principal.kind) {
+        case 'invalid':
+          return API_KEY_INVALID;
+        case 'anonymous':
+          if (policy.all || (t.namespace !== undefined && policy.namespaces.has(t.namespace))) return API_KEY_REQUIRED;
+          return undefined;
+        case 'team':
+          return t.namespace !== undefined && t.namespace !== principal.team ? NOT_FOUND : undefined;
+        case 'admin':
+          return undefined;
+      }
+    },
+    after(entry: RouteEntry): Deny | undefined {
+      // An id names no namespace up front: the tenant check happens here, answering as for a missing sandbox.
+      if (principal.kind === 'team' && entry.namespace !== principal.team) return NOT_FOUND;
+      if (principal.kind === 'anonymous' && policy.namespaces.has(entry.namespace)) return NOT_FOUND;
+      const want = entry.accessToken;
+      if (want === undefined) return undefined;
+      if (presentedToken === undefined) return TOKEN_REQUIRED;
+      return safeEqual(presentedToken, want) ? undefined : TOKEN_INVALID;
+    },
+  };
+}
