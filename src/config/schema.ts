@@ -116,6 +116,13 @@ export const SCHEMA = {
     description: 'JSON ioredis options for the presence store, e.g. Sentinel `{"sentinels":[{"host":"s1","port":26379}],"name":"mymaster"}` or Cluster `{"cluster":[{"host":"r1","port":6379}]}`.',
   },
   presenceKeyPrefix: { kind: 'string', default: 'sandgate', description: 'Prefix of the Redis keys and channel of the presence store.' },
+  workers: {
+    kind: 'int',
+    default: 1,
+    min: 1,
+    max: 64,
+    description: 'Gateway processes sharing the listeners (node:cluster). Above 1, supervisor sessions need `--presence redis://…` so every worker sees them.',
+  },
   shutdownTimeoutMs: { kind: 'int', default: 10_000, min: 0, max: 600_000, description: 'Upper bound on graceful shutdown after SIGTERM.' },
   apiKeys: {
     kind: 'string',

@@ -68,6 +68,11 @@ export async function startGatewayProcess(id: string, args: readonly string[]): 
       }
     });
     void exit.then((code) => reject(new Error(`gateway ${id} exited with ${code} before starting: ${stderr}`)));
+    // A gateway that never says it started must not outlive the test.
+    setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`gateway ${id} did not start within 15 s: ${stderr}`));
+    }, 15_000).unref();
   });
   const admin = `http://127.0.0.1:${started.adminPort as number}`;
   return {

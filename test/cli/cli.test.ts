@@ -1,0 +1,107 @@
+import { execFile, spawn } from 'node:child_process';
+import { request } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { clusterFiles } from '../helpers/gateway-process.js';
+import { freePort } from '../helpers/redis-server.js';
+
+const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
+const run = promisify(execFile);
+
+/** Starts `sandgate serve ARGS` and resolves with its log lines once it logged `until`. */
+function serve(args: string[], until: (line: Record<string, unknown>) => boolean) {
+  const proc = spawn(process.execPath, [CLI, 'serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: Record<string, unknown>[] = [];
+  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
+  const ready = new Promise<void>((resolve, reject) => {
+    let buf = '';
+    proc.stdout.on('data', (d: Buffer) => {
+      buf += d.toString();
+      let i: number;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = JSON.parse(buf.slice(0, i)) as Record<string, unknown>;
+        buf = buf.slice(i + 1);
+        lines.push(line);
+        if (until(line)) resolve();
+      }
+    });
+    void exited.then((code) => reject(new Error(`exited with ${code}`)));
+    setTimeout(() => reject(new Error('did not start')), 15_000).unref();
+  });
+  return { proc, lines, ready, exited };
+}
+
+function get(port: number, host: string, path = '/'): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, headers: { host }, agent: false }, (res) => {
+      let body = '';
+      res.on('data', (c) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode!, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('sandgate serve', () => {
+  it("the demo (npm start): the README's curls route through the proxy and HTTP authz, and the supervised sandbox becomes Ready", async () => {
+    const [admin, proxy] = [await freePort(), await freePort()];
+    const g = serve(['--admin-port', String(admin), '--proxy-port', String(proxy), '--grpc-port', '0', '--supervisor-port', '0', '--listen-host', '127.0.0.1'], (l) => l.msg === 'supervisor session accepted');
+    try {
+      await g.ready;
+      const viaProxy = await get(proxy, '8000-web.team-a.localhost:8080', '/hello');
+      expect(JSON.parse(viaProxy.body)).toMatchObject({ sandbox: 'team-a/web', upstream: '127.0.0.2:8000', path: '/hello' });
+      const byId = await get(proxy, '8000-sbx-web-123.localhost');
+      expect(JSON.parse(byId.body)).toMatchObject({ sandbox: 'team-a/web' });
+      const paused = await get(proxy, '8000-sleepy.team-b.localhost');
+      expect([paused.status, JSON.parse(paused.body).code]).toEqual([409, 'sandbox_paused']);
+      const decision = await get(admin, '8000-web.team-a.localhost', '/authz/');
+      expect(decision.status).toBe(200);
+      const notebook = JSON.parse((await get(admin, 'x', '/v1/sandboxes/team-a/notebook')).body);
+      expect(notebook).toMatchObject({ phase: 'Ready', session: { instanceId: 'demo-notebook' } });
+      expect((await get(proxy, '8888-notebook.team-a.localhost')).status).toBe(200);
+    } finally {
+      g.proc.kill('SIGTERM');
+      expect(await g.exited).toBe(0);
+    }
+  });
+
+  it('--workers 2: two gateway processes share the listeners; SIGTERM stops all', async () => {
+    const admin = await freePort();
+    const files = clusterFiles('sandboxes:\n  - {namespace: a, name: web, address: 127.0.0.2, supervisor: none}\n');
+    let started = 0;
+    const g = serve(['--workers', '2', '--sandboxes', files.sandboxes, '--admin-port', String(admin), '--grpc-port', '0', '--proxy-port', '0', '--listen-host', '127.0.0.1'], (l) => l.msg === 'sandgate started' && ++started === 2);
+    try {
+      await g.ready;
+      const ids = new Set<string>();
+      for (let i = 0; i < 50 && ids.size < 2; i++) ids.add(JSON.parse((await get(admin, 'x', '/v1/sandboxes')).body).gatewayId as string);
+      expect([...ids].every((id) => /-w[12]$/.test(id))).toBe(true);
+      expect(ids.size).toBe(2);
+    } finally {
+      g.proc.kill('SIGTERM');
+      expect(await g.exited).toBe(0);
+    }
+    expect(g.lines.filter((l) => l.msg === 'sandgate stopped')).toHaveLength(2);
+  });
+
+  it('rejects what cannot work with a clear error and exit code 2', async () => {
+    const files = clusterFiles('sandboxes: []\n');
+    await expect(run(process.execPath, [CLI, 'serve', '--workers', '2'])).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('needs a driver') });
+    await expect(run(process.execPath, [CLI, 'serve', '--workers', '2', '--sandboxes', files.sandboxes, '--supervisor-secret-file', files.secret])).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--presence redis://'),
+    });
+    await expect(run(process.execPath, [CLI, 'serve', '--grpc-prot', '1'])).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('did you mean --grpc-port') });
+    await expect(run(process.execPath, [CLI, 'frobnicate'])).rejects.toMatchObject({ code: 2 });
+  });
+
+  it('sandgate token mints a token the supervisor protocol accepts (sub, aud, kid)', async () => {
+    const files = clusterFiles('sandboxes: []\n');
+    const { stdout } = await run(process.execPath, [CLI, 'token', '--namespace', 'team-a', '--name', 'web', '--ttl', '1h', '--supervisor-secret-file', files.secret]);
+    const [header, payload] = stdout.trim().split('.').slice(0, 2).map((p) => JSON.parse(Buffer.from(p, 'base64url').toString()));
+    expect(header).toMatchObject({ alg: 'HS256', kid: 'default' });
+    expect(payload).toMatchObject({ sub: 'team-a/web', aud: 'sandgate-supervisor' });
+    expect(payload.exp - payload.iat).toBe(3600);
+  });
+});
