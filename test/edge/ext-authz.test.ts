@@ -1,3 +1,5 @@
+import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cond, presence, snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
@@ -119,12 +121,27 @@ describe('Envoy ext_authz v3 Check', () => {
   });
 });
 
+/** grpc.health.v1.Health/Check for one service name, with a client built from the same health.proto. */
+function healthOf(target: string, service: string): Promise<string> {
+  const Client = makeGenericClientConstructor(healthService, 'Health');
+  const client = new Client(target, credentials.createInsecure()) as unknown as { Check(r: unknown, cb: (e: Error | null, v: { status: string }) => void): void; close(): void };
+  return new Promise((resolve, reject) =>
+    client.Check({ service }, (err, res) => {
+      client.close();
+      if (err) reject(err);
+      else resolve(res.status);
+    }),
+  );
+}
+
 describe('ext_authz before the drivers have synced', () => {
   it('denies with 503 gateway_not_ready and gRPC health says NOT_SERVING until synced', async () => {
     const driver = new TestDriver([], 'slow', true);
     const t = await startTestGateway([driver]);
     const client = authzClient(t.grpcTarget);
     try {
+      expect(await healthOf(t.grpcTarget, '')).toBe('NOT_SERVING');
+      expect(await healthOf(t.grpcTarget, 'envoy.service.auth.v3.Authorization')).toBe('NOT_SERVING');
       const res = await check(client, envoyCheckRequest({ host: '8000-web.team-a.localhost' }));
       expect(JSON.parse(res.denied_response.body).code).toBe('gateway_not_ready');
       const ready = await fetch(`${t.admin}/readyz`);
@@ -132,6 +149,8 @@ describe('ext_authz before the drivers have synced', () => {
       expect((await json(ready)).notReady).toEqual(['driver slow has not synced']);
       driver.sync([snapshot({ sessionModel: 'none' })]);
       expect((await fetch(`${t.admin}/readyz`)).status).toBe(200);
+      expect(await healthOf(t.grpcTarget, '')).toBe('SERVING');
+      expect(await healthOf(t.grpcTarget, 'envoy.service.ext_proc.v3.ExternalProcessor')).toBe('SERVING');
       const ok = await check(client, envoyCheckRequest({ host: '8000-web.team-a.localhost' }));
       expect(ok.http_response).toBe('ok_response');
     } finally {
