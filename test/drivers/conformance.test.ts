@@ -4,10 +4,10 @@ import { STYLES, type Style, type StyleRecords } from '../../examples/driver/sty
 import { REASON_DEPENDENCIES_READY, REASON_SANDBOX_EXPIRED, REASON_SUPERVISOR_NOT_CONNECTED, RULES, type RuleName } from '../../src/domain/compose.js';
 import { decide, type RouteTable } from '../../src/domain/decide.js';
 import type { ErrorCode } from '../../src/domain/errors.js';
-import type { BackendSnapshot, DriverEvent, PublicPhase } from '../../src/domain/sandbox.js';
-import type { DriverSink } from '../../src/drivers/driver.js';
+import type { PublicPhase } from '../../src/domain/sandbox.js';
 import { GrpcDriver } from '../../src/drivers/grpc/grpc-driver.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
+import { ViewSink } from '../helpers/view-sink.js';
 
 /**
  * The four-driver conformance matrix. Each scenario names a rule of compose() and says the same thing
@@ -260,55 +260,6 @@ const SCENARIOS: Record<RuleName, readonly Scenario[]> = {
   ],
 };
 
-/** A sink into a real view that lets a test wait for the view to reach a state. */
-class ViewSink implements DriverSink {
-  readonly errors: Error[] = [];
-  private readonly checks = new Set<() => void>();
-
-  constructor(
-    readonly view: SandboxView,
-    readonly driverId: string,
-  ) {
-    view.registerDriver(driverId);
-  }
-
-  replace(snapshots: readonly BackendSnapshot[]): void {
-    this.view.replace(this.driverId, snapshots);
-    this.changed();
-  }
-
-  apply(event: DriverEvent): void {
-    this.view.apply(this.driverId, event);
-    this.changed();
-  }
-
-  error(err: Error): void {
-    this.errors.push(err);
-    this.changed();
-  }
-
-  until(ok: () => boolean, what: string): Promise<void> {
-    if (ok()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const guard = setTimeout(() => {
-        this.checks.delete(check);
-        reject(new Error(`timed out waiting for ${what}`));
-      }, 5_000);
-      const check = (): void => {
-        if (!ok()) return;
-        clearTimeout(guard);
-        this.checks.delete(check);
-        resolve();
-      };
-      this.checks.add(check);
-    });
-  }
-
-  private changed(): void {
-    for (const c of [...this.checks]) c();
-  }
-}
-
 const ROUTE = { order: ['headers'] as const, baseDomain: 'sandboxes.test', defaultNamespace: 'default', defaultPort: PORT, pathPrefix: '' };
 const REQUEST = { headers: { 'x-sandbox-namespace': NS, 'x-sandbox-id': NAME, 'x-sandbox-port': String(PORT) }, host: undefined, path: '/' };
 
@@ -339,7 +290,7 @@ async function runCell<S extends Style>(style: S, scenario: Scenario): Promise<O
   running.push({ stop: () => backend.close() });
   const driver = new GrpcDriver({ name: style, address: backend.address, backoff: { initialMs: 10, maxMs: 50 } });
   const view = new SandboxView({ now: () => NOW });
-  const sink = new ViewSink(view, driver.id);
+  const sink = new ViewSink(driver.id, view);
   running.push(driver);
   await driver.start(sink);
   await sink.until(() => view.synced, 'the initial list');

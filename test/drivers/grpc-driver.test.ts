@@ -2,64 +2,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ExampleDriver } from '../../examples/driver/example-driver.js';
 import type { DockerContainer } from '../../examples/driver/styles.js';
 import { SandgateError } from '../../src/domain/errors.js';
-import type { BackendSnapshot, DriverEvent } from '../../src/domain/sandbox.js';
-import type { DriverSink } from '../../src/drivers/driver.js';
+import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { DriverError } from '../../src/drivers/grpc/driver-error.js';
 import type { WireSandbox, WireWatchEvent } from '../../src/drivers/grpc/driver-proto.js';
 import { backoffDelay, GrpcDriver, parseGrpcDriverUrl } from '../../src/drivers/grpc/grpc-driver.js';
 import { deletionFromWire, snapshotFromWire, snapshotToWire } from '../../src/drivers/grpc/sandbox-codec.js';
-import { SandboxView } from '../../src/view/sandbox-view.js';
-
-/** A sink that feeds a real view and records every call; until() waits for a condition, never sleeps. */
-class RecordingSink implements DriverSink {
-  readonly view = new SandboxView({ now: () => 0 });
-  readonly errors: Error[] = [];
-  readonly events: DriverEvent[] = [];
-  replaces: (readonly BackendSnapshot[])[] = [];
-  private readonly checks = new Set<() => void>();
-
-  constructor(readonly driverId: string) {
-    this.view.registerDriver(driverId);
-  }
-
-  replace(snapshots: readonly BackendSnapshot[]): void {
-    this.replaces.push(snapshots);
-    this.view.replace(this.driverId, snapshots);
-    this.changed();
-  }
-
-  apply(event: DriverEvent): void {
-    this.events.push(event);
-    this.view.apply(this.driverId, event);
-    this.changed();
-  }
-
-  error(err: Error): void {
-    this.errors.push(err);
-    this.changed();
-  }
-
-  until(ok: () => boolean, what: string): Promise<void> {
-    if (ok()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const guard = setTimeout(() => {
-        this.checks.delete(check);
-        reject(new Error(`timed out waiting for ${what}`));
-      }, 5_000);
-      const check = (): void => {
-        if (!ok()) return;
-        clearTimeout(guard);
-        this.checks.delete(check);
-        resolve();
-      };
-      this.checks.add(check);
-    });
-  }
-
-  private changed(): void {
-    for (const c of [...this.checks]) c();
-  }
-}
+import { ViewSink } from '../helpers/view-sink.js';
 
 function container(name: string, status: DockerContainer['State']['Status'], ip = '10.0.0.2', id = 'c-' + name): DockerContainer {
   return {
@@ -91,12 +39,12 @@ afterEach(async () => {
   for (const o of open.splice(0).reverse()) await o.stop();
 });
 
-async function setup(records: DockerContainer[] = []): Promise<{ backend: ExampleDriver<'docker'>; driver: GrpcDriver; sink: RecordingSink }> {
+async function setup(records: DockerContainer[] = []): Promise<{ backend: ExampleDriver<'docker'>; driver: GrpcDriver; sink: ViewSink }> {
   const backend = await ExampleDriver.start({ style: 'docker' });
   open.push({ stop: () => backend.close() });
   for (const r of records) backend.set(r);
   const driver = new GrpcDriver({ name: 'docker', address: backend.address, backoff: FAST });
-  const sink = new RecordingSink(driver.id);
+  const sink = new ViewSink(driver.id);
   open.push(driver);
   await driver.start(sink);
   await sink.until(() => sink.replaces.length === 1, 'the initial list');
@@ -163,7 +111,7 @@ describe('GrpcDriver', () => {
     await backend.close();
     backend.set(container('web', 'running'));
     const driver = new GrpcDriver({ name: 'late', address: backend.address, backoff: FAST });
-    const sink = new RecordingSink(driver.id);
+    const sink = new ViewSink(driver.id);
     open.push(driver);
     await driver.start(sink);
     await sink.until(() => sink.errors.length >= 2, 'failed connection attempts');
@@ -258,7 +206,7 @@ describe('GrpcDriver', () => {
     const baseline = { tcp: tcp(), timers: timers() };
     const backend = await ExampleDriver.start({ style: 'docker' });
     const driver = new GrpcDriver({ name: 'docker', address: backend.address, backoff: FAST });
-    const sink = new RecordingSink(driver.id);
+    const sink = new ViewSink(driver.id);
     await driver.start(sink);
     await sink.until(() => sink.view.synced, 'the first list');
     expect(backend.watchers).toBe(1);
@@ -278,7 +226,7 @@ describe('GrpcDriver', () => {
     const baseline = timers();
     const baselineTcp = process.getActiveResourcesInfo().filter((r) => r.startsWith('TCP')).length;
     const driver = new GrpcDriver({ name: 'docker', address: backend.address, backoff: { initialMs: 60_000, maxMs: 60_000 }, random: () => 0.99 });
-    const sink = new RecordingSink(driver.id);
+    const sink = new ViewSink(driver.id);
     await driver.start(sink);
     await sink.until(() => sink.errors.length === 1, 'the first failed attempt');
     await within(driver.stop(), 'stop()');
