@@ -24,6 +24,9 @@ import { RedisApiKeyStore } from './auth/api-key-redis-store.js';
 import { createHmac } from 'node:crypto';
 import type { KeyPolicy } from './domain/access.js';
 import { EmbeddedProxy } from './edge/proxy/http-proxy.js';
+import { resolveRelayAddress, resolveRelaySecret } from './edge/relay/relay-config.js';
+import { RelayListener } from './edge/relay/relay-listener.js';
+import { RelayError } from './sessions/relay-stream.js';
 import { SandgateError } from './domain/errors.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
@@ -67,6 +70,9 @@ export interface Gateway {
   readonly supervisorPort: number | undefined;
   /** Undefined when the embedded proxy is off (`--no-proxy`). */
   readonly proxyPort: number | undefined;
+  readonly relayPort: number;
+  /** `host:port` of the relay listener, as published in this gateway's lease. */
+  readonly relayAddress: string;
   /** Graceful shutdown: NOT_SERVING, release waiters, stop drivers, close listeners (bounded). */
   close(): Promise<void>;
 }
@@ -156,7 +162,7 @@ function presenceOf(r: PresenceRecord | undefined) {
   return r === undefined ? undefined : { gatewayId: r.gatewayId, sessionId: r.sessionId, instanceId: r.instanceId, epoch: r.epoch, since: r.since };
 }
 
-export function createPresenceStore(c: Config, gatewayId: string, log: Logger): PresenceStore {
+export function createPresenceStore(c: Config, gatewayId: string, log: Logger, gatewayInfo?: Readonly<Record<string, string>>): PresenceStore {
   if (c.presence === 'memory') return new MemoryPresence(gatewayId, { log });
   if (!/^rediss?:\/\//.test(c.presence)) throw new SandgateError('config_invalid', `presence must be "memory" or a redis:// URL, not ${JSON.stringify(c.presence)}`);
   let redisOptions: PresenceRedisOptions | undefined;
@@ -175,6 +181,7 @@ export function createPresenceStore(c: Config, gatewayId: string, log: Logger): 
     leaseTtlMs: c.leaseTtlMs,
     rescanMs: c.presenceRescanMs,
     keyPrefix: c.presenceKeyPrefix,
+    gatewayInfo,
     log,
   });
 }
@@ -238,9 +245,23 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     resumer,
   );
   const keys = opts.supervisorKeys ?? supervisorKeysFromConfig(config);
-  const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }));
+  // The relay listener starts first: its address goes into this gateway's lease.
+  const relaySecret = resolveRelaySecret(config.relaySecret, config.relaySecretFile);
+  const late: { supervisors?: SupervisorServer } = {};
+  const relay = new RelayListener(
+    {
+      openRelayStream: (ns, name, port, signal) =>
+        late.supervisors?.openRelayStream(ns, name, port, signal) ?? Promise.reject(new RelayError('no_session', 'the supervisor endpoint is off on this gateway')),
+    },
+    { host: config.listenHost, port: config.relayPort, secret: relaySecret.secret, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
+    log.child({ part: 'relay' }),
+  );
+  const relayAddress = resolveRelayAddress(config.relayAdvertiseAddress, config.listenHost, await relay.start());
+  if (relaySecret.generated && config.presence !== 'memory') log.warn('no relay secret configured (--relay-secret-file): peer gateways cannot forward relay traffic to this one');
+  const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }), { relay: relayAddress });
+  view.setRelayResolver((id) => (id === gatewayId ? relayAddress : presence.gatewayInfo?.(id)?.relay));
   let shuttingDown = false;
-  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials) };
+  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relaySecret: relaySecret.secret };
   const grpc = await startGrpcServer(decider, { host: config.listenHost, port: config.grpcPort, door }, log.child({ part: 'envoy' }));
 
   const readiness: Readiness = {
@@ -288,7 +309,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   try {
     adminPort = await listen(admin, config.listenHost, config.adminPort);
   } catch (err) {
-    await grpc.close(0);
+    await Promise.all([grpc.close(0), relay.close(0)]);
     throw err;
   }
   await keyStore?.start();
@@ -308,10 +329,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         maxFrameBytes: config.supervisorMaxFrameBytes,
         maxSessions: config.maxSessions,
         maxSessionsPerSource: config.maxSessionsPerSource,
+        relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
       },
       presence,
       sessionLog,
     );
+    late.supervisors = supervisors;
     await supervisors.start();
     metrics.watchSessions(supervisors);
   } else {
@@ -330,6 +353,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         connectTimeoutMs: config.proxyConnectTimeoutMs,
         headersTimeoutMs: config.proxyHeadersTimeoutMs,
         idleTimeoutMs: config.proxyIdleTimeoutMs,
+        relay: { gatewayId, secret: relaySecret.secret, streams: supervisors },
+        maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
       },
       log.child({ part: 'proxy' }),
     );
@@ -339,7 +364,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   if (view.synced) grpc.setServing(true);
   const tick = setInterval(() => view.tick(), 1000);
   tick.unref();
-  log.info({ grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, presence: presence.kind, drivers: drivers.map((d) => d.id) }, 'sandgate started');
+  log.info({ grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, presence: presence.kind, drivers: drivers.map((d) => d.id) }, 'sandgate started');
 
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> =>
@@ -356,9 +381,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       await keyStore?.close();
       await Promise.all(drivers.map((d) => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed'))));
       const grace = config.shutdownTimeoutMs;
-      await Promise.all([grpc.close(grace), closeServer(admin, grace), proxy?.close(grace)]);
+      await Promise.all([grpc.close(grace), closeServer(admin, grace), proxy?.close(grace), relay.close(grace)]);
       log.info('sandgate stopped');
     })());
 
-  return { config, gatewayId, view, log, metrics, drivers, presence, supervisors, grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, close };
+  return { config, gatewayId, view, log, metrics, drivers, presence, supervisors, grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, close };
 }

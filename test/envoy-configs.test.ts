@@ -9,6 +9,7 @@ import { DEFAULTS } from '../src/config/schema.js';
 import { ROUTING_HEADERS } from '../src/domain/route-key.js';
 import { ENVOY_INCLUDE_DIRS } from '../src/edge/envoy/protos.js';
 import { AUTHZ_PREFIX, PATH_HEADER, SANDBOX_HEADER } from '../src/edge/http-authz.js';
+import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER } from '../src/edge/relay/relay-headers.js';
 
 /**
  * The shipped Envoy configurations (envoy/*.yaml). No Envoy runs here, so each file is checked twice:
@@ -33,7 +34,7 @@ const T = {
   httpOptions: 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
 } as const;
 /** Headers only sandgate may set: a client copy is removed before the decision filter reads anything. */
-const GATEWAY_HEADERS = [DEFAULTS.upstreamHeader, PATH_HEADER, SANDBOX_HEADER];
+const GATEWAY_HEADERS = [DEFAULTS.upstreamHeader, PATH_HEADER, SANDBOX_HEADER, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER];
 /** The dynamic metadata namespace Envoy's ext_authz filter writes CheckResponse.dynamic_metadata into. */
 const EXT_AUTHZ_NAMESPACE = 'envoy.filters.http.ext_authz';
 

@@ -64,13 +64,18 @@ export function tokenSubject(token: string): { namespace: string; name: string }
 
 /** `sandgate supervisor --gateway ws://HOST:PORT[,ws://…] --token T`: the reference supervisor, until SIGTERM. */
 export async function supervisorCommand(argv: readonly string[]): Promise<number> {
-  const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--instance-id']);
-  if (rest.length > 0) throw new SandgateError('config_invalid', `unknown argument ${rest[0]}; usage: sandgate supervisor --gateway ws://HOST:PORT --token T [--instance-id ID]`);
+  const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--instance-id', '--relay-ports']);
+  if (rest.length > 0) throw new SandgateError('config_invalid', `unknown argument ${rest[0]}; usage: sandgate supervisor --gateway ws://HOST:PORT --token T [--instance-id ID] [--relay-ports 8000,49983]`);
+  let allowPorts: number[] | undefined;
+  if (own['relay-ports'] !== undefined) {
+    allowPorts = own['relay-ports'].split(',').map((p) => Number(p.trim()));
+    if (allowPorts.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) throw new SandgateError('config_invalid', '--relay-ports must be a comma-separated list of ports 1-65535');
+  }
   const token = own.token ?? process.env.SANDGATE_SUPERVISOR_TOKEN;
   if (own.gateway === undefined || token === undefined) throw new SandgateError('config_invalid', 'usage: sandgate supervisor --gateway ws://HOST:PORT --token T (or SANDGATE_SUPERVISOR_TOKEN)');
   const { namespace, name } = tokenSubject(token);
   const gateways = own.gateway.split(',').map((g) => g.trim()).filter((g) => g !== '');
-  const client = new SupervisorClient({ gateway: gateways, token, namespace, name, instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}` });
+  const client = new SupervisorClient({ gateway: gateways, token, namespace, name, instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}`, relay: { allowPorts } });
   const log = (msg: string, extra: object) => console.log(JSON.stringify({ time: new Date().toISOString(), sandbox: `${namespace}/${name}`, msg, ...extra }));
   client.on('accepted', (e) => log('accepted', e));
   client.on('disconnected', (e) => log('disconnected', e));

@@ -35,6 +35,22 @@ export const SCHEMA = {
   proxyIdleTimeoutMs: { kind: 'int', default: 300_000, min: 1, max: 86_400_000, description: 'Embedded proxy: silence on an open body or WebSocket before both sides are closed.' },
   stripHeaders: { kind: 'list', default: [], description: 'Request headers the embedded proxy never forwards to a sandbox, besides hop-by-hop, routing and upstream headers.' },
   stripOriginOnUpgrade: { kind: 'bool', default: false, description: 'Embedded proxy: drop `Origin` on WebSocket upgrades (browser IDEs in sandboxes reject a foreign Origin).' },
+  relayPort: port(8082, 'Relay listener: Envoy and peer gateways send requests for relay-only sandboxes whose supervisor session this gateway holds (0 = any free port).'),
+  relayAdvertiseAddress: {
+    kind: 'string',
+    default: '',
+    description: '`host:port` peers and Envoy use to reach this gateway\'s relay listener, published in its gateway lease (default `<listen-host>:<relay-port>`, 127.0.0.1 when listening on all addresses; in Kubernetes `$(POD_IP):8082`).',
+  },
+  relaySecret: {
+    kind: 'string',
+    default: '',
+    secret: true,
+    description: 'Shared secret (≥ 32 bytes, printable ASCII) that Envoy and peer gateways present to the relay listener. Prefer `--relay-secret-file`. Without either, a random per-process secret: peers cannot forward to this gateway.',
+  },
+  relaySecretFile: { kind: 'string', default: '', description: 'File with the relay secret (the same on every gateway).' },
+  relayMaxStreamsPerSandbox: { kind: 'int', default: 32, min: 1, max: 100_000, description: 'Relay streams (open or opening) to one sandbox on this gateway; more get 503 relay_busy.' },
+  relayMaxStreams: { kind: 'int', default: 256, min: 1, max: 1_000_000, description: 'Relay streams (open or opening) on this gateway; more get 503 relay_busy.' },
+  relayOpenTimeoutMs: { kind: 'int', default: 10_000, min: 1, max: 600_000, description: 'Wait for a supervisor to open a relay stream (past it: 504 upstream_timeout).' },
   sandboxes: { kind: 'string', default: '', description: 'File driver: a YAML or JSON file of sandboxes, reloaded when it changes.' },
   drivers: {
     kind: 'list',

@@ -41,6 +41,8 @@ export interface DoorOptions {
   readonly upstreamHeader: string;
   /** Lower-case request headers never forwarded to a sandbox: the routing headers plus credentials. */
   readonly removeHeaders: readonly string[];
+  /** Presented to relay listeners on a relay decision (docs/relay.md). */
+  readonly relaySecret: string;
 }
 
 /** The routing headers, plus `credentials`: what a door removes before a request reaches the sandbox. */

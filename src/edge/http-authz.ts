@@ -5,6 +5,7 @@ import type { Logger } from '../observability/logger.js';
 import type { Decider } from './decider.js';
 import { renderDenial } from './denial.js';
 import { presentHeaders, type DoorOptions } from './headers.js';
+import { relayHeaders } from './relay/relay-headers.js';
 
 /**
  * HTTP authz: the same decision for Envoy's ext_authz `http_service` and nginx `auth_request`. Any path
@@ -36,6 +37,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions, log: Logger
       if (remove !== undefined) res.setHeader(ENVOY_REMOVE_HEADER, remove.join(','));
       res.setHeader(SANDBOX_HEADER, d.entry.namespace + '/' + d.entry.name);
       if (d.target.path !== undefined) res.setHeader(PATH_HEADER, d.target.path);
+      for (const [k, v] of relayHeaders(d, opts.relaySecret)) res.setHeader(k, v);
       res.writeHead(200).end();
       return;
     }

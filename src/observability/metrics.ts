@@ -86,8 +86,21 @@ export class GatewayMetrics {
   }
 
   /** Exposes supervisor session counts (read at scrape time; sessions know nothing of metrics). */
-  watchSessions(source: { readonly size: number; readonly connections: number; readonly closes: ReadonlyMap<number, number> }): void {
+  watchSessions(source: {
+    readonly size: number;
+    readonly connections: number;
+    readonly closes: ReadonlyMap<number, number>;
+    readonly relay: { readonly active: number };
+  }): void {
     const registers = [this.registry];
+    new Gauge({
+      name: 'sandgate_relay_streams',
+      help: 'Relay streams open or opening over this gateway\'s supervisor sessions',
+      registers,
+      collect() {
+        this.set(source.relay.active);
+      },
+    });
     new Gauge({
       name: 'sandgate_sessions_active',
       help: 'Supervisor sessions accepted on this gateway',

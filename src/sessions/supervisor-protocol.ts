@@ -2,7 +2,8 @@ import { isDnsLabel } from '../domain/labels.js';
 
 /**
  * The supervisor protocol, version 1 (docs/supervisor-protocol.md documents every message and close code).
- * JSON text frames; the WebSocket subprotocol names the version so a future v2 can be negotiated.
+ * JSON text frames for the session itself; after `accepted`, binary frames carry relay streams
+ * (relay-frames.ts). The WebSocket subprotocol names the version so a future v2 can be negotiated.
  */
 
 export const SUBPROTOCOL = 'sandgate.supervisor.v1';
@@ -23,7 +24,7 @@ export const CLOSE = {
   superseded: 4000,
   /** No frame from the peer for 3 heartbeat intervals. */
   heartbeatTimeout: 4001,
-  /** Malformed frame: not JSON, not an object, missing or invalid fields. */
+  /** Malformed frame: not JSON, not an object, missing or invalid fields, or a malformed relay frame. */
   malformed: 4400,
   /** Missing, expired, wrong-audience, wrongly signed or `alg: none` token. */
   unauthorized: 4401,
@@ -33,7 +34,10 @@ export const CLOSE = {
   helloTimeout: 4408,
   /** This gateway lost the sandbox's presence to a newer claim elsewhere (it was partitioned or paused). */
   presenceLost: 4409,
-  /** A frame of a type not allowed now: unknown type, a second hello, binary frames, anything before hello. */
+  /**
+   * A frame of a type not allowed now: unknown type, a second hello, binary frames before accepted, a
+   * relay frame only the other side may send, anything before hello.
+   */
   unexpected: 4415,
   /** The gateway failed to record the session. Reconnect with backoff. */
   internal: 4500,
@@ -59,6 +63,8 @@ export interface Accepted {
   readonly sessionId: string;
   readonly epoch: number;
   readonly heartbeatIntervalMs: number;
+  /** Largest frame the gateway accepts: the supervisor cuts relay DATA to fit (an older gateway omits it). */
+  readonly maxFrameBytes?: number;
 }
 
 export interface Rejected {

@@ -5,6 +5,9 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { PresenceRecord, PresenceStore } from './presence/presence-store.js';
+import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW_BYTES, RelayMux, wsTransport } from './relay-mux.js';
+import type { RelayStream } from './relay-stream.js';
+import { DEFAULT_RELAY_LIMITS, RelayStreams, type RelayLimits, type RelayOpener } from './relay-streams.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKeys, type TokenSubject } from './supervisor-token.js';
@@ -14,6 +17,9 @@ import { isTokenRejection, verifySupervisorToken, type SupervisorKeys, type Toke
  * listener. Authenticates the sandbox-bound token, runs the hello handshake, keeps heartbeats both ways
  * with a missed-heartbeat timeout, records presence in the store, and closes sessions with specific codes
  * (supervisor-protocol.ts). A hostile frame closes its socket and changes no state.
+ *
+ * Each accepted session also carries relay streams (relay-mux.ts): `openRelayStream()` reaches a port on
+ * the loopback of a sandbox whose session this gateway holds, within the caps of RelayLimits.
  */
 
 export interface SupervisorServerOptions {
@@ -30,6 +36,12 @@ export interface SupervisorServerOptions {
   readonly now?: () => number;
   /** Run the heartbeat sweep on a timer (tests turn it off and call sweep()). */
   readonly autoSweep?: boolean;
+  /** Relay caps and open timeout (default 32 per sandbox, 256 overall, 10 s). */
+  readonly relay?: Partial<RelayLimits>;
+  /** Receive window per relay stream (default 256 KiB). */
+  readonly relayWindowBytes?: number;
+  /** WebSocket bytes not yet written out above which relay streams stop sending (default 1 MiB). */
+  readonly relayHighWaterBytes?: number;
 }
 
 type State = 'hello' | 'claiming' | 'active' | 'closed';
@@ -46,9 +58,11 @@ export interface LocalSession {
   epoch: number;
   since: number;
   lastSeen: number;
+  /** The session's relay streams, from `accepted` on. */
+  mux: RelayMux | undefined;
 }
 
-export class SupervisorServer {
+export class SupervisorServer implements RelayOpener {
   private readonly http: Server;
   private readonly wss: WebSocketServer;
   private readonly registry = new SessionRegistry<LocalSession>();
@@ -62,6 +76,8 @@ export class SupervisorServer {
   private readonly unsubscribe: (() => void)[] = [];
   /** Closes by code, for metrics. */
   readonly closes = new Map<number, number>();
+  /** Relay streams over this gateway's sessions, with their caps. */
+  readonly relay: RelayStreams;
   port = 0;
 
   constructor(
@@ -70,6 +86,7 @@ export class SupervisorServer {
     private readonly log: Logger,
   ) {
     this.now = opts.now ?? Date.now;
+    this.relay = new RelayStreams((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
     this.http = createServer((_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
       res.end(JSON.stringify({ code: 'upgrade_required', message: `connect with a WebSocket to ${SUPERVISOR_PATH}` }));
@@ -99,6 +116,11 @@ export class SupervisorServer {
   session(namespace: string, name: string): LocalSession | undefined {
     const s = this.registry.get(namespace, name);
     return s?.state === 'active' ? s : undefined;
+  }
+
+  /** A byte stream to `127.0.0.1:<port>` in the sandbox, over its session here (relay-streams.ts). */
+  openRelayStream(namespace: string, name: string, port: number, signal?: AbortSignal): Promise<RelayStream> {
+    return this.relay.openRelayStream(namespace, name, port, signal);
   }
 
   async start(): Promise<number> {
@@ -193,6 +215,7 @@ export class SupervisorServer {
         epoch: 0,
         since: 0,
         lastSeen: this.now(),
+        mux: undefined,
       };
       this.open.add(s);
       ws.on('close', () => this.closed(s));
@@ -208,7 +231,13 @@ export class SupervisorServer {
   private frame(s: LocalSession, subject: TokenSubject, data: RawData, isBinary: boolean): void {
     if (s.state === 'closed') return;
     s.lastSeen = this.now();
-    if (isBinary) return this.closeSession(s, CLOSE.unexpected, 'binary frames are not part of this protocol version');
+    if (isBinary) {
+      // Relay frames: legal only once the session is accepted.
+      if (s.state !== 'active' || s.mux === undefined) return this.closeSession(s, CLOSE.unexpected, 'binary frames before accepted');
+      const bad = s.mux.receive(binaryOf(data));
+      if (bad !== undefined) this.closeSession(s, bad.close, bad.message);
+      return;
+    }
     const m = parseClientFrame(data.toString());
     if (isFrameError(m)) return this.closeSession(s, m.close, m.message);
     switch (m.type) {
@@ -251,7 +280,15 @@ export class SupervisorServer {
     }
     s.state = 'active';
     s.lastSeen = this.now();
-    this.send(s, { type: 'accepted', sessionId: s.sessionId, epoch: record.epoch, heartbeatIntervalMs: this.opts.heartbeatIntervalMs });
+    s.mux = new RelayMux({
+      role: 'gateway',
+      transport: wsTransport(s.ws),
+      windowBytes: this.opts.relayWindowBytes ?? DEFAULT_WINDOW_BYTES,
+      // The supervisor accepts large frames; 64 KiB keeps one stream from holding the socket for long.
+      maxChunkBytes: DEFAULT_CHUNK_BYTES,
+      highWaterBytes: this.opts.relayHighWaterBytes ?? DEFAULT_HIGH_WATER_BYTES,
+    });
+    this.send(s, { type: 'accepted', sessionId: s.sessionId, epoch: record.epoch, heartbeatIntervalMs: this.opts.heartbeatIntervalMs, maxFrameBytes: this.opts.maxFrameBytes });
     this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version }, 'supervisor session accepted');
   }
 
@@ -299,6 +336,7 @@ export class SupervisorServer {
   }
 
   private cleanup(s: LocalSession): void {
+    s.mux?.close();
     if (this.shuttingDown) {
       this.registry.removeIfCurrent(s);
       return;

@@ -47,7 +47,7 @@ function get(port: number, host: string, path = '/'): Promise<{ status: number; 
 describe('sandgate serve', () => {
   it("the demo (npm start): the README's curls route through the proxy and HTTP authz, and the supervised sandbox becomes Ready", async () => {
     const [admin, proxy] = [await freePort(), await freePort()];
-    const g = serve(['--admin-port', String(admin), '--proxy-port', String(proxy), '--grpc-port', '0', '--supervisor-port', '0', '--listen-host', '127.0.0.1'], (l) => l.msg === 'supervisor session accepted');
+    const g = serve(['--admin-port', String(admin), '--proxy-port', String(proxy), '--grpc-port', '0', '--supervisor-port', '0', '--relay-port', '0', '--listen-host', '127.0.0.1'], (l) => l.msg === 'supervisor session accepted');
     try {
       await g.ready;
       const viaProxy = await get(proxy, '8000-web.team-a.localhost:8080', '/hello');
@@ -71,7 +71,7 @@ describe('sandgate serve', () => {
     const admin = await freePort();
     const files = clusterFiles('sandboxes:\n  - {namespace: a, name: web, address: 127.0.0.2, supervisor: none}\n');
     let started = 0;
-    const g = serve(['--workers', '2', '--sandboxes', files.sandboxes, '--admin-port', String(admin), '--grpc-port', '0', '--proxy-port', '0', '--listen-host', '127.0.0.1'], (l) => l.msg === 'sandgate started' && ++started === 2);
+    const g = serve(['--workers', '2', '--sandboxes', files.sandboxes, '--admin-port', String(admin), '--grpc-port', '0', '--proxy-port', '0', '--relay-port', '0', '--listen-host', '127.0.0.1'], (l) => l.msg === 'sandgate started' && ++started === 2);
     try {
       await g.ready;
       const ids = new Set<string>();

@@ -249,3 +249,31 @@ describe('embedded proxy', () => {
     expect(status).toBe(409);
   });
 });
+
+describe('embedded proxy: per-sandbox connection cap', () => {
+  it('answers 429 too_many_connections past --max-connections-per-sandbox, and frees the slot when a response ends', async () => {
+    const held: (() => void)[] = [];
+    const up = await startUpstream((_req, res) => held.push(() => res.end('done')));
+    const t = await startTestGateway([new TestDriver([snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })])], {
+      maxConnectionsPerSandbox: 2,
+    });
+    try {
+      const host = `${up.port}-web.team-a.localhost`;
+      const first = viaProxy(t.gw.proxyPort!, { host });
+      const second = viaProxy(t.gw.proxyPort!, { host });
+      while (held.length < 2) await new Promise((r) => setTimeout(r, 5));
+      const third = await viaProxy(t.gw.proxyPort!, { host });
+      expect([third.status, JSON.parse(await text(third)).code]).toEqual([429, 'too_many_connections']);
+      held.shift()!();
+      expect(await text(await first)).toBe('done');
+      const fourth = viaProxy(t.gw.proxyPort!, { host });
+      while (held.length < 2) await new Promise((r) => setTimeout(r, 5));
+      for (const release of held.splice(0)) release();
+      expect(await text(await second)).toBe('done');
+      expect(await text(await fourth)).toBe('done');
+    } finally {
+      await t.close();
+      await up.close();
+    }
+  });
+});

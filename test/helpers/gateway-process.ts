@@ -43,7 +43,7 @@ export function clusterFiles(sandboxesYaml: string): { sandboxes: string; secret
 export async function startGatewayProcess(id: string, args: readonly string[]): Promise<GatewayProcess> {
   const proc = spawn(
     process.execPath,
-    [CLI, 'serve', '--gateway-id', id, '--listen-host', '127.0.0.1', '--grpc-port', '0', '--admin-port', '0', '--supervisor-port', '0', '--proxy-port', '0', '--demo', 'off', ...args],
+    [CLI, 'serve', '--gateway-id', id, '--listen-host', '127.0.0.1', '--grpc-port', '0', '--admin-port', '0', '--supervisor-port', '0', '--proxy-port', '0', '--relay-port', '0', '--demo', 'off', ...args],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const logs: Record<string, unknown>[] = [];

@@ -17,7 +17,7 @@ export interface TestGateway {
 export async function startTestGateway(drivers: Driver[], overrides: Record<string, unknown> = {}, extra: Partial<GatewayOptions> = {}): Promise<TestGateway> {
   const logs = new MemoryLogSink();
   const config = resolveConfig({
-    overrides: { listenHost: '127.0.0.1', grpcPort: 0, adminPort: 0, supervisorPort: 0, proxyPort: 0, logLevel: 'debug', shutdownTimeoutMs: 1000, gatewayId: 'gw-test', ...overrides },
+    overrides: { listenHost: '127.0.0.1', grpcPort: 0, adminPort: 0, supervisorPort: 0, proxyPort: 0, relayPort: 0, logLevel: 'debug', shutdownTimeoutMs: 1000, gatewayId: 'gw-test', ...overrides },
   });
   const gw = await startGateway({ config, drivers, logDestination: logs, ...extra });
   return { gw, logs, admin: `http://127.0.0.1:${gw.adminPort}`, grpcTarget: `127.0.0.1:${gw.grpcPort}`, close: () => gw.close() };

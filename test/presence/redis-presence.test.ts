@@ -238,8 +238,8 @@ describe('RedisPresence between two gateways', () => {
     for (let i = 0; i < 10_000; i++) if (a.get('ns', 'sb') !== undefined && [...a.list()].length === 1) hits++;
     const after = (await admin.info('stats')).match(/total_commands_processed:(\d+)/)![1];
     expect(hits).toBe(10_000);
-    // Only the two INFO calls themselves (a renewal may fall in between: at most one script's worth).
-    expect(Number(after) - Number(before)).toBeLessThan(15);
+    // Only the INFO calls themselves and any background renewal that fell in between, not 20,000 reads.
+    expect(Number(after) - Number(before)).toBeLessThan(50);
   });
 
   it('a throwing listener is logged and does not stop the others', async () => {

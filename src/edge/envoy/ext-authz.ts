@@ -5,6 +5,7 @@ import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
 import { lowerCaseHeaders, presentHeaders, type DoorOptions } from '../headers.js';
+import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
  * Envoy ext_authz v3 (`envoy.service.auth.v3.Authorization/Check`). Allow → `ok_response` that sets the
@@ -60,6 +61,7 @@ export function checkRequestToRoute(req: CheckRequest): RouteRequest {
 export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   const headers = [set(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
+  for (const [k, v] of relayHeaders(d, opts.relaySecret)) headers.push(set(k, v));
   return {
     status: { code: 0 },
     ok_response: { headers, headers_to_remove: presentHeaders(req.headers, opts.removeHeaders) ?? [] },

@@ -5,6 +5,7 @@ import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
 import { addHeader, presentHeaders, type DoorOptions } from '../headers.js';
+import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
  * Envoy ext_proc v3 (`envoy.service.ext_proc.v3.ExternalProcessor/Process`): one bidirectional stream per
@@ -57,6 +58,7 @@ export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteR
 function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   const set_headers = [rawSet(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
+  for (const [k, v] of relayHeaders(d, opts.relaySecret)) set_headers.push(rawSet(k, v));
   return {
     request_headers: {
       response: {

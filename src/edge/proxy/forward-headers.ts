@@ -7,7 +7,7 @@ import { ROUTING_HEADERS } from '../../domain/route-key.js';
  * them), and any configured credential headers. Set: `X-Forwarded-For` (appended), `-Proto`, `-Host`.
  */
 
-const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'proxy-authenticate', 'proxy-authorization'];
+export const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'proxy-authenticate', 'proxy-authorization'];
 /** Set by the proxy itself; a client's copies are replaced (X-Forwarded-For is appended to instead). */
 const SET_BY_PROXY = ['x-forwarded-proto', 'x-forwarded-host'];
 
@@ -43,7 +43,7 @@ export interface ForwardContext {
 
 /**
  * Filters Node's `rawHeaders` (name, value, name, value…) into a flat list for undici, keeping
- * duplicates and order. `keepUpgrade` keeps `Connection: upgrade` / `Upgrade` for WebSocket handshakes.
+ * duplicates and order. `keep` keeps `Connection: upgrade` / `Upgrade` for WebSocket handshakes.
  */
 export function forwardRequestHeaders(raw: readonly string[], drop: ReadonlySet<string>, ctx: ForwardContext, keep?: ReadonlySet<string>): string[] {
   const named = connectionTokens(raw);
@@ -62,6 +62,23 @@ export function forwardRequestHeaders(raw: readonly string[], drop: ReadonlySet<
   out.push('x-forwarded-for', xff === undefined ? ctx.clientIp : xff + ', ' + ctx.clientIp);
   out.push('x-forwarded-proto', ctx.proto);
   if (ctx.host !== undefined) out.push('x-forwarded-host', ctx.host);
+  return out;
+}
+
+/**
+ * Filters headers on an internal hop (a relay listener passing on what Envoy or a peer gateway already
+ * prepared): hop-by-hop headers, the names in `drop` and every name starting with `dropPrefix` go; no
+ * X-Forwarded-* is added, since the first proxy set them.
+ */
+export function filterRequestHeaders(raw: readonly string[], drop: ReadonlySet<string>, dropPrefix: string, keep?: ReadonlySet<string>): string[] {
+  const named = connectionTokens(raw);
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    const lower = name.toLowerCase();
+    if ((drop.has(lower) || named?.has(lower) === true || lower.startsWith(dropPrefix)) && keep?.has(lower) !== true) continue;
+    out.push(name, raw[i + 1]!);
+  }
   return out;
 }
 

@@ -6,17 +6,35 @@ import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.
 import type { ErrorCode } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import type { Logger } from '../../observability/logger.js';
+import type { RelayOpener } from '../../sessions/relay-streams.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
+import { exchange, relayDenial } from '../relay/relay-exchange.js';
+import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
+import { ConnectionLimit } from './connection-limit.js';
 import { dropSet, forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
-import { tunnelUpgrade, type TunnelOptions } from './websocket-tunnel.js';
+import { connectFailure, spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from './websocket-tunnel.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
  * doors and carries the request itself with undici — one keep-alive pool per upstream (undici's Agent
  * keeps a Pool per origin), bodies streamed both ways with backpressure, responses written as they
  * arrive (SSE and chunked responses are not buffered), WebSocket upgrades tunnelled byte for byte.
+ *
+ * A relay decision (a sandbox with no inbound network) goes to the relay listener of the gateway
+ * holding the sandbox's supervisor session, with the relay secret and target headers; when that gateway
+ * is this one, the request rides the local session's relay stream directly, with no network hop.
  */
+
+/** How the proxy reaches relay-only sandboxes. */
+export interface ProxyRelay {
+  /** This gateway's id: a relay decision whose session is held here uses `streams` directly. */
+  readonly gatewayId: string;
+  /** Presented to peers' relay listeners. */
+  readonly secret: string;
+  /** This gateway's supervisor sessions (undefined when its supervisor endpoint is off). */
+  readonly streams: RelayOpener | undefined;
+}
 
 export interface ProxyOptions {
   readonly host: string;
@@ -29,6 +47,10 @@ export interface ProxyOptions {
   readonly headersTimeoutMs: number;
   /** Longest silence on an open request or response body before both sides are closed. */
   readonly idleTimeoutMs: number;
+  /** Relay-only sandboxes; without it a relay decision answers 502 sandbox_unreachable. */
+  readonly relay?: ProxyRelay;
+  /** Concurrent requests and WebSockets per sandbox (0 = no cap); past it 429 too_many_connections. */
+  readonly maxConnectionsPerSandbox?: number;
 }
 
 /** Maps an undici/socket error, before any response byte was sent, to the denial the client gets. */
@@ -46,10 +68,30 @@ export function upstreamFailure(err: unknown): ErrorCode {
   }
 }
 
+/** Maps a failure to reach a peer gateway's relay listener: the sandbox has no route from here. */
+export function relayHopFailure(err: unknown): ErrorCode {
+  const code = (err as { code?: string }).code;
+  switch (code) {
+    case 'ECONNREFUSED':
+    case 'ECONNRESET':
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+    case 'UND_ERR_CONNECT_TIMEOUT':
+    case 'ETIMEDOUT':
+      return 'sandbox_unreachable';
+    case 'UND_ERR_HEADERS_TIMEOUT':
+      return 'upstream_timeout';
+    default:
+      return 'upstream_error';
+  }
+}
+
 export class EmbeddedProxy {
   private readonly server: Server;
   private readonly agent: Agent;
   private readonly drop: ReadonlySet<string>;
+  /** In-flight requests and tunnels per sandbox. */
+  readonly connections: ConnectionLimit;
   port = 0;
 
   constructor(
@@ -57,7 +99,9 @@ export class EmbeddedProxy {
     private readonly opts: ProxyOptions,
     private readonly log: Logger,
   ) {
-    this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: opts.stripHeaders });
+    // A client's copies of the relay headers never travel on: a relay hop gets the gateway's own.
+    this.connections = new ConnectionLimit(opts.maxConnectionsPerSandbox ?? 0);
+    this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER] });
     this.agent = new Agent({
       connect: { timeout: opts.connectTimeoutMs, noDelay: true },
       headersTimeout: opts.headersTimeoutMs,
@@ -128,7 +172,19 @@ export class EmbeddedProxy {
 
   private request(req: IncomingMessage, res: ServerResponse): void {
     const route = this.route(req);
-    this.decideFor(route, res, (d) => (d.allow ? this.forward(req, res, d) : this.refuse(res, d, route)));
+    this.decideFor(route, res, (d) => {
+      if (!d.allow) return this.refuse(res, d, route);
+      if (!this.take(d, res)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
+      this.forward(req, res, d);
+    });
+  }
+
+  /** Takes a connection slot for the decided sandbox until `closes` closes. */
+  private take(d: Allow, closes: { once(event: 'close', fn: () => void): unknown }): boolean {
+    const key = d.entry.namespace + '/' + d.entry.name;
+    if (!this.connections.acquire(key)) return false;
+    closes.once('close', () => this.connections.release(key));
+    return true;
   }
 
   private refuse(res: ServerResponse, d: Deny, route: RouteRequest): void {
@@ -139,6 +195,36 @@ export class EmbeddedProxy {
   }
 
   private forward(req: IncomingMessage, res: ServerResponse, d: Allow): void {
+    const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
+    if (!d.relay) return this.send(req, res, d, headers, upstreamFailure);
+    const local = this.localRelay(d);
+    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), this.route(req));
+    if (local !== undefined) {
+      const timeouts = { headersTimeoutMs: this.opts.headersTimeoutMs, idleTimeoutMs: this.opts.idleTimeoutMs };
+      return exchange(req, res, d.target.path ?? req.url ?? '/', headers, local, timeouts, (err) => {
+        this.log.debug({ err, sandbox: d.entry.namespace + '/' + d.entry.name }, 'relay failed before the response');
+        this.refuse(res, relayDenial(err, d.entry), this.route(req));
+      });
+    }
+    for (const [k, v] of relayHeaders(d, this.opts.relay!.secret)) headers.push(k, v);
+    this.send(req, res, d, headers, relayHopFailure);
+  }
+
+  /**
+   * For a relay decision: the local session's stream opener when this gateway holds the session,
+   * 'unreachable' when relaying is off here, undefined when the session is on a peer.
+   */
+  private localRelay(d: Allow): Connect | 'unreachable' | undefined {
+    const relay = this.opts.relay;
+    if (relay === undefined) return 'unreachable';
+    if (d.entry.relayOwner !== relay.gatewayId) return undefined;
+    const streams = relay.streams;
+    if (streams === undefined) return 'unreachable';
+    return (signal) => streams.openRelayStream(d.entry.namespace, d.entry.name, d.target.port, signal);
+  }
+
+  /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
+  private send(req: IncomingMessage, res: ServerResponse, d: Allow, headers: string[], failure: (err: unknown) => ErrorCode): void {
     const ac = new AbortController();
     // The client went away before the response finished: abort the upstream request too.
     res.once('close', () => {
@@ -150,7 +236,7 @@ export class EmbeddedProxy {
         origin: 'http://' + d.upstream,
         path: d.target.path ?? req.url ?? '/',
         method: req.method as 'GET',
-        headers: forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req)),
+        headers,
         body: hasBody ? req : null,
         signal: ac.signal,
       },
@@ -164,7 +250,7 @@ export class EmbeddedProxy {
         if (err === null) return;
         if (!res.headersSent) {
           if (ac.signal.aborted) return;
-          const code = upstreamFailure(err);
+          const code = failure(err);
           this.log.debug({ err, upstream: d.upstream, code }, 'upstream failed before the response');
           return this.refuse(res, deny(code, undefined, d.entry), this.route(req));
         }
@@ -180,13 +266,20 @@ export class EmbeddedProxy {
     this.decideFor(route, socket, (d) => {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
-      const opts: TunnelOptions = {
-        drop: this.drop,
-        stripOrigin: this.opts.stripOriginOnUpgrade,
-        connectTimeoutMs: this.opts.connectTimeoutMs,
-        idleTimeoutMs: this.opts.idleTimeoutMs,
-      };
-      tunnelUpgrade(req, socket, head, d, this.context(req), opts, (code) => writeDenial(socket, deny(code, undefined, d.entry), route));
+      if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
+      const headers = upgradeHeaders(req, this.drop, this.context(req), this.opts.stripOriginOnUpgrade);
+      const path = d.target.path ?? req.url ?? '/';
+      const idle = this.opts.idleTimeoutMs;
+      if (!d.relay) {
+        const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
+        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(connectFailure(err), undefined, d.entry), route));
+      }
+      const local = this.localRelay(d);
+      if (local === 'unreachable') return writeDenial(socket, deny('sandbox_unreachable', undefined, d.entry), route);
+      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => writeDenial(socket, relayDenial(err, d.entry), route));
+      for (const [k, v] of relayHeaders(d, this.opts.relay!.secret)) headers.push(k, v);
+      const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
+      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(relayHopFailure(err), undefined, d.entry), route));
     });
   }
 }

@@ -51,6 +51,8 @@ export interface PresenceStore {
    * partitioned or paused while the supervisor moved): the local session must be closed.
    */
   onLost(listener: (record: PresenceRecord) => void): () => void;
+  /** What another gateway published in its live lease (e.g. its relay listener); stores of one gateway have none. */
+  gatewayInfo?(gatewayId: string): Readonly<Record<string, string>> | undefined;
   /** Reasons the store is degraded (backend unreachable: serving from the mirror); empty when healthy. */
   degraded(): string[];
   /** Stops background work. `release: true` (graceful shutdown) deletes this gateway's lease and records at once. */

@@ -41,7 +41,9 @@ export function createClient(url: string, options: PresenceRedisOptions | undefi
       enableOfflineQueue: false,
       clusterRetryStrategy: reconnectDelay,
       scaleReads: 'master',
-      redisOptions: { ...credentialsOf(url), ...failFast, ...redisOptions, lazyConnect: false },
+      // ioredis keeps its own node-connection settings (offline queue until the lazy socket connects, no
+      // per-node reconnect); the timeouts and the no-resend rule below still apply to every node.
+      redisOptions: { ...credentialsOf(url), ...failFast, ...redisOptions },
     };
     return new Cluster(
       cluster.map((n) => ({ host: n.host, port: n.port })),

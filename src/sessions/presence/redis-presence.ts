@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ListenerSet } from './presence-listeners.js';
@@ -70,6 +71,8 @@ export class RedisPresence implements PresenceStore {
   private readonly pendingReleases = new Map<string, Set<string>>();
   private problem: string | undefined;
   private subProblem: string | undefined = 'presence store subscription not started';
+  private subscribing: Promise<void> | undefined;
+  private readonly commandTimeoutMs: number;
   private lastVersion = -1;
   /** Messages held while a scan is in flight, replayed after it (those the scan already covers are skipped). */
   private buffered: PresenceMessage[] | undefined = [];
@@ -91,13 +94,18 @@ export class RedisPresence implements PresenceStore {
     this.keys = presenceKeys(opts.keyPrefix ?? 'sandgate');
     this.keyList = scriptKeys(this.keys);
     this.ttlMs = opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
-    this.renewMs = Math.max(1, Math.floor(this.ttlMs / 3));
+    this.renewMs = Math.floor(this.ttlMs / 3);
     this.rescanMs = opts.rescanMs ?? DEFAULT_RESCAN_MS;
+    // The config schema validates these for operators; this guards other callers against a busy loop.
+    assert(opts.gatewayId !== '', 'gatewayId must not be empty');
+    assert(Number.isInteger(this.ttlMs) && this.ttlMs >= 30, 'leaseTtlMs must be an integer of at least 30');
+    assert(Number.isInteger(this.rescanMs) && this.rescanMs >= 10, 'rescanMs must be an integer of at least 10');
     this.infoJson = encodeGatewayInfo(this.incarnation, opts.gatewayInfo ?? {});
-    // A command must fail well inside one renewal period's slack, or a hung Redis would stall the tick.
-    const timeout = Math.max(250, Math.floor(this.ttlMs / 2));
-    this.main = createClient(opts.url, opts.redisOptions, timeout, `sandgate-presence:${opts.gatewayId}`);
-    this.sub = createClient(opts.url, opts.redisOptions, timeout, `sandgate-presence-sub:${opts.gatewayId}`);
+    // A command must fail well inside one renewal period's slack, or a hung Redis would stall the tick;
+    // capped so a claim during a Redis hang delays a session's acceptance by at most 2 s, once.
+    this.commandTimeoutMs = Math.min(2000, Math.max(250, Math.floor(this.ttlMs / 2)));
+    this.main = createClient(opts.url, opts.redisOptions, this.commandTimeoutMs, `sandgate-presence:${opts.gatewayId}`);
+    this.sub = createClient(opts.url, opts.redisOptions, this.commandTimeoutMs, `sandgate-presence-sub:${opts.gatewayId}`);
     this.mirror = new PresenceMirror(this.gatewayId, this.incarnation, {
       change: (namespace, name, record) => this.report(this.changes.emit(namespace, name, record), 'change'),
       lost: (record) => {
@@ -150,9 +158,9 @@ export class RedisPresence implements PresenceStore {
       if (this.writable()) {
         try {
           const args = [this.keys.channel, field, this.gatewayId, this.incarnation, sessionId, instanceId, String(since), epoch];
-          epoch = Number(await runScript(this.main, SCRIPTS.claim, this.keyList, args));
-          // The claim overwrote whatever Redis held for the sandbox: queued work for it is moot.
+          // The claim overwrites whatever Redis holds for the sandbox: queued work for it is moot.
           this.dirty.delete(field);
+          epoch = Number(await runScript(this.main, SCRIPTS.claim, this.keyList, args));
           this.pendingReleases.delete(field);
         } catch (err) {
           this.setOffline(err);
@@ -211,7 +219,7 @@ export class RedisPresence implements PresenceStore {
   degraded(): string[] {
     const out: string[] = [];
     if (this.problem !== undefined) out.push(this.problem);
-    if (this.subProblem !== undefined && this.problem === undefined) out.push(this.subProblem);
+    if (this.subProblem !== undefined && this.problem === undefined) out.push(`${this.subProblem} (connection ${this.sub.status})`);
     return out;
   }
 
@@ -278,6 +286,7 @@ export class RedisPresence implements PresenceStore {
   }
 
   private async tick(): Promise<void> {
+    if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
     if (this.main.status !== 'ready') return;
     try {
       const args = [this.keys.channel, this.gatewayId, this.incarnation, this.ttlMs, this.infoJson, Math.max(10 * this.ttlMs, 60_000)];
@@ -293,8 +302,9 @@ export class RedisPresence implements PresenceStore {
       this.checkVersion(version);
       await this.flush();
       if (this.reloadWanted) {
-        await this.reload();
+        // Cleared first: a gap seen while replaying held messages asks for another scan.
         this.reloadWanted = false;
+        await this.reload();
         await this.collect();
       }
       this.setOnline();
@@ -343,8 +353,16 @@ export class RedisPresence implements PresenceStore {
       return;
     }
     const args = [this.keys.channel, field, this.gatewayId, this.incarnation, l.sessionId, l.instanceId, String(l.since), l.epoch];
-    const [ok, epoch, raw] = (await runScript(this.main, SCRIPTS.assert, this.keyList, args)) as AssertReply;
+    // Cleared before the write, so a reconnect that marks it again meanwhile is not forgotten.
     this.dirty.delete(field);
+    let reply: AssertReply;
+    try {
+      reply = (await runScript(this.main, SCRIPTS.assert, this.keyList, args)) as AssertReply;
+    } catch (err) {
+      this.dirty.add(field);
+      throw err;
+    }
+    const [ok, epoch, raw] = reply;
     if (this.mirror.localRecord(field) !== l) return;
     if (ok === 1) {
       if (epoch !== l.epoch) this.mirror.setLocal({ ...l, epoch });
@@ -390,16 +408,31 @@ export class RedisPresence implements PresenceStore {
     }
   }
 
-  private async subscribe(): Promise<void> {
-    try {
-      await this.sub.subscribe(this.keys.channel);
-      this.subProblem = undefined;
-      // Messages published while unsubscribed are gone: re-scan.
-      this.reloadWanted = true;
-      void this.kick();
-    } catch (err) {
-      this.setSubDown(err);
-    }
+  /**
+   * Subscribes the change stream; at most one attempt in flight, bounded by the command timeout (a Cluster
+   * client routes SUBSCRIBE through its own subscriber connection, which may still be switching nodes).
+   * Every tick retries while unsubscribed.
+   */
+  private subscribe(): Promise<void> {
+    this.subscribing ??= (async () => {
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        await Promise.race([
+          this.sub.subscribe(this.keys.channel),
+          new Promise((_resolve, reject) => (timer = setTimeout(() => reject(new Error('SUBSCRIBE timed out')), this.commandTimeoutMs))),
+        ]);
+        this.subProblem = undefined;
+        // Messages published while unsubscribed are gone: re-scan.
+        this.reloadWanted = true;
+        void this.kick();
+      } catch (err) {
+        this.setSubDown(err);
+      } finally {
+        clearTimeout(timer);
+        this.subscribing = undefined;
+      }
+    })();
+    return this.subscribing;
   }
 
   private onMessage(text: string): void {
@@ -463,6 +496,9 @@ export class RedisPresence implements PresenceStore {
     if (this.problem === undefined) this.log.warn({ err: errorText(err) }, 'presence store cannot reach Redis; serving from the mirror');
     this.problem = reason;
     this.reloadWanted = true;
+    // A renewal whose reply was lost may have run late and found the lease lapsed (and the records
+    // collected) without this gateway hearing it: re-assert everything once Redis answers again.
+    this.resync = true;
     clearTimeout(this.lapseTimer);
   }
 

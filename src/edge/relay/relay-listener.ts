@@ -1,0 +1,126 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { deny, type Deny } from '../../domain/decide.js';
+import type { RouteRequest } from '../../domain/route-key.js';
+import type { Logger } from '../../observability/logger.js';
+import type { RelayOpener } from '../../sessions/relay-streams.js';
+import { renderDenial } from '../denial.js';
+import { filterRequestHeaders, HOP_BY_HOP } from '../proxy/forward-headers.js';
+import { writeDenial } from '../proxy/http-proxy.js';
+import { KEEP_ON_UPGRADE, spliceUpgrade } from '../proxy/websocket-tunnel.js';
+import { exchange, relayDenial } from './relay-exchange.js';
+import { GATEWAY_HEADER_PREFIX, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relaySecretMatches, type RelayTarget } from './relay-headers.js';
+
+/**
+ * The relay listener (`--relay-port`, default 8082): where Envoy, or a peer gateway's embedded proxy,
+ * sends a request for a relay-only sandbox whose supervisor session this gateway holds. The caller has
+ * already decided; the listener only checks the shared secret (`x-sandgate-relay-auth`, constant time),
+ * reads the target (`x-sandgate-relay-target: <namespace>/<name>:<port>`), strips every `x-sandgate-*`
+ * header, and carries the request — or the WebSocket upgrade — over a relay stream of the local session.
+ *
+ * Answers of its own: 401 `relay_unauthorized`, 400 `invalid_route` (no or bad target), 502
+ * `sandbox_unreachable` (no session for the target here: it moved; the caller's next decision follows
+ * it), 503 `relay_busy`, and the usual 502/504 when the sandbox refuses or does not answer.
+ */
+
+export interface RelayListenerOptions {
+  readonly host: string;
+  readonly port: number;
+  readonly secret: string;
+  readonly headersTimeoutMs: number;
+  readonly idleTimeoutMs: number;
+}
+
+const DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
+const UNAUTHORIZED_MESSAGE = 'The relay listener accepts only requests from this deployment\'s gateways and Envoy';
+
+export class RelayListener {
+  private readonly server: Server;
+  port = 0;
+
+  constructor(
+    private readonly streams: RelayOpener,
+    private readonly opts: RelayListenerOptions,
+    private readonly log: Logger,
+  ) {
+    this.server = createServer({ noDelay: true }, (req, res) => this.request(req, res));
+    this.server.keepAliveTimeout = 65_000;
+    // Long streams (SSE, downloads) are legitimate: only idleness ends them.
+    this.server.requestTimeout = 0;
+    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket as Socket, head));
+    this.server.on('clientError', (_err, socket) => {
+      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      else socket.destroy();
+    });
+  }
+
+  async start(): Promise<number> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.opts.port, this.opts.host, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    this.port = (this.server.address() as AddressInfo).port;
+    return this.port;
+  }
+
+  /** Stops accepting, lets requests in flight finish for up to `graceMs`, then cuts the rest. */
+  async close(graceMs: number): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.closeAllConnections();
+        resolve();
+      }, graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
+  }
+
+  /** Authenticates and reads the target, or says why not. */
+  private admit(req: IncomingMessage): RelayTarget | Deny {
+    if (!relaySecretMatches(this.opts.secret, req.headers[RELAY_AUTH_HEADER])) {
+      this.log.warn({ source: req.socket.remoteAddress }, 'relay request without a valid relay secret');
+      return deny('relay_unauthorized', UNAUTHORIZED_MESSAGE);
+    }
+    const target = parseRelayTarget(singleValue(req.headers[RELAY_TARGET_HEADER]));
+    return target ?? deny('invalid_route', `${RELAY_TARGET_HEADER} must be <namespace>/<name>:<port>`);
+  }
+
+  private request(req: IncomingMessage, res: ServerResponse): void {
+    const t = this.admit(req);
+    if ('allow' in t) return refuse(res, t, req);
+    const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX);
+    exchange(req, res, req.url ?? '/', headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.opts, (err) => {
+      this.log.debug({ err, target: t }, 'relay failed before the response');
+      refuse(res, relayDenial(err), req);
+    });
+  }
+
+  private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    const t = this.admit(req);
+    const route: RouteRequest = { headers: req.headers as RouteRequest['headers'], host: req.headers.host, path: req.url };
+    if ('allow' in t) return writeDenial(socket, t, route);
+    const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX, KEEP_ON_UPGRADE);
+    const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
+    spliceUpgrade(req, socket, head, req.url ?? '/', headers, open, this.opts.idleTimeoutMs, (err) => writeDenial(socket, relayDenial(err), route));
+  }
+}
+
+function singleValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? undefined : v;
+}
+
+function refuse(res: ServerResponse, d: Deny, req: IncomingMessage): void {
+  if (res.headersSent || res.destroyed) return;
+  const r = renderDenial(d, req.headers.accept);
+  for (const [k, v] of r.headers) res.setHeader(k, v);
+  res.writeHead(r.status).end(r.body);
+}
