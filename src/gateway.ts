@@ -1,6 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer } from 'node:http';
 import { hostname } from 'node:os';
 import type { DestinationStream } from 'pino';
 import { createAdminApi, type Readiness } from './api/admin-api.js';
@@ -28,6 +27,7 @@ import { resolveRelayAddress, resolveRelaySecret } from './edge/relay/relay-conf
 import { RelayListener } from './edge/relay/relay-listener.js';
 import { RelayError } from './sessions/relay-stream.js';
 import { SandgateError } from './domain/errors.js';
+import { closeGracefully, listenOn } from './lib/http-listen.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import { MemoryPresence } from './sessions/presence/memory-presence.js';
@@ -186,31 +186,6 @@ export function createPresenceStore(c: Config, gatewayId: string, log: Logger, g
   });
 }
 
-function listen(server: Server, host: string, port: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve((server.address() as AddressInfo).port);
-    });
-  });
-}
-
-function closeServer(server: Server, graceMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      server.closeAllConnections();
-      resolve();
-    }, graceMs);
-    timer.unref();
-    server.close(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-    server.closeIdleConnections();
-  });
-}
-
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const config = opts.config;
   const gatewayId = config.gatewayId !== '' ? config.gatewayId : `${hostname()}-${process.pid}`;
@@ -307,7 +282,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   let adminPort: number;
   try {
-    adminPort = await listen(admin, config.listenHost, config.adminPort);
+    adminPort = await listenOn(admin, config.listenHost, config.adminPort);
   } catch (err) {
     await Promise.all([grpc.close(0), relay.close(0)]);
     throw err;
@@ -381,7 +356,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       await keyStore?.close();
       await Promise.all(drivers.map((d) => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed'))));
       const grace = config.shutdownTimeoutMs;
-      await Promise.all([grpc.close(grace), closeServer(admin, grace), proxy?.close(grace), relay.close(grace)]);
+      await Promise.all([grpc.close(grace), closeGracefully(admin, grace), proxy?.close(grace), relay.close(grace)]);
       log.info('sandgate stopped');
     })());
 

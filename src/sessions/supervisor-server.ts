@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
@@ -8,6 +8,7 @@ import type { PresenceRecord, PresenceStore } from './presence/presence-store.js
 import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW_BYTES, RelayMux, wsTransport } from './relay-mux.js';
 import type { RelayStream } from './relay-stream.js';
 import { DEFAULT_RELAY_LIMITS, RelayStreams, type RelayLimits, type RelayOpener } from './relay-streams.js';
+import { listenOn } from '../lib/http-listen.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKeys, type TokenSubject } from './supervisor-token.js';
@@ -124,11 +125,7 @@ export class SupervisorServer implements RelayOpener {
   }
 
   async start(): Promise<number> {
-    await new Promise<void>((resolve, reject) => {
-      this.http.once('error', reject);
-      this.http.listen(this.opts.port, this.opts.host, () => resolve());
-    });
-    this.port = (this.http.address() as AddressInfo).port;
+    this.port = await listenOn(this.http, this.opts.host, this.opts.port);
     if (this.opts.autoSweep !== false) {
       this.sweeper = setInterval(() => this.sweep(), this.opts.heartbeatIntervalMs);
       this.sweeper.unref();

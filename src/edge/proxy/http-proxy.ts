@@ -1,10 +1,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Agent } from 'undici';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { ErrorCode } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
+import { closeGracefully, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-streams.js';
 import type { Decider } from '../decider.js';
@@ -120,27 +121,12 @@ export class EmbeddedProxy {
   }
 
   async start(): Promise<number> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(this.opts.port, this.opts.host, () => resolve());
-    });
-    this.port = (this.server.address() as AddressInfo).port;
+    this.port = await listenOn(this.server, this.opts.host, this.opts.port);
     return this.port;
   }
 
   async close(graceMs: number): Promise<void> {
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        this.server.closeAllConnections();
-        resolve();
-      }, graceMs);
-      timer.unref();
-      this.server.close(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-      this.server.closeIdleConnections();
-    });
+    await closeGracefully(this.server, graceMs);
     await this.agent.close();
   }
 

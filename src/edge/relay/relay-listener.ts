@@ -1,8 +1,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { deny, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
+import { closeGracefully, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-streams.js';
 import { renderDenial } from '../denial.js';
@@ -56,31 +57,13 @@ export class RelayListener {
   }
 
   async start(): Promise<number> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(this.opts.port, this.opts.host, () => {
-        this.server.off('error', reject);
-        resolve();
-      });
-    });
-    this.port = (this.server.address() as AddressInfo).port;
+    this.port = await listenOn(this.server, this.opts.host, this.opts.port);
     return this.port;
   }
 
   /** Stops accepting, lets requests in flight finish for up to `graceMs`, then cuts the rest. */
-  async close(graceMs: number): Promise<void> {
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        this.server.closeAllConnections();
-        resolve();
-      }, graceMs);
-      timer.unref();
-      this.server.close(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-      this.server.closeIdleConnections();
-    });
+  close(graceMs: number): Promise<void> {
+    return closeGracefully(this.server, graceMs);
   }
 
   /** Authenticates and reads the target, or says why not. */
