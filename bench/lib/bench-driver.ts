@@ -1,0 +1,102 @@
+import { Server, ServerCredentials, type ServerWritableStream } from '@grpc/grpc-js';
+import type { BackendSnapshot } from '../../src/domain/sandbox.js';
+import { sandboxDriverService, type WireWatchEvent, type WireWatchRequest } from '../../src/drivers/grpc/driver-proto.js';
+import { snapshotToWire } from '../../src/drivers/grpc/sandbox-codec.js';
+import { announceReady, exitWithParent, serveIpc } from './ipc.js';
+import { benchSnapshot } from './sandboxes.js';
+
+/**
+ * A remote driver (proto/sandgate/driver/v1/driver.proto) for the churn section, in its own process: it
+ * lists `count` ready sandboxes, then, when told, upserts them round-robin at a fixed rate — each update a
+ * new resourceVersion and a new Ready transition time, as a backend's status heartbeat would be — through
+ * the same WatchSandboxes stream the gateway's GrpcDriver reads in production.
+ *
+ *   node dist/bench/lib/bench-driver.js PORT        (then IPC: setup {count}, churn {rate}, stop {})
+ */
+
+const TICK_MS = 10;
+
+const port = Number(process.argv[2] ?? '0');
+const watchers = new Set<ServerWritableStream<WireWatchRequest, WireWatchEvent>>();
+let snapshots: BackendSnapshot[] = [];
+let version = 1;
+let cursor = 0;
+let timer: NodeJS.Timeout | undefined;
+let sent = 0;
+let startedAt = 0;
+
+function update(): void {
+  const i = cursor;
+  cursor = (cursor + 1) % snapshots.length;
+  const prior = snapshots[i]!;
+  const s: BackendSnapshot = {
+    ...prior,
+    resourceVersion: String(++version),
+    conditions: [{ ...prior.conditions[0]!, lastTransitionTime: new Date(1_735_689_600_000 + version * 1000).toISOString() }],
+  };
+  snapshots[i] = s;
+  const event: WireWatchEvent = { upserted: snapshotToWire(s) };
+  for (const w of watchers) w.write(event);
+  sent++;
+}
+
+/** Starts sending `rate` updates per second, evenly in ticks of TICK_MS; rate 0 stops. */
+function churn(rate: number): { rate: number } {
+  clearInterval(timer);
+  timer = undefined;
+  sent = 0;
+  startedAt = performance.now();
+  if (rate <= 0) return { rate: 0 };
+  timer = setInterval(() => {
+    // Catch up to where the rate says we should be, so a late tick does not lower the rate.
+    const due = Math.floor(((performance.now() - startedAt) / 1000) * rate);
+    while (sent < due) update();
+  }, TICK_MS);
+  return { rate };
+}
+
+function stop(): { sent: number; seconds: number } {
+  clearInterval(timer);
+  timer = undefined;
+  return { sent, seconds: (performance.now() - startedAt) / 1000 };
+}
+
+const server = new Server();
+server.addService(sandboxDriverService().service, {
+  WatchSandboxes(call: ServerWritableStream<WireWatchRequest, WireWatchEvent>): void {
+    for (const s of snapshots) call.write({ snapshot: snapshotToWire(s) });
+    call.write({ synced: {} });
+    watchers.add(call);
+    const drop = (): void => void watchers.delete(call);
+    call.on('cancelled', drop);
+    call.on('close', drop);
+    call.on('error', drop);
+  },
+  Get(_call: unknown, cb: (err: { code: number; details: string }) => void): void {
+    cb({ code: 12, details: 'the bench driver only lists' });
+  },
+  Resume(_call: unknown, cb: (err: { code: number; details: string }) => void): void {
+    cb({ code: 12, details: 'the bench driver only lists' });
+  },
+});
+
+serveIpc({
+  setup({ count }: { count: number }) {
+    snapshots = [];
+    for (let i = 0; i < count; i++) snapshots.push(benchSnapshot(i, version));
+    return { count };
+  },
+  churn: ({ rate }: { rate: number }) => churn(rate),
+  stop: () => stop(),
+  watchers: () => watchers.size,
+});
+server.bindAsync(`127.0.0.1:${port}`, ServerCredentials.createInsecure(), (err, bound) => {
+  if (err) throw err;
+  announceReady({ port: bound });
+});
+exitWithParent();
+process.once('SIGTERM', () => {
+  clearInterval(timer);
+  server.forceShutdown();
+  process.exit(0);
+});

@@ -1,0 +1,242 @@
+import { connect, type ClientHttp2Session } from 'node:http2';
+import { credentials, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
+import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
+import { checkRequest, processingRequest } from './envoy-requests.js';
+import { Histogram, type HistogramJson } from './histogram.js';
+import { announceReady, exitWithParent, serveIpc } from './ipc.js';
+
+/**
+ * A gRPC load generator process (grpc-js, as autocannon cannot speak gRPC): a fixed number of calls in
+ * flight for a fixed time, Envoy-shaped requests for sandboxes drawn at random from the view. Requests are
+ * encoded once up front and responses decoded only for a sample, so the generator spends its CPU on the
+ * transport, not on protobuf; the target decodes and encodes every message as it would behind Envoy.
+ *
+ * Check is one unary call per request. ext_proc is one bidirectional stream per request, as Envoy opens it:
+ * request_headers out, one ProcessingResponse back, half-close, trailers.
+ *
+ * Two clients: `grpc-js` (the default) and `h2`, gRPC framed by hand on node:http2 (one HEADERS, one
+ * length-prefixed DATA, read DATA and the grpc-status trailer) — what h2load does, at a third of grpc-js's
+ * CPU per call, for when the grpc-js client rather than the target is what saturates.
+ */
+
+export type GrpcKind = 'check' | 'process';
+export type GrpcClientKind = 'grpc-js' | 'h2';
+
+export interface GrpcRunArgs {
+  readonly target: string;
+  readonly kind: GrpcKind;
+  readonly client: GrpcClientKind;
+  readonly inFlight: number;
+  readonly warmupMs: number;
+  readonly durationMs: number;
+  /** Requests name sandboxes 0 … sandboxes-1. */
+  readonly sandboxes: number;
+  /** Seed offset, so two workers do not send the same sequence. */
+  readonly seed: number;
+}
+
+export interface GrpcRunResult {
+  readonly completed: number;
+  readonly errors: number;
+  /** Sampled responses that were not an allow (a wrong view, a not-ready gateway). */
+  readonly notAllowed: number;
+  readonly sampled: number;
+  readonly elapsedMs: number;
+  readonly histogram: HistogramJson;
+  /** CPU this process used during the measured window, in cores (1 = one core busy). */
+  readonly cpuCores: number;
+  readonly firstError: string | undefined;
+}
+
+const DISTINCT_REQUESTS = 1024;
+/** One response in SAMPLE_EVERY is decoded and checked. */
+const SAMPLE_EVERY = 64;
+const DRAIN_MS = 10_000;
+
+const identity = (b: Buffer): Buffer => b;
+
+/** A small deterministic generator (mulberry32), so runs pick the same sandboxes. */
+function random(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Method {
+  readonly path: string;
+  requestSerialize(v: object): Buffer;
+  responseDeserialize(b: Buffer): Record<string, unknown>;
+}
+
+function method(kind: GrpcKind): { Ctor: ReturnType<typeof authorizationService>; m: Method } {
+  const Ctor = kind === 'check' ? authorizationService() : externalProcessorService();
+  const def = Ctor.service as unknown as Record<string, Method>;
+  return { Ctor, m: def[kind === 'check' ? 'Check' : 'Process']! };
+}
+
+function isAllow(kind: GrpcKind, r: Record<string, unknown>): boolean {
+  if (kind === 'check') return r.ok_response !== undefined && r.ok_response !== null;
+  const h = r.request_headers as { response?: { status?: string } } | undefined;
+  return h?.response !== undefined && (h.response.status === undefined || h.response.status === 'CONTINUE');
+}
+
+async function grpcClient(Ctor: ReturnType<typeof authorizationService>, target: string): Promise<Client> {
+  const client = new Ctor(target, credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }) as Client;
+  await new Promise<void>((resolve, reject) => client.waitForReady(Date.now() + 10_000, (err) => (err ? reject(err) : resolve())));
+  return client;
+}
+
+async function h2Session(target: string): Promise<ClientHttp2Session> {
+  const session = connect('http://' + target);
+  await new Promise<void>((resolve, reject) => {
+    session.once('connect', () => resolve());
+    session.once('error', reject);
+  });
+  session.on('error', () => {});
+  return session;
+}
+
+/** A gRPC length-prefixed message: compressed flag 0, 4-byte big-endian length, the bytes. */
+function grpcFrame(message: Buffer): Buffer {
+  const out = Buffer.allocUnsafe(5 + message.length);
+  out[0] = 0;
+  out.writeUInt32BE(message.length, 1);
+  message.copy(out, 5);
+  return out;
+}
+
+async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
+  const { Ctor, m } = method(a.kind);
+  const rnd = random(0x5eed + a.seed);
+  const requests: Buffer[] = [];
+  for (let k = 0; k < DISTINCT_REQUESTS; k++) {
+    const i = Math.floor(rnd() * a.sandboxes);
+    const id = `bench-${a.seed}-${k}`;
+    requests.push(m.requestSerialize(a.kind === 'check' ? checkRequest(i, id) : processingRequest(i, id)));
+  }
+  const client = a.client === 'grpc-js' ? await grpcClient(Ctor, a.target) : undefined;
+  const session = a.client === 'h2' ? await h2Session(a.target) : undefined;
+  const framed = requests.map(grpcFrame);
+
+  const hist = new Histogram();
+  const metadata = new Metadata();
+  let completed = 0;
+  let errors = 0;
+  let notAllowed = 0;
+  let sampled = 0;
+  let seq = 0;
+  let firstError: string | undefined;
+  const t0 = performance.now();
+  const start = t0 + a.warmupMs;
+  const end = start + a.durationMs;
+  let cpuAtStart: NodeJS.CpuUsage | undefined;
+  let cpuAtEnd: NodeJS.CpuUsage | undefined;
+
+  const done = (began: number, buf: Buffer | undefined, err: ServiceError | Error | undefined): boolean => {
+    const now = performance.now();
+    if (now >= start && cpuAtStart === undefined) cpuAtStart = process.cpuUsage();
+    if (now >= end && cpuAtEnd === undefined) cpuAtEnd = process.cpuUsage(cpuAtStart);
+    if (err !== undefined) {
+      errors++;
+      firstError ??= err.message;
+    } else if (now >= start && now < end) {
+      completed++;
+      hist.record((now - began) * 1e6);
+      if (buf !== undefined && completed % SAMPLE_EVERY === 0) {
+        sampled++;
+        if (!isAllow(a.kind, m.responseDeserialize(buf))) notAllowed++;
+      }
+    }
+    return now < end;
+  };
+
+  // Each issue() calls `next(again)` once its call is over; `again` is false once the window has passed.
+  const unary = (next: (again: boolean) => void): void => {
+    const began = performance.now();
+    const req = requests[seq++ % DISTINCT_REQUESTS]!;
+    client!.makeUnaryRequest(m.path, identity, identity, req, metadata, {}, (err, res) => next(done(began, res, err ?? undefined)));
+  };
+
+  const stream = (next: (again: boolean) => void): void => {
+    const began = performance.now();
+    const req = requests[seq++ % DISTINCT_REQUESTS]!;
+    const call: ClientDuplexStream<Buffer, Buffer> = client!.makeBidiStreamRequest(m.path, identity, identity, metadata, {});
+    let answer: Buffer | undefined;
+    let failed: Error | undefined;
+    call.on('data', (b: Buffer) => {
+      if (answer !== undefined) return;
+      answer = b;
+      call.end();
+    });
+    call.on('error', (err: Error) => {
+      failed ??= err;
+    });
+    call.on('status', (s: { code: number; details: string }) => {
+      if (s.code !== 0) failed ??= new Error(`status ${s.code}: ${s.details}`);
+      else if (answer === undefined) failed ??= new Error('stream ended without a ProcessingResponse');
+      next(done(began, answer, failed));
+    });
+    call.write(req);
+  };
+
+  // Unary and bidi look the same on the wire when the client sends one message and half-closes.
+  const h2call = (next: (again: boolean) => void): void => {
+    const began = performance.now();
+    const st = session!.request({ ':method': 'POST', ':path': m.path, 'content-type': 'application/grpc', te: 'trailers' });
+    const chunks: Buffer[] = [];
+    let failed: Error | undefined;
+    st.on('response', (h) => {
+      const status = h['grpc-status'];
+      if (status !== undefined && status !== '0') failed ??= new Error(`grpc-status ${String(status)}: ${String(h['grpc-message'] ?? '')}`);
+    });
+    st.on('trailers', (h) => {
+      if (h['grpc-status'] !== '0') failed ??= new Error(`grpc-status ${String(h['grpc-status'])}: ${String(h['grpc-message'] ?? '')}`);
+    });
+    st.on('data', (d: Buffer) => chunks.push(d));
+    st.on('error', (err: Error) => {
+      failed ??= err;
+    });
+    st.on('close', () => {
+      const body = Buffer.concat(chunks);
+      if (failed === undefined && body.length < 5) failed = new Error('no response message');
+      next(done(began, failed === undefined ? body.subarray(5) : undefined, failed));
+    });
+    st.end(framed[seq++ % DISTINCT_REQUESTS]!);
+  };
+
+  const issue = session !== undefined ? h2call : a.kind === 'check' ? unary : stream;
+  await new Promise<void>((resolve) => {
+    let running = a.inFlight;
+    const drain = setTimeout(resolve, a.warmupMs + a.durationMs + DRAIN_MS);
+    const loop = (again: boolean): void => {
+      if (again) return issue(loop);
+      if (--running === 0) {
+        clearTimeout(drain);
+        resolve();
+      }
+    };
+    for (let k = 0; k < a.inFlight; k++) loop(true);
+  });
+  client?.close();
+  session?.close();
+  const cpu = cpuAtEnd ?? process.cpuUsage(cpuAtStart);
+  return {
+    completed,
+    errors,
+    notAllowed,
+    sampled,
+    elapsedMs: a.durationMs,
+    histogram: hist.toJSON(),
+    cpuCores: (cpu.user + cpu.system) / 1000 / a.durationMs,
+    firstError,
+  };
+}
+
+exitWithParent();
+serveIpc({ run: (args: GrpcRunArgs) => run(args) });
+announceReady({ pid: process.pid });

@@ -1,0 +1,73 @@
+import type { GrpcClientKind, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
+import { Histogram, summarise, type LatencySummary } from './histogram.js';
+import { benchScript } from './machine.js';
+import type { Child, ProcessGroup } from './processes.js';
+
+/**
+ * Drives a gRPC target from one or more load-generator processes (grpc-load-worker.ts), splitting the
+ * in-flight count between them, and merges their counts and latency histograms.
+ */
+
+export interface GrpcLoadRun {
+  readonly target: string;
+  readonly kind: GrpcKind;
+  readonly inFlight: number;
+  readonly warmupMs: number;
+  readonly durationMs: number;
+  readonly sandboxes: number;
+}
+
+export interface LoadResult {
+  readonly rps: number;
+  readonly latency: LatencySummary;
+  readonly histogram: Histogram;
+  readonly durationMs: number;
+  readonly completed: number;
+  readonly errors: number;
+  /** Sampled answers that were not an allow: a non-zero count means the run measured denials. */
+  readonly notAllowed: number;
+  /** CPU of the load generators during the window, in cores. */
+  readonly loadCpuCores: number;
+  readonly firstError: string | undefined;
+}
+
+export class GrpcLoad {
+  private constructor(
+    private readonly workers: readonly Child[],
+    readonly client: GrpcClientKind,
+  ) {}
+
+  static async start(group: ProcessGroup, processes: number, client: GrpcClientKind): Promise<GrpcLoad> {
+    const workers: Child[] = [];
+    for (let k = 0; k < processes; k++) workers.push(group.node(`grpc-load-${k}`, benchScript('lib/grpc-load-worker.js')));
+    await Promise.all(workers.map((w) => w.ready()));
+    return new GrpcLoad(workers, client);
+  }
+
+  async run(r: GrpcLoadRun): Promise<LoadResult> {
+    // Fewer calls in flight than processes: one process each, so the in-flight count stays exact.
+    const used = this.workers.slice(0, Math.max(1, Math.min(this.workers.length, r.inFlight)));
+    const shares = used.map((_, k) => Math.floor(r.inFlight / used.length) + (k < r.inFlight % used.length ? 1 : 0));
+    const results = await Promise.all(
+      used.map((w, k) => {
+        const args: GrpcRunArgs = { target: r.target, kind: r.kind, client: this.client, inFlight: shares[k]!, warmupMs: r.warmupMs, durationMs: r.durationMs, sandboxes: r.sandboxes, seed: k };
+        return w.request<GrpcRunResult>('run', args, r.warmupMs + r.durationMs + 60_000);
+      }),
+    );
+    const hist = new Histogram();
+    let completed = 0;
+    let errors = 0;
+    let notAllowed = 0;
+    let cpu = 0;
+    let firstError: string | undefined;
+    for (const res of results) {
+      hist.merge(Histogram.fromJSON(res.histogram));
+      completed += res.completed;
+      errors += res.errors;
+      notAllowed += res.notAllowed;
+      cpu += res.cpuCores;
+      firstError ??= res.firstError;
+    }
+    return { rps: completed / (r.durationMs / 1000), latency: summarise(hist), histogram: hist, durationMs: r.durationMs, completed, errors, notAllowed, loadCpuCores: cpu, firstError };
+  }
+}

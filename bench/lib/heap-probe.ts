@@ -1,0 +1,40 @@
+import { exitWithParent, serveIpc } from './ipc.js';
+
+/**
+ * Loaded into every process under test with `node --expose-gc --import <this file>`, before the gateway's
+ * own entry point runs: it answers the runner's questions over the IPC channel without touching the code
+ * under test.
+ *
+ * - `heap`: two full GCs, then process.memoryUsage() — heap used after GC is what "bytes per sandbox" and
+ *   "bytes per session" are computed from.
+ * - `cpu`: CPU time used so far (µs), so the runner can report how busy the target was during a window.
+ */
+
+export interface HeapFacts {
+  readonly heapUsed: number;
+  readonly heapTotal: number;
+  readonly rss: number;
+  readonly external: number;
+  readonly arrayBuffers: number;
+}
+
+const gc = (globalThis as { gc?: () => void }).gc;
+
+if (process.send !== undefined) {
+  serveIpc(
+    {
+      heap(): HeapFacts {
+        if (gc === undefined) throw new Error('the heap probe needs node --expose-gc');
+        gc();
+        gc();
+        const m = process.memoryUsage();
+        return { heapUsed: m.heapUsed, heapTotal: m.heapTotal, rss: m.rss, external: m.external, arrayBuffers: m.arrayBuffers };
+      },
+      cpu(): NodeJS.CpuUsage {
+        return process.cpuUsage();
+      },
+    },
+    false,
+  );
+  exitWithParent();
+}

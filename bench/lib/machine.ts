@@ -1,0 +1,62 @@
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { packageRoot } from '../../src/config/paths.js';
+
+/** Where the bench and its pieces live, and what machine it runs on. */
+
+export const ROOT = packageRoot();
+
+/** A compiled bench script by its path under bench/, e.g. `lib/grpc-load-worker.js`. */
+export function benchScript(relative: string): string {
+  return fileURLToPath(new URL('../' + relative, import.meta.url));
+}
+
+/** The gateway's CLI entry, as `npm start` runs it. */
+export const CLI = join(ROOT, 'dist', 'src', 'cli', 'main.js');
+
+export interface MachineFacts {
+  readonly cpuModel: string;
+  readonly cores: number;
+  readonly memoryBytes: number;
+  readonly node: string;
+  readonly v8: string;
+  readonly platform: string;
+  readonly date: string;
+  readonly commit: string;
+  /** True when the work tree differs from the commit. */
+  readonly dirty: boolean | undefined;
+  readonly redis: string | undefined;
+}
+
+function run(cmd: string, args: readonly string[]): string | undefined {
+  try {
+    return execFileSync(cmd, [...args], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+}
+
+export function machineFacts(date: Date): MachineFacts {
+  const list = cpus();
+  // --no-optional-locks: a plain `git status` may rewrite the index; the bench only reads.
+  const status = run('git', ['--no-optional-locks', 'status', '--porcelain', '--untracked-files=no']);
+  return {
+    cpuModel: list[0]?.model.trim() ?? 'unknown',
+    cores: list.length,
+    memoryBytes: totalmem(),
+    node: process.version,
+    v8: process.versions.v8,
+    platform: `${process.platform} ${process.arch}`,
+    date: date.toISOString(),
+    commit: (run('git', ['rev-parse', 'HEAD']) ?? 'unknown') + ` (sandgate ${packageVersion()})`,
+    dirty: status === undefined ? undefined : status.length > 0,
+    redis: run('redis-server', ['--version'])?.match(/v=(\S+)/)?.[1],
+  };
+}

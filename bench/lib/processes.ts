@@ -1,0 +1,172 @@
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import type { IpcReply } from './ipc.js';
+
+/**
+ * Every server and load generator runs in its own process. A ProcessGroup owns the children one section
+ * started and stops them when the section ends, whatever happened; every child of the run is also
+ * SIGKILLed if the runner itself exits, so a failed run leaves nothing listening.
+ */
+
+const LIVE = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const c of LIVE) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+});
+
+const TAIL_LINES = 40;
+
+export class Child {
+  /** The last lines the child printed (stdout and stderr), for error messages. */
+  readonly tail: string[] = [];
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  private readonly readyInfo: Promise<Record<string, unknown>>;
+  /** Set when the process could not be started at all (ENOENT: the program is not installed). */
+  private spawnError: Error | undefined;
+
+  constructor(
+    readonly name: string,
+    readonly proc: ChildProcess,
+  ) {
+    LIVE.add(proc);
+    proc.on('error', (err) => {
+      if (proc.pid === undefined) this.spawnError = err;
+      this.tail.push(`${name}: ${err.message}`);
+    });
+    this.exited = new Promise((resolve) => {
+      proc.once('exit', (code, signal) => {
+        LIVE.delete(proc);
+        for (const p of this.pending.values()) p.reject(new Error(`${name} exited (${signal ?? code}) before answering:\n${this.tailText()}`));
+        this.pending.clear();
+        resolve({ code, signal });
+      });
+    });
+    for (const stream of [proc.stdout, proc.stderr]) {
+      let buf = '';
+      stream?.setEncoding('utf8');
+      stream?.on('data', (d: string) => {
+        buf += d;
+        let nl: number;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          this.tail.push(line);
+          if (this.tail.length > TAIL_LINES) this.tail.shift();
+        }
+      });
+    }
+    this.readyInfo = new Promise((resolve, reject) => {
+      proc.on('message', (m: unknown) => {
+        const msg = m as { ready?: Record<string, unknown> } & Partial<IpcReply>;
+        if (msg.ready !== undefined) return resolve(msg.ready);
+        if (typeof msg.id !== 'number') return;
+        const p = this.pending.get(msg.id);
+        if (p === undefined) return;
+        this.pending.delete(msg.id);
+        if (msg.ok) p.resolve(msg.value);
+        else p.reject(new Error(`${name}: ${msg.error}`));
+      });
+      void this.exited.then(({ code, signal }) => reject(new Error(`${name} exited (${signal ?? code}) before it was ready:\n${this.tailText()}`)));
+    });
+    this.readyInfo.catch(() => {});
+  }
+
+  get running(): boolean {
+    return this.spawnError === undefined && this.proc.exitCode === null && this.proc.signalCode === null;
+  }
+
+  tailText(): string {
+    return this.tail.join('\n');
+  }
+
+  /** Resolves with the child's `{ready}` message (bench children send one when they listen). */
+  ready(timeoutMs = 60_000): Promise<Record<string, unknown>> {
+    return withTimeout(this.readyInfo, timeoutMs, `${this.name} was not ready within ${timeoutMs} ms`);
+  }
+
+  /** One IPC request; rejects when the child answers with an error or exits. */
+  request<T>(op: string, args: unknown = {}, timeoutMs = 600_000): Promise<T> {
+    if (!this.running || this.proc.send === undefined) return Promise.reject(new Error(`${this.name} is not running`));
+    const id = this.nextId++;
+    const p = new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.proc.send!({ id, op, args });
+    });
+    return withTimeout(p, timeoutMs, `${this.name}: ${op} took more than ${timeoutMs} ms`);
+  }
+
+  /** Sends `signal` and waits for the exit; SIGKILL after `graceMs`. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM', graceMs = 10_000): Promise<void> {
+    if (!this.running) return;
+    this.proc.kill(signal);
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), graceMs);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
+
+export function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(message)), ms);
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+export interface NodeChildOptions {
+  /** Flags for node itself (`--expose-gc`, `--cpu-prof`…). */
+  readonly execArgv?: readonly string[];
+  /** The child's whole environment; default: this process's. */
+  readonly env?: NodeJS.ProcessEnv;
+  readonly cwd?: string;
+}
+
+/** The children one section started. */
+export class ProcessGroup {
+  private readonly children: Child[] = [];
+
+  /** Forks a node script with an IPC channel and piped output. */
+  node(name: string, script: string, args: readonly string[] = [], opts: NodeChildOptions = {}): Child {
+    const proc = fork(script, [...args], {
+      execArgv: [...(opts.execArgv ?? [])],
+      env: opts.env ?? process.env,
+      cwd: opts.cwd,
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+    });
+    return this.adopt(new Child(name, proc));
+  }
+
+  /** Spawns any program (redis-server) with piped output. */
+  program(name: string, command: string, args: readonly string[]): Child {
+    return this.adopt(new Child(name, spawn(command, [...args], { stdio: ['ignore', 'pipe', 'pipe'] })));
+  }
+
+  private adopt(c: Child): Child {
+    this.children.push(c);
+    return c;
+  }
+
+  /** SIGTERM to every child still running (in reverse start order), then SIGKILL after the grace. */
+  async stopAll(graceMs = 10_000): Promise<void> {
+    for (const c of this.children.reverse()) await c.stop('SIGTERM', graceMs);
+    this.children.length = 0;
+  }
+}
+
+/** A free TCP port on 127.0.0.1 (bound and released: another process could take it in between, which on a quiet loopback does not happen). */
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((resolve, reject) => {
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', resolve);
+  });
+  const address = srv.address();
+  await new Promise<void>((resolve) => srv.close(() => resolve()));
+  if (address === null || typeof address === 'string') throw new Error('no free port');
+  return address.port;
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

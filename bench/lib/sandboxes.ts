@@ -1,0 +1,89 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { BackendSnapshot } from '../../src/domain/sandbox.js';
+
+/**
+ * The sandboxes every section routes to: sandbox `i` is `bench-<i mod 16>/sb-<i>`, with the opaque id
+ * `sbx-<i>` and the address 10.x.y.z spelled from `i`. Load workers in other processes rebuild the same
+ * names from an index, so nothing but a count crosses process boundaries.
+ */
+
+export const NAMESPACES = 16;
+export const ROUTE_PORT = 8000;
+
+export function sandboxNamespace(i: number): string {
+  return 'bench-' + (i % NAMESPACES);
+}
+
+export function sandboxName(i: number): string {
+  return 'sb-' + i;
+}
+
+export function sandboxAddress(i: number): string {
+  return `10.${(i >>> 16) & 255}.${(i >>> 8) & 255}.${i & 255}`;
+}
+
+/** The host an Envoy in front of sandgate sees: `<port>-<name>.<namespace>.<base-domain>`. */
+export function sandboxHost(i: number, baseDomain = 'localhost'): string {
+  return `${ROUTE_PORT}-${sandboxName(i)}.${sandboxNamespace(i)}.${baseDomain}`;
+}
+
+/** The upstream the gateway answers for sandbox `i` (what the bare baselines answer too). */
+export function sandboxUpstream(i: number): string {
+  return sandboxAddress(i) + ':' + ROUTE_PORT;
+}
+
+export type SupervisorMode = 'none' | 'required';
+
+/**
+ * Writes a sandboxes file (JSON, the format in README.md) of `count` ready sandboxes. `none` makes them
+ * Ready from the file alone (routing benches); `required` leaves them waiting for supervisor sessions.
+ */
+export function writeSandboxesFile(dir: string, count: number, supervisor: SupervisorMode): string {
+  const path = join(dir, `sandboxes-${count}-${supervisor}.json`);
+  const parts: string[] = [];
+  for (let i = 0; i < count; i++) {
+    parts.push(
+      JSON.stringify({
+        namespace: sandboxNamespace(i),
+        name: sandboxName(i),
+        id: 'sbx-' + i,
+        address: sandboxAddress(i),
+        state: 'ready',
+        supervisor,
+      }),
+    );
+  }
+  writeFileSync(path, '{"sandboxes":[\n' + parts.join(',\n') + '\n]}\n');
+  return path;
+}
+
+/**
+ * A snapshot as a driver reports it (Kubernetes-shaped: uid, resourceVersion, pod uid as instance id,
+ * one opaque id, a Ready condition with its transition time, one pod IP).
+ */
+export function benchSnapshot(i: number, resourceVersion = 1, supervisor: SupervisorMode = 'none'): BackendSnapshot {
+  return {
+    namespace: sandboxNamespace(i),
+    name: sandboxName(i),
+    uid: `4f1c2a7e-0000-4000-8000-${String(i).padStart(12, '0')}`,
+    resourceVersion: String(resourceVersion),
+    instanceId: `pod-9b3d5e1a-${String(i).padStart(12, '0')}`,
+    ids: ['sbx-' + i],
+    state: 'ready',
+    conditions: [{ type: 'Ready', status: 'True', reason: 'DependenciesReady', message: '', lastTransitionTime: '2025-01-01T00:00:00Z' }],
+    endpoint: { kind: 'address', addresses: [sandboxAddress(i)] },
+    sessionModel: supervisor,
+  };
+}
+
+/**
+ * `count` snapshots starting at `from`, passed through JSON as a driver's decoder would hand them over:
+ * flat strings, one object graph per snapshot, nothing shared between snapshots. Built by chunks so that
+ * a million of them never sit in one JSON text.
+ */
+export function decodedSnapshots(from: number, count: number): BackendSnapshot[] {
+  const chunk: BackendSnapshot[] = [];
+  for (let i = from; i < from + count; i++) chunk.push(benchSnapshot(i));
+  return JSON.parse(JSON.stringify(chunk)) as BackendSnapshot[];
+}

@@ -1,0 +1,173 @@
+import { execFileSync } from 'node:child_process';
+import { pathToFileURL } from 'node:url';
+import type { HeapFacts } from './heap-probe.js';
+import { benchScript, CLI } from './machine.js';
+import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
+
+/**
+ * The processes under test: the gateway started from its CLI exactly as an operator starts it, and the
+ * bare baselines. Every one carries the heap probe (heap-probe.ts) so the runner can ask it for heap after
+ * GC and CPU time, and, with `--cpu-prof`, writes a V8 CPU profile when it exits.
+ */
+
+export interface TargetOptions {
+  /** Write a .cpuprofile into this folder when the process exits. */
+  readonly profileDir?: string | undefined;
+}
+
+export class Target {
+  constructor(
+    readonly child: Child,
+    readonly ports: Readonly<Record<string, number>>,
+  ) {}
+
+  get name(): string {
+    return this.child.name;
+  }
+
+  /** `127.0.0.1:<grpc port>` */
+  get grpcTarget(): string {
+    return '127.0.0.1:' + this.port('grpc');
+  }
+
+  get adminUrl(): string {
+    return 'http://127.0.0.1:' + this.port('admin');
+  }
+
+  get supervisorUrl(): string {
+    return 'ws://127.0.0.1:' + this.port('supervisor');
+  }
+
+  port(name: string): number {
+    const p = this.ports[name];
+    if (p === undefined) throw new Error(`${this.name} has no ${name} port`);
+    return p;
+  }
+
+  heap(): Promise<HeapFacts> {
+    return this.child.request<HeapFacts>('heap', {}, 60_000);
+  }
+
+  /** CPU time used so far, in microseconds. */
+  async cpuMicros(): Promise<number> {
+    const c = await this.child.request<NodeJS.CpuUsage>('cpu');
+    return c.user + c.system;
+  }
+
+  stop(): Promise<void> {
+    return this.child.stop('SIGTERM');
+  }
+
+}
+
+/** The gateway refused to start; `reason` is what it printed (for "skipped: …" lines). */
+export class TargetStartError extends Error {
+  constructor(
+    readonly target: string,
+    readonly reason: string,
+  ) {
+    super(`${target} did not start: ${reason}`);
+  }
+}
+
+let profiles = 0;
+
+function nodeFlags(name: string, opts: TargetOptions): string[] {
+  const flags = ['--expose-gc', '--import', pathToFileURL(benchScript('lib/heap-probe.js')).href];
+  if (opts.profileDir !== undefined) flags.push('--cpu-prof', '--cpu-prof-dir', opts.profileDir, '--cpu-prof-name', `${++profiles}-${name}.cpuprofile`);
+  return flags;
+}
+
+export interface GatewaySpec {
+  readonly name: string;
+  /** File driver input. */
+  readonly sandboxes?: string;
+  /** `grpc://…` remote drivers. */
+  readonly drivers?: readonly string[];
+  readonly presence?: string;
+  readonly gatewayId?: string;
+  readonly supervisorSecretFile?: string;
+  /** Any further `--flag value` pairs. */
+  readonly args?: readonly string[];
+  /** How long to wait for /readyz (a 100k-entry file takes a few seconds to load). */
+  readonly readyTimeoutMs?: number;
+}
+
+let knownFlags: ReadonlySet<string> | undefined;
+
+/** The flags this build of the CLI accepts (from `sandgate config --markdown`), so listeners added later get ports too. */
+function cliFlags(): ReadonlySet<string> {
+  knownFlags ??= new Set(execFileSync(process.execPath, [CLI, 'config', '--markdown'], { encoding: 'utf8' }).match(/`--[a-z0-9-]+`/g)?.map((f) => f.slice(1, -1)));
+  return knownFlags;
+}
+
+async function getStatus(url: string): Promise<number | undefined> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
+    await res.arrayBuffer();
+    return res.status;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The first line the CLI printed about why it stopped (`sandgate: config_invalid: …`). */
+function startFailure(child: Child): string {
+  const line = child.tail.find((l) => l.startsWith('sandgate:')) ?? child.tail.find((l) => /error/i.test(l)) ?? child.tail.at(-1);
+  return (line ?? 'exited without a message').replace(/^sandgate:\s*/, '');
+}
+
+/**
+ * Starts `sandgate serve` on loopback with free ports, logging at warn, demo off, and waits until
+ * /readyz answers 200 (every driver synced). Throws TargetStartError when the process exits first.
+ */
+export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts: TargetOptions = {}): Promise<Target> {
+  // Every listener gets a free port (listeners added to the CLI later too), so two gateways of one section
+  // never collide on a default. `--default-port` is the sandbox port of a route, not a listener.
+  const ports: Record<string, number> = {};
+  for (const flag of cliFlags()) {
+    const m = /^--([a-z-]+)-port$/.exec(flag);
+    if (m !== null && flag !== '--default-port') ports[m[1]!] = await freePort();
+  }
+  const args = [
+    'serve',
+    '--listen-host', '127.0.0.1',
+    ...Object.entries(ports).flatMap(([name, port]) => [`--${name}-port`, String(port)]),
+    '--log-level', 'warn',
+    '--demo', 'off',
+    '--shutdown-timeout-ms', '3000',
+  ];
+  if (spec.sandboxes !== undefined) args.push('--sandboxes', spec.sandboxes);
+  if (spec.drivers !== undefined && spec.drivers.length > 0) args.push('--drivers', spec.drivers.join(','));
+  if (spec.presence !== undefined) args.push('--presence', spec.presence);
+  if (spec.gatewayId !== undefined) args.push('--gateway-id', spec.gatewayId);
+  if (spec.supervisorSecretFile !== undefined) args.push('--supervisor-secret-file', spec.supervisorSecretFile);
+  args.push(...(spec.args ?? []));
+  // SANDGATE_* variables of the shell running the bench would change what is measured.
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SANDGATE_')));
+  const child = group.node(spec.name, CLI, args, { execArgv: nodeFlags(spec.name, opts), env });
+  const deadline = Date.now() + (spec.readyTimeoutMs ?? 60_000);
+  const url = `http://127.0.0.1:${ports.admin}/readyz`;
+  while (Date.now() < deadline) {
+    // The CLI reports a refused start as `sandgate: <code>: <message>`; a process that printed it is done
+    // even if some listener it opened keeps it from exiting.
+    const refused = child.tail.some((l) => l.startsWith('sandgate:'));
+    if (!child.running || refused) {
+      await child.stop('SIGKILL');
+      throw new TargetStartError(spec.name, startFailure(child));
+    }
+    if ((await getStatus(url)) === 200) return new Target(child, ports);
+    await sleep(50);
+  }
+  await child.stop('SIGKILL');
+  throw new TargetStartError(spec.name, `not ready within ${spec.readyTimeoutMs ?? 60_000} ms:\n${child.tailText()}`);
+}
+
+/** Starts one of the bench's own servers (bare-http-server.js, …) and waits for its ready message. */
+export async function startBare(group: ProcessGroup, name: string, script: string, opts: TargetOptions = {}, args: readonly string[] = []): Promise<Target> {
+  const port = await freePort();
+  const child = group.node(name, benchScript(script), [String(port), ...args], { execArgv: nodeFlags(name, opts) });
+  const info = await child.ready();
+  const bound = Number(info.port);
+  return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound });
+}
