@@ -158,25 +158,49 @@ function resumeVia(drivers: readonly Driver[], driverId: string, namespace: stri
   return d.resume(namespace, name);
 }
 
+/** Resolves once every sandbox in `held` shows a session on another gateway, or after `ms`. */
+function awaitTakeover(presence: PresenceStore, gatewayId: string, held: readonly PresenceRecord[], ms: number): Promise<void> {
+  const pending = new Set(held.map((r) => r.namespace + '/' + r.name));
+  for (const r of held) if (presence.get(r.namespace, r.name)?.gatewayId !== gatewayId) pending.delete(r.namespace + '/' + r.name);
+  if (pending.size === 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      off();
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    const off = presence.onChange((ns, name, record) => {
+      if (record !== undefined && record.gatewayId !== gatewayId) pending.delete(ns + '/' + name);
+      if (pending.size === 0) done();
+    });
+  });
+}
+
 function presenceOf(r: PresenceRecord | undefined) {
   return r === undefined ? undefined : { gatewayId: r.gatewayId, sessionId: r.sessionId, instanceId: r.instanceId, epoch: r.epoch, since: r.since };
 }
 
-export function createPresenceStore(c: Config, gatewayId: string, log: Logger, gatewayInfo?: Readonly<Record<string, string>>): PresenceStore {
-  if (c.presence === 'memory') return new MemoryPresence(gatewayId, { log });
+/** The Redis options of `--presence`, validated (undefined for `memory`). */
+export function redisPresenceOptions(c: Config): { url: string; redisOptions: PresenceRedisOptions | undefined } | undefined {
+  if (c.presence === 'memory') return undefined;
   if (!/^rediss?:\/\//.test(c.presence)) throw new SandgateError('config_invalid', `presence must be "memory" or a redis:// URL, not ${JSON.stringify(c.presence)}`);
-  let redisOptions: PresenceRedisOptions | undefined;
-  if (c.presenceRedisOptions !== '') {
-    try {
-      redisOptions = JSON.parse(c.presenceRedisOptions) as PresenceRedisOptions;
-    } catch (err) {
-      throw new SandgateError('config_invalid', `presenceRedisOptions is not JSON: ${(err as Error).message}`, { cause: err });
-    }
-    if (typeof redisOptions !== 'object' || redisOptions === null || Array.isArray(redisOptions)) throw new SandgateError('config_invalid', 'presenceRedisOptions must be a JSON object');
+  if (c.presenceRedisOptions === '') return { url: c.presence, redisOptions: undefined };
+  let redisOptions: unknown;
+  try {
+    redisOptions = JSON.parse(c.presenceRedisOptions);
+  } catch (err) {
+    throw new SandgateError('config_invalid', `presenceRedisOptions is not JSON: ${(err as Error).message}`, { cause: err });
   }
+  if (typeof redisOptions !== 'object' || redisOptions === null || Array.isArray(redisOptions)) throw new SandgateError('config_invalid', 'presenceRedisOptions must be a JSON object');
+  return { url: c.presence, redisOptions: redisOptions as PresenceRedisOptions };
+}
+
+export function createPresenceStore(c: Config, gatewayId: string, log: Logger, gatewayInfo?: Readonly<Record<string, string>>): PresenceStore {
+  const redis = redisPresenceOptions(c);
+  if (redis === undefined) return new MemoryPresence(gatewayId, { log });
   return createRedisPresence({
-    url: c.presence,
-    redisOptions,
+    ...redis,
     gatewayId,
     leaseTtlMs: c.leaseTtlMs,
     rescanMs: c.presenceRescanMs,
@@ -220,6 +244,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     resumer,
   );
   const keys = opts.supervisorKeys ?? supervisorKeysFromConfig(config);
+  // Checked before any listener opens: a refused configuration must leave nothing running.
+  redisPresenceOptions(config);
   // The relay listener starts first: its address goes into this gateway's lease.
   const relaySecret = resolveRelaySecret(config.relaySecret, config.relaySecretFile);
   const late: { supervisors?: SupervisorServer } = {};
@@ -250,21 +276,26 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const driverLog = log.child({ part: 'drivers' });
   for (const d of drivers) view.registerDriver(d.id);
-  const sinkFor = (d: Driver): DriverSink => ({
-    replace(snapshots) {
-      view.replace(d.id, snapshots);
-      metrics.driverEvents.labels(d.id, 'resync').inc();
-      driverLog.info({ driver: d.id, sandboxes: snapshots.length }, 'driver list applied');
-      if (view.synced && !shuttingDown) grpc.setServing(true);
-    },
-    apply(event) {
-      metrics.driverEvents.labels(d.id, view.apply(d.id, event) ? 'applied' : 'stale').inc();
-    },
-    error(err) {
-      metrics.driverErrors.labels(d.id).inc();
-      driverLog.warn({ driver: d.id, err }, err.message);
-    },
-  });
+  const sinkFor = (d: Driver): DriverSink => {
+    // Bound once: a busy driver's events must not format label sets one by one.
+    const applied = metrics.driverEvents.labels(d.id, 'applied');
+    const stale = metrics.driverEvents.labels(d.id, 'stale');
+    return {
+      replace(snapshots) {
+        view.replace(d.id, snapshots);
+        metrics.driverEvents.labels(d.id, 'resync').inc();
+        driverLog.info({ driver: d.id, sandboxes: snapshots.length }, 'driver list applied');
+        if (view.synced && !shuttingDown) grpc.setServing(true);
+      },
+      apply(event) {
+        (view.apply(d.id, event) ? applied : stale).inc();
+      },
+      error(err) {
+        metrics.driverErrors.labels(d.id).inc();
+        driverLog.warn({ driver: d.id, err }, err.message);
+      },
+    };
+  };
 
   const watch = new SandboxWatch(view);
   const adminApi = createAdminApi({ view, registry: metrics.registry, readiness, watch, gatewayId, log: log.child({ part: 'api' }) });
@@ -349,9 +380,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       clearInterval(tick);
       view.waiters.close();
       watch.close();
-      // Supervisors are told "service restart" and reconnect elsewhere; the lease and this gateway's
-      // presence records go in one step, so failover does not wait for the lease TTL.
+      // Supervisors are told "service restart" and reconnect elsewhere. This gateway's records stay (and
+      // its sandboxes Ready everywhere) until the new claims are seen or a bound passes; then the lease
+      // and the records go in one step, so failover never waits for the lease TTL.
+      const held = [...presence.list()].filter((r) => r.gatewayId === gatewayId);
       await supervisors?.close();
+      if (presence.kind === 'redis') await awaitTakeover(presence, gatewayId, held, Math.min(2000, config.shutdownTimeoutMs / 2));
       await presence.close({ release: true }).catch((err: unknown) => sessionLog.warn({ err }, 'presence release failed'));
       await keyStore?.close();
       await Promise.all(drivers.map((d) => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed'))));

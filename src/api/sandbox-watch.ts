@@ -13,17 +13,20 @@ import { sandboxJson } from './sandbox-json.js';
  * in the history ring, or a clear `reset` followed by the full state when they are not.
  */
 
-const MAX_BUFFERED_BYTES = 1 << 20;
-
 interface Change {
   readonly version: number;
   readonly key: string;
   readonly entry: ViewEntry | undefined;
 }
 
+/** One event still to be written; produced lazily so a queued watcher costs a closure, not a JSON string. */
+type Pending = () => string | undefined;
+
 interface Client {
   readonly res: ServerResponse;
   readonly namespace: string | null;
+  /** Events waiting for the socket to drain (undefined while the socket keeps up). */
+  queue: Pending[] | undefined;
 }
 
 export class SandboxWatch {
@@ -44,7 +47,7 @@ export class SandboxWatch {
       for (const c of this.clients) this.send(c, { version, key, entry });
     });
     this.heartbeat = setInterval(() => {
-      for (const c of this.clients) c.res.write(': ping\n\n');
+      for (const c of this.clients) if (c.queue === undefined) c.res.write(': ping\n\n');
     }, heartbeatMs);
     this.heartbeat.unref();
   }
@@ -60,19 +63,22 @@ export class SandboxWatch {
     const lastHeader = (typeof header === 'string' ? header : undefined) ?? url.searchParams.get('lastEventId') ?? undefined;
     const last = lastHeader === undefined || !/^\d+$/.test(lastHeader) ? undefined : Number(lastHeader);
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-    const client: Client = { res, namespace };
+    const client: Client = { res, namespace, queue: undefined };
+    this.clients.add(client);
+    res.once('close', () => this.clients.delete(client));
     const first = this.ring[0];
     const current = this.view.version;
     const replayable = last !== undefined && last <= current && (last === current || (first !== undefined && first.version <= last + 1));
+    // Replays and full states go through the same backpressure as live changes.
     if (replayable) {
-      for (const c of this.ring) if (c.version > last) this.send(client, c);
+      for (const c of this.ring) if (c.version > last) this.enqueue(client, () => this.format(client, c));
     } else {
-      res.write('event: reset\ndata: {}\n\n');
-      for (const e of this.view.list()) if (namespace === null || e.namespace === namespace) res.write(`event: upsert\ndata: ${JSON.stringify(sandboxJson(e))}\n\n`);
-      res.write(`id: ${current}\nevent: synced\ndata: {"version":${current}}\n\n`);
+      this.enqueue(client, () => 'event: reset\ndata: {}\n\n');
+      for (const e of [...this.view.list()]) {
+        if (namespace === null || e.namespace === namespace) this.enqueue(client, () => `event: upsert\ndata: ${JSON.stringify(sandboxJson(e))}\n\n`);
+      }
+      this.enqueue(client, () => `id: ${current}\nevent: synced\ndata: {"version":${current}}\n\n`);
     }
-    this.clients.add(client);
-    res.once('close', () => this.clients.delete(client));
   }
 
   /** Ends every stream (shutdown). */
@@ -83,16 +89,49 @@ export class SandboxWatch {
   }
 
   private send(c: Client, change: Change): void {
-    if (c.res.writableLength > MAX_BUFFERED_BYTES) {
-      // A watcher that does not read: drop it rather than buffer without bound; it resumes with Last-Event-ID.
-      this.clients.delete(c);
-      c.res.destroy();
-      return;
-    }
+    this.enqueue(c, () => this.format(c, change));
+  }
+
+  /** The SSE text of a change for this watcher, or undefined when its namespace filter skips it. */
+  private format(c: Client, change: Change): string | undefined {
     const slash = change.key.indexOf('/');
     const ns = change.key.slice(0, slash);
-    if (c.namespace !== null && c.namespace !== ns) return;
+    if (c.namespace !== null && c.namespace !== ns) return undefined;
     const data = change.entry !== undefined ? sandboxJson(change.entry) : { namespace: ns, name: change.key.slice(slash + 1) };
-    c.res.write(`id: ${change.version}\nevent: ${change.entry !== undefined ? 'upsert' : 'delete'}\ndata: ${JSON.stringify(data)}\n\n`);
+    return `id: ${change.version}\nevent: ${change.entry !== undefined ? 'upsert' : 'delete'}\ndata: ${JSON.stringify(data)}\n\n`;
+  }
+
+  /**
+   * Writes now while the socket keeps up; once it pushes back, queues until 'drain'. A watcher that falls
+   * further behind than the history ring is dropped — it reconnects with Last-Event-ID (or gets a reset).
+   */
+  private enqueue(c: Client, event: Pending): void {
+    if (c.queue !== undefined) {
+      c.queue.push(event);
+      if (c.queue.length > Math.max(this.historySize, this.view.size + 2)) {
+        this.clients.delete(c);
+        c.res.destroy();
+      }
+      return;
+    }
+    const text = event();
+    if (text !== undefined && !c.res.write(text)) {
+      c.queue = [];
+      c.res.once('drain', () => this.flush(c));
+    }
+  }
+
+  private flush(c: Client): void {
+    const queue = c.queue ?? [];
+    c.queue = undefined;
+    for (let i = 0; i < queue.length; i++) {
+      if (c.res.destroyed) return;
+      const text = queue[i]!();
+      if (text !== undefined && !c.res.write(text)) {
+        c.queue = queue.slice(i + 1);
+        c.res.once('drain', () => this.flush(c));
+        return;
+      }
+    }
   }
 }

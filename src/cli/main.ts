@@ -1,4 +1,7 @@
 #!/usr/bin/env node
 import { runCli } from './run.js';
 
-process.exitCode = await runCli(process.argv.slice(2));
+const code = await runCli(process.argv.slice(2));
+process.exitCode = code;
+// A command that failed may have opened listeners before failing: do not linger.
+if (code !== 0) process.exit(code);

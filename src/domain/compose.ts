@@ -87,6 +87,14 @@ function passthrough(b: BackendSnapshot): Condition[] {
   return out;
 }
 
+/**
+ * Statuses with nothing sandbox-specific (no failure to remember, no passed-through condition) are shared:
+ * a view of a million ready sandboxes holds a handful of status objects, not a million. They are frozen
+ * values, so sharing them keeps compose() pure. Bounded: past the cap the table starts afresh.
+ */
+const SHARED_STATUSES = new Map<string, PublicStatus>();
+const SHARED_STATUSES_MAX = 4096;
+
 function status(
   rule: RuleName,
   phase: PublicPhase,
@@ -94,7 +102,18 @@ function status(
   b: BackendSnapshot,
   failure?: PublicStatus['failure'],
 ): PublicStatus {
-  return { phase, reason: ready.reason, message: ready.message, conditions: [ready, ...passthrough(b)], rule, failure };
+  const extra = passthrough(b);
+  if (failure !== undefined || extra.length > 0) {
+    return { phase, reason: ready.reason, message: ready.message, conditions: [ready, ...extra], rule, failure };
+  }
+  const key = rule + '\u0000' + ready.status + '\u0000' + ready.reason + '\u0000' + ready.message;
+  let shared = SHARED_STATUSES.get(key);
+  if (shared === undefined) {
+    if (SHARED_STATUSES.size >= SHARED_STATUSES_MAX) SHARED_STATUSES.clear();
+    shared = Object.freeze({ phase, reason: ready.reason, message: ready.message, conditions: Object.freeze([Object.freeze(ready)]), rule, failure: undefined });
+    SHARED_STATUSES.set(key, shared);
+  }
+  return shared;
 }
 
 /** The backend's own reason for not being ready; a Ready=True condition lingering on a paused or deleting object is no reason. */
@@ -157,7 +176,9 @@ export function compose(
     return status(
       'ready-with-session',
       'Ready',
-      readyCondition('True', REASON_DEPENDENCIES_READY, `Backend ready; supervisor connected via gateway ${presence.gatewayId}`),
+      // The owning gateway is in the session itself (the status API shows it); a constant message keeps
+      // this status shareable between sandboxes.
+      readyCondition('True', REASON_DEPENDENCIES_READY, 'Backend ready; supervisor session connected'),
       b,
     );
   }

@@ -9,6 +9,8 @@ import type { PublicPhase, PublicStatus } from './sandbox.js';
 
 /** What decide() needs to know of one sandbox. The view keeps these precomputed. */
 export interface RouteEntry {
+  /** `<namespace>/<name>`. */
+  readonly key: string;
   readonly namespace: string;
   readonly name: string;
   readonly status: PublicStatus;

@@ -135,7 +135,7 @@ export class Decider {
     this.metrics.decision(door, d.allow ? undefined : d.code, seconds);
     if (d.allow) {
       if (this.log.isLevelEnabled('debug')) {
-        this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.namespace + '/' + d.entry.name, upstream: d.upstream }, 'allow');
+        this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }
     } else if (d.status >= 500 && d.code !== 'sandbox_not_ready' && d.code !== 'gateway_not_ready') {
       this.log.error({ door, requestId: req.headers['x-request-id'], code: d.code, sandbox: d.namespace && d.namespace + '/' + d.name, reason: d.reason }, d.message);

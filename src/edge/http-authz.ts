@@ -35,9 +35,10 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions, log: Logger
       res.setHeader(opts.upstreamHeader, d.upstream);
       const remove = presentHeaders(req.headers, opts.removeHeaders);
       if (remove !== undefined) res.setHeader(ENVOY_REMOVE_HEADER, remove.join(','));
-      res.setHeader(SANDBOX_HEADER, d.entry.namespace + '/' + d.entry.name);
+      res.setHeader(SANDBOX_HEADER, d.entry.key);
       if (d.target.path !== undefined) res.setHeader(PATH_HEADER, d.target.path);
       for (const [k, v] of relayHeaders(d, opts.relaySecret)) res.setHeader(k, v);
+      res.setHeader('content-length', '0');
       res.writeHead(200).end();
       return;
     }

@@ -1,4 +1,5 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
 import { PUBLIC_PHASES } from '../domain/sandbox.js';
 
@@ -11,15 +12,15 @@ import { PUBLIC_PHASES } from '../domain/sandbox.js';
 export type Door = 'ext_authz' | 'ext_proc' | 'http_authz' | 'proxy';
 export const DOORS: readonly Door[] = ['ext_authz', 'ext_proc', 'http_authz', 'proxy'];
 
-type Child = { inc(): void };
-const ALLOW = '';
+const CODES = Object.keys(ERROR_CODES);
+const CODE_INDEX = new Map(CODES.map((c, i) => [c, i]));
+const SLOTS_PER_DOOR = 1 + CODES.length;
+const DOOR_INDEX: Readonly<Record<Door, number>> = { ext_authz: 0, ext_proc: 1, http_authz: 2, proxy: 3 };
 
 export class GatewayMetrics {
   readonly registry = new Registry();
-  private readonly decisions: Counter<'door' | 'outcome' | 'code'>;
-  private readonly latency: Histogram<'door'>;
-  private readonly children = new Map<Door, Map<string, Child>>();
-  private readonly latencyChildren = new Map<Door, { observe(v: number): void }>();
+  private readonly decisions: SlotCounter;
+  private readonly latency: IndexedHistogram;
   readonly waits: Counter<'outcome'>;
   readonly driverEvents: Counter<'driver' | 'result'>;
   readonly driverErrors: Counter<'driver'>;
@@ -27,19 +28,22 @@ export class GatewayMetrics {
   constructor(view: { readonly size: number; phaseCounts(): Map<string, number> }, defaults = true) {
     const registers = [this.registry];
     if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'sandgate_process_' });
-    this.decisions = new Counter({
-      name: 'sandgate_edge_decisions_total',
-      help: 'Routing decisions by front door, outcome (allow/deny) and error code',
-      labelNames: ['door', 'outcome', 'code'],
-      registers,
-    });
-    this.latency = new Histogram({
-      name: 'sandgate_edge_decision_duration_seconds',
-      help: 'Time to decide a request, excluding any readiness wait',
-      labelNames: ['door'],
-      buckets: [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2],
-      registers,
-    });
+    // Every (door, outcome, code) series exists from the start: dashboards see zeros, and the hot path
+    // adds to a slot instead of formatting a label set.
+    this.decisions = new SlotCounter(
+      this.registry,
+      'sandgate_edge_decisions_total',
+      'Routing decisions by front door, outcome (allow/deny) and error code',
+      DOORS.flatMap((door) => [{ door, outcome: 'allow', code: 'ok' }, ...CODES.map((code) => ({ door, outcome: 'deny', code }))]),
+    );
+    this.latency = new IndexedHistogram(
+      this.registry,
+      'sandgate_edge_decision_duration_seconds',
+      'Time to decide a request, excluding any readiness wait',
+      'door',
+      DOORS,
+      [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2],
+    );
     this.waits = new Counter({
       name: 'sandgate_edge_readiness_waits_total',
       help: 'Readiness waits by outcome (ready, timeout, busy, closed, aborted)',
@@ -76,13 +80,6 @@ export class GatewayMetrics {
         for (const phase of PUBLIC_PHASES) this.set({ phase }, counts.get(phase) ?? 0);
       },
     });
-    // Pre-create every series so dashboards see zeros and the hot path never formats label sets.
-    for (const door of DOORS) {
-      this.latencyChildren.set(door, this.latency.labels(door));
-      const byCode = new Map<string, Child>([[ALLOW, this.decisions.labels(door, 'allow', 'ok')]]);
-      for (const code of Object.keys(ERROR_CODES)) byCode.set(code, this.decisions.labels(door, 'deny', code));
-      this.children.set(door, byCode);
-    }
   }
 
   /** Exposes supervisor session counts (read at scrape time; sessions know nothing of metrics). */
@@ -132,11 +129,12 @@ export class GatewayMetrics {
 
   /** Counts one final decision (`code` undefined for an allow) and, when given, its decision time. */
   decision(door: Door, code: string | undefined, seconds?: number): void {
-    this.children.get(door)?.get(code ?? ALLOW)?.inc();
-    if (seconds !== undefined) this.observeLatency(door, seconds);
+    const d = DOOR_INDEX[door];
+    this.decisions.inc(d * SLOTS_PER_DOOR + (code === undefined ? 0 : 1 + (CODE_INDEX.get(code) ?? 0)));
+    if (seconds !== undefined) this.latency.observe(d, seconds);
   }
 
   observeLatency(door: Door, seconds: number): void {
-    this.latencyChildren.get(door)?.observe(seconds);
+    this.latency.observe(DOOR_INDEX[door], seconds);
   }
 }

@@ -16,7 +16,6 @@ import { ChangeWaiters, type WaiterLimits } from './waiters.js';
  */
 
 export interface ViewEntry extends RouteEntry {
-  readonly key: string;
   readonly snapshot: BackendSnapshot;
   readonly presence: Presence | undefined;
   /** The driver that reported the sandbox. */

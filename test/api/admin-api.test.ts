@@ -98,11 +98,23 @@ describe('admin API', () => {
     expect(Number(events[4]!.id)).toBeGreaterThan(Number(events[3]!.id));
   });
 
+  it('watch keeps a reading client through a burst of changes in one tick (backpressure, not a drop)', async () => {
+    const res = await fetch(`${t.admin}/v1/sandboxes/watch?namespace=team-c`);
+    const burst = 5000;
+    const pending = readEvents(res, 2 + burst);
+    await new Promise((r) => setTimeout(r, 50));
+    const big = 'x'.repeat(200);
+    for (let i = 0; i < burst; i++) driver.upsert(snapshot({ namespace: 'team-c', name: 'burst', uid: 'burst', resourceVersion: String(i + 1), sessionModel: 'none', ids: [`id-${i}-${big.slice(0, 40)}`] }));
+    const events = await pending;
+    expect(events.filter((e) => e.event === 'upsert')).toHaveLength(burst);
+    expect(events.at(-1)!.data.resourceVersion).toBe(String(burst));
+  });
+
   it('watch resumes with Last-Event-ID, or resets when too old', async () => {
-    const first = await readEvents(await fetch(`${t.admin}/v1/sandboxes/watch`), 5);
+    const first = await readEvents(await fetch(`${t.admin}/v1/sandboxes/watch?namespace=team-a`), 4);
     const synced = first.find((e) => e.event === 'synced')!;
     driver.upsert(snapshot({ name: 'web', resourceVersion: '3', sessionModel: 'none' }));
-    const resumed = await readEvents(await fetch(`${t.admin}/v1/sandboxes/watch`, { headers: { 'last-event-id': synced.id! } }), 1);
+    const resumed = await readEvents(await fetch(`${t.admin}/v1/sandboxes/watch?namespace=team-a`, { headers: { 'last-event-id': synced.id! } }), 1);
     expect(resumed[0]).toMatchObject({ event: 'upsert', data: { name: 'web', phase: 'Ready' } });
     const future = await readEvents(await fetch(`${t.admin}/v1/sandboxes/watch`, { headers: { 'last-event-id': '999999' } }), 1);
     expect(future[0]!.event).toBe('reset');

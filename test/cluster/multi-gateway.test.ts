@@ -198,7 +198,7 @@ describe('presence across gateways (real Redis, gateway processes)', () => {
     await phaseOn(b, 'web', 'Provisioning', undefined, 2000);
   });
 
-  it('SIGTERM of the owning gateway: supervisors move and the sandbox is Ready again well inside one TTL', async () => {
+  it('SIGTERM of the owning gateway: supervisors move, the sandbox stays Ready throughout, owned by A well inside one TTL', async () => {
     const portB = await freePort();
     const [a, b] = [await gateway('A'), await gateway('B', portB)];
     const c = await supervisor('web', [b, a]);
@@ -206,8 +206,16 @@ describe('presence across gateways (real Redis, gateway processes)', () => {
     await phaseOn(a, 'web', 'Ready', 'B');
     const t0 = Date.now();
     b.signal('SIGTERM');
-    await phaseOn(a, 'web', 'Ready', 'A');
+    // Watch A while the session moves: B keeps its record until A's claim is seen, so no gap opens.
+    const seen: string[] = [];
+    for (;;) {
+      const s = await a.sandbox('team-a', 'web');
+      seen.push(`${s?.phase}/${s?.session?.gatewayId}`);
+      if (s?.session?.gatewayId === 'A' || Date.now() - t0 > 5000) break;
+    }
     const took = Date.now() - t0;
+    expect(seen.at(-1)).toBe('Ready/A');
+    expect(seen.filter((x) => !x.startsWith('Ready/'))).toEqual([]);
     expect(await b.exited()).toBe(0);
     expect(took).toBeLessThan(TTL);
   });

@@ -167,7 +167,7 @@ export class EmbeddedProxy {
 
   /** Takes a connection slot for the decided sandbox until `closes` closes. */
   private take(d: Allow, closes: { once(event: 'close', fn: () => void): unknown }): boolean {
-    const key = d.entry.namespace + '/' + d.entry.name;
+    const key = d.entry.key;
     if (!this.connections.acquire(key)) return false;
     closes.once('close', () => this.connections.release(key));
     return true;
