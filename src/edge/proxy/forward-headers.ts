@@ -84,17 +84,13 @@ export function filterRequestHeaders(raw: readonly string[], drop: ReadonlySet<s
 
 const RESPONSE_DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
 
-/** Filters upstream response headers (undici's object form) in place of copying when nothing is dropped. */
+/** Drops hop-by-hop headers (and those `Connection` names) from an upstream response's headers. */
 export function forwardResponseHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[] | undefined> {
-  let named: Set<string> | undefined;
+  // undici hands over a fresh object per response: filter it in place rather than copy it.
   const conn = headers.connection;
-  if (conn !== undefined) named = new Set((Array.isArray(conn) ? conn.join(',') : conn).split(',').map((t) => t.trim().toLowerCase()));
-  let out: Record<string, string | string[] | undefined> | undefined;
-  for (const k in headers) {
-    if (RESPONSE_DROP.has(k) || named?.has(k) === true) {
-      out ??= { ...headers };
-      delete out[k];
-    }
+  if (conn !== undefined && conn !== 'keep-alive' && conn !== 'close') {
+    for (const t of (Array.isArray(conn) ? conn.join(',') : conn).split(',')) delete headers[t.trim().toLowerCase()];
   }
-  return out ?? headers;
+  for (const k in headers) if (RESPONSE_DROP.has(k)) delete headers[k];
+  return headers;
 }

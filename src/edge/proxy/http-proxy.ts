@@ -211,10 +211,11 @@ export class EmbeddedProxy {
 
   /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
   private send(req: IncomingMessage, res: ServerResponse, d: Allow, headers: string[], failure: (err: unknown) => ErrorCode): void {
-    const ac = new AbortController();
-    // The client went away before the response finished: abort the upstream request too.
+    // The client went away before the response finished: abort the upstream request too. undici takes any
+    // EventEmitter that emits 'abort' as its signal; using the response itself spares an AbortController
+    // per request, which was the proxy's largest own cost in the profile.
     res.once('close', () => {
-      if (!res.writableFinished) ac.abort();
+      if (!res.writableFinished) res.emit('abort');
     });
     const hasBody = req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
     this.agent.stream(
@@ -224,7 +225,7 @@ export class EmbeddedProxy {
         method: req.method as 'GET',
         headers,
         body: hasBody ? req : null,
-        signal: ac.signal,
+        signal: res,
       },
       ({ statusCode, headers }) => {
         res.writeHead(statusCode, forwardResponseHeaders(headers));
@@ -235,7 +236,7 @@ export class EmbeddedProxy {
       (err) => {
         if (err === null) return;
         if (!res.headersSent) {
-          if (ac.signal.aborted) return;
+          if (res.destroyed) return;
           const code = failure(err);
           this.log.debug({ err, upstream: d.upstream, code }, 'upstream failed before the response');
           return this.refuse(res, deny(code, undefined, d.entry), this.route(req));
