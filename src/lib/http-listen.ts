@@ -1,5 +1,6 @@
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 
 /**
  * Starting and stopping the gateway's HTTP listeners, one way for all of them (admin, proxy, relay,
@@ -31,4 +32,25 @@ export function closeGracefully(server: Server, graceMs: number): Promise<void> 
     });
     server.closeIdleConnections();
   });
+}
+
+/**
+ * An HTTP/1.1 server for proxied traffic (the embedded proxy, the relay listener): TCP_NODELAY, keep-alive
+ * longer than common load balancers' idle timeouts, no overall request timeout (SSE and downloads are
+ * legitimate long streams; idleness is policed per stream), upgrades handed to `onUpgrade`, and a bare 400
+ * for requests that do not even parse.
+ */
+export function createStreamingServer(
+  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  onUpgrade: (req: IncomingMessage, socket: Socket, head: Buffer) => void,
+): Server {
+  const server = createServer({ noDelay: true }, onRequest);
+  server.keepAliveTimeout = 65_000;
+  server.requestTimeout = 0;
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(req, socket as Socket, head));
+  server.on('clientError', (_err, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    else socket.destroy();
+  });
+  return server;
 }

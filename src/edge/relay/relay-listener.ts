@@ -1,9 +1,8 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
 import { deny, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import { closeGracefully, listenOn } from '../../lib/http-listen.js';
+import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-streams.js';
 import { renderDenial } from '../denial.js';
@@ -45,15 +44,7 @@ export class RelayListener {
     private readonly opts: RelayListenerOptions,
     private readonly log: Logger,
   ) {
-    this.server = createServer({ noDelay: true }, (req, res) => this.request(req, res));
-    this.server.keepAliveTimeout = 65_000;
-    // Long streams (SSE, downloads) are legitimate: only idleness ends them.
-    this.server.requestTimeout = 0;
-    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket as Socket, head));
-    this.server.on('clientError', (_err, socket) => {
-      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
-      else socket.destroy();
-    });
+    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head));
   }
 
   async start(): Promise<number> {
