@@ -9,8 +9,10 @@ import { ProcessGroup } from './lib/processes.js';
 import { runMarkdown, sectionMarkdown, targetLines, type RunResult, type SectionResult } from './lib/report.js';
 import type { BenchContext, Section } from './lib/section.js';
 import type { GrpcClientKind } from './lib/grpc-load-worker.js';
+import { proxy } from './proxy.js';
 import { scale } from './scale.js';
 import { sessions } from './sessions.js';
+import { workers } from './workers.js';
 
 /**
  * `npm run bench [-- --quick] [-- --only id,id] [-- --cpu-prof] [-- --load-procs N]`: runs every section in
@@ -23,9 +25,11 @@ import { sessions } from './sessions.js';
 const SECTIONS: readonly Section[] = [
   httpAuthz,
   envoyGrpc,
+  proxy,
   scale,
   churn,
   sessions,
+  workers,
 ];
 
 interface Args {

@@ -1,3 +1,4 @@
+import cluster from 'node:cluster';
 import { exitWithParent, serveIpc } from './ipc.js';
 
 /**
@@ -20,7 +21,9 @@ export interface HeapFacts {
 
 const gc = (globalThis as { gc?: () => void }).gc;
 
-if (process.send !== undefined) {
+// A `--workers` gateway's workers inherit these flags, but their IPC channel belongs to node:cluster: the
+// probe would unref it and a worker waiting for its shared listener would exit. The runner asks the primary.
+if (process.send !== undefined && !cluster.isWorker) {
   serveIpc(
     {
       heap(): HeapFacts {

@@ -17,6 +17,14 @@ export interface HttpLoadRun {
   readonly durationMs: number;
   /** Requests name sandboxes 0 … sandboxes-1 (by Host). */
   readonly sandboxes: number;
+  /** Requests to cycle through instead of the HTTP authz ones (the proxy benches send sandbox paths). */
+  readonly requests?: readonly HttpRequestSpec[];
+}
+
+export interface HttpRequestSpec {
+  readonly method: string;
+  readonly path: string;
+  readonly headers: Readonly<Record<string, string>>;
 }
 
 /**
@@ -27,7 +35,7 @@ export interface HttpLoadRun {
 const DISTINCT_REQUESTS = 16;
 
 /** What nginx auth_request / Envoy's http_service send: the original Host and path under /authz. */
-function requests(sandboxes: number): { method: string; path: string; headers: Record<string, string> }[] {
+function requests(sandboxes: number): HttpRequestSpec[] {
   const out = [];
   for (let k = 0; k < DISTINCT_REQUESTS; k++) {
     const i = (k * 7919) % sandboxes;
@@ -63,7 +71,7 @@ export async function httpLoad(r: HttpLoadRun): Promise<LoadResult> {
     // one-second tick).
     duration: Math.ceil((r.warmupMs + r.durationMs) / 1000) + 5,
     timeout: 10,
-    requests: requests(r.sandboxes),
+    requests: (r.requests ?? requests(r.sandboxes)).map((q) => ({ ...q, headers: { ...q.headers } })),
   });
   instance.on('response', (_client, statusCode, _bytes, responseTime) => {
     const now = performance.now();

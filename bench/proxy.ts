@@ -1,0 +1,203 @@
+import { splitCpus } from './lib/cpu-pin.js';
+import { httpLoad, type HttpRequestSpec } from './lib/http-load.js';
+import { interleaved, warmUp, type Arm } from './lib/interleave.js';
+import { loopbackHost, probe, proxyRequests, UPSTREAM_BODY, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
+import { measured, round2, runData, runProblems, SATURATED_CORES, type Measured } from './lib/measure.js';
+import { findNginx, startNginx } from './lib/nginx.js';
+import { CombinedTarget } from './lib/proc-cpu.js';
+import { row, target, type Row, type TargetResult } from './lib/report.js';
+import { timing, type BenchContext, type Section, type Timing } from './lib/section.js';
+import { startBare, startGateway, type Target } from './lib/targets.js';
+
+/**
+ * 3. The embedded proxy under autocannon, every request carried to a small upstream on loopback, beside
+ * the same load sent straight to the upstream, through a plain undici forwarder (no routing: the floor
+ * of a Node proxy), through nginx `proxy_pass`, and through nginx `auth_request` to sandgate's HTTP authz
+ * (sandgate without Envoy, the nginx way). The load generator runs on one CPU and everything under test
+ * on the others (cpu-pin.ts); windows of all arms are interleaved (interleave.ts).
+ */
+
+const SANDBOXES = 1000;
+const JUDGED_AT = 64;
+const MIN_VS_FORWARDER = 0.9;
+
+type ArmId = 'direct' | 'sandgate' | 'forwarder' | 'nginxPass' | 'nginxAuth' | 'nginxAuthPooled';
+
+const LABEL: Readonly<Record<ArmId, string>> = {
+  direct: 'direct to upstream',
+  sandgate: 'embedded proxy',
+  forwarder: 'undici forwarder',
+  nginxPass: 'nginx proxy_pass',
+  nginxAuth: 'nginx auth_request → sandgate',
+  nginxAuthPooled: 'nginx auth_request → sandgate, pooled upstream',
+};
+
+const PROXIES = ['sandgate', 'forwarder', 'nginxPass', 'nginxAuth', 'nginxAuthPooled'] as const;
+
+interface ArmSpec {
+  readonly url: string;
+  /** Whose CPU the window samples: the proxy tier and the upstream (for direct, the upstream alone). */
+  readonly cpu: Target;
+}
+
+type Arms = Partial<Record<ArmId, ArmSpec>>;
+
+interface Started {
+  readonly arms: Arms;
+  readonly upstreamPort: number;
+  /** Every process under test, to pin. */
+  readonly pids: number[];
+  readonly notes: string[];
+}
+
+function pidOf(t: Target): number {
+  const pid = t.child.proc.pid;
+  if (pid === undefined) throw new Error(`${t.name} has no process`);
+  return pid;
+}
+
+/**
+ * nginx's two arms, or why there are none. nginx asks a gateway of its own, so the embedded proxy's
+ * gateway (its CPU, its profile) serves proxy traffic only.
+ */
+async function startNginxArms(ctx: BenchContext, upstream: Target, sandboxes: string, into: Started): Promise<void> {
+  const found = await findNginx(ctx.log);
+  if ('skipped' in found) {
+    into.notes.push(`nginx rows skipped: ${found.skipped}`);
+    return;
+  }
+  const authz = await startGateway(ctx.procs, { name: 'sandgate-authz', sandboxes }, ctx.targetOptions);
+  const nginx = await startNginx(ctx.procs, ctx.tmp, found.bin, { upstream: `127.0.0.1:${upstream.port('main')}`, adminPort: authz.port('admin'), authRequest: found.authRequest });
+  into.pids.push(pidOf(authz), pidOf(nginx.target));
+  into.arms.nginxPass = { url: `http://127.0.0.1:${nginx.ports.proxyPass}`, cpu: new CombinedTarget([nginx.target, upstream]) };
+  if (found.authRequest) {
+    const tier = new CombinedTarget([nginx.target, authz, upstream]);
+    into.arms.nginxAuth = { url: `http://127.0.0.1:${nginx.ports.authRequest}`, cpu: tier };
+    into.arms.nginxAuthPooled = { url: `http://127.0.0.1:${nginx.ports.authRequestPooled}`, cpu: tier };
+  } else into.notes.push(`nginx auth_request rows skipped: ${found.bin} was built without http_auth_request_module`);
+}
+
+async function startArms(ctx: BenchContext): Promise<Started> {
+  const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
+  const upstreamPort = upstream.port('main');
+  const upstreamAddress = `127.0.0.1:${upstreamPort}`;
+  const sandboxes = writeLoopbackSandboxesFile(ctx.tmp, SANDBOXES);
+  const gw = await startGateway(ctx.procs, { name: 'sandgate-proxy', sandboxes }, ctx.targetOptions);
+  const forwarder = await startBare(ctx.procs, 'undici-forwarder', 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
+  const started: Started = {
+    arms: {
+      direct: { url: `http://${upstreamAddress}`, cpu: upstream },
+      sandgate: { url: `http://127.0.0.1:${gw.port('proxy')}`, cpu: new CombinedTarget([gw, upstream]) },
+      forwarder: { url: `http://127.0.0.1:${forwarder.port('main')}`, cpu: new CombinedTarget([forwarder, upstream]) },
+    },
+    upstreamPort,
+    pids: [upstream, gw, forwarder].map(pidOf),
+    notes: [],
+  };
+  try {
+    await startNginxArms(ctx, upstream, sandboxes, started);
+  } catch (err) {
+    delete started.arms.nginxPass;
+    delete started.arms.nginxAuth;
+    delete started.arms.nginxAuthPooled;
+    started.notes.push(`nginx rows skipped: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);
+  }
+  // Every arm must carry a request to the bench's upstream, and nowhere else, before any load.
+  const host = loopbackHost(0, upstreamPort);
+  for (const [id, s] of Object.entries(started.arms) as [ArmId, ArmSpec][]) {
+    const r = await probe(s.url, host);
+    if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${LABEL[id]} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
+  }
+  return started;
+}
+
+function cpuPerRequest(m: Measured): number {
+  return m.rps > 0 ? (m.targetCpuCores * 1e6) / m.rps : Number.NaN;
+}
+
+function compare(rows: Row[], label: string, c: number, a: Measured, b: Measured, vs: string): void {
+  rows.push(row(`${label} req/s @ ${c} conn`, 'req/s', a.rps, b.rps, vs));
+  rows.push(row(`${label} p50 @ ${c} conn`, 'µs', a.latency.p50, b.latency.p50, vs));
+  rows.push(row(`${label} p99 @ ${c} conn`, 'µs', a.latency.p99, b.latency.p99, vs));
+}
+
+function targetsAt(m: Partial<Record<ArmId, Measured>>, notes: readonly string[]): TargetResult[] {
+  const sg = m.sandgate!;
+  const vsForwarder = sg.rps / m.forwarder!.rps;
+  const vsNginx = m.nginxAuth === undefined ? undefined : sg.rps / m.nginxAuth.rps;
+  const skipped = notes.find((n) => n.startsWith('nginx')) ?? 'nginx auth_request was not measured';
+  return [
+    target(`embedded proxy ≥ ${MIN_VS_FORWARDER}× the plain undici forwarder (req/s @ ${JUDGED_AT} conn)`, vsForwarder >= MIN_VS_FORWARDER, `${vsForwarder.toFixed(2)}×`),
+    target(`embedded proxy ahead of nginx auth_request → sandgate (req/s @ ${JUDGED_AT} conn)`, vsNginx === undefined ? undefined : vsNginx > 1, vsNginx === undefined ? skipped : `${vsNginx.toFixed(2)}×`),
+  ];
+}
+
+function cpuNotes(m: Partial<Record<ArmId, Measured>>): string[] {
+  const all = Object.entries(m) as [ArmId, Measured][];
+  const upstreamPerRequest = cpuPerRequest(m.direct!);
+  const out = [
+    `CPU @ ${JUDGED_AT} conn of everything under test (the proxy tier and the upstream), cores, and µs per request (less the upstream's own ${upstreamPerRequest.toFixed(1)} µs): ` +
+      all
+        .filter(([id]) => id !== 'direct')
+        .map(([id, r]) => `${LABEL[id]} ${round2(r.targetCpuCores)} (${(cpuPerRequest(r) - upstreamPerRequest).toFixed(1)})`)
+        .join(', ') +
+      '; the auth_request tiers are nginx + sandgate',
+    `load generator CPU @ ${JUDGED_AT} conn, cores: ${all.map(([id, r]) => `${LABEL[id]} ${round2(r.loadCpuCores)}`).join(', ')}`,
+  ];
+  const direct = m.direct!;
+  if (direct.loadCpuCores >= 0.85) {
+    out.push(`direct to upstream was paced by the load generator (${round2(direct.loadCpuCores)} of its core): the upstream could answer more, so ratios vs direct overstate what the proxies keep`);
+  }
+  if (m.sandgate!.targetCpuCores < SATURATED_CORES && m.forwarder!.targetCpuCores < SATURATED_CORES) {
+    out.push(`@ ${JUDGED_AT} conn the processes under test used under ${SATURATED_CORES} of a core in both the embedded proxy's and the forwarder's windows: the load generator or other work set the pace, and the ratio between them understates the difference`);
+  }
+  return out;
+}
+
+export const proxy: Section = {
+  id: 'proxy',
+  title: '3. Embedded proxy (autocannon, vs direct, a plain undici forwarder and nginx)',
+  async run(ctx) {
+    const t = timing(ctx, { warmupMs: 300, durationMs: 1600 }, { warmupMs: 1000, durationMs: 6000 });
+    const connectionCounts = ctx.quick ? [JUDGED_AT] : [16, JUDGED_AT];
+    const started = await startArms(ctx);
+    const notes = [...started.notes];
+    const requests: readonly HttpRequestSpec[] = proxyRequests(SANDBOXES, started.upstreamPort);
+    const armsAt = (connections: number): Record<ArmId, Arm> => {
+      const arms = {} as Record<ArmId, Arm>;
+      for (const [id, s] of Object.entries(started.arms) as [ArmId, ArmSpec][]) {
+        arms[id] = (w: Timing) => measured(s.cpu, w, () => httpLoad({ url: s.url, connections, ...w, sandboxes: SANDBOXES, requests }));
+      }
+      return arms;
+    };
+
+    const split = await splitCpus(started.pids);
+    notes.push(typeof split === 'string' ? `CPUs ${split}` : `CPUs: load generator on ${split.load}, every process under test (proxies, upstream, nginx, sandgate) on ${split.underTest}`);
+    const rows: Row[] = [];
+    const data: Record<string, unknown> = { pinned: typeof split !== 'string' };
+    let judged: Partial<Record<ArmId, Measured>> | undefined;
+    try {
+      ctx.log('proxy: warming every arm up');
+      await warmUp(armsAt(JUDGED_AT), ctx.quick ? 1500 : 4000);
+      for (const c of connectionCounts) {
+        ctx.log(`proxy: ${c} connections (${Object.keys(started.arms).join(', ')})`);
+        const m: Partial<Record<ArmId, Measured>> = await interleaved(t, armsAt(c));
+        for (const id of PROXIES) {
+          const a = m[id];
+          if (a !== undefined) compare(rows, LABEL[id], c, a, m.direct!, 'vs direct');
+        }
+        compare(rows, LABEL.sandgate, c, m.sandgate!, m.forwarder!, 'vs undici forwarder');
+        if (m.nginxAuth !== undefined) compare(rows, LABEL.sandgate, c, m.sandgate!, m.nginxAuth, 'vs nginx auth_request');
+        if (m.nginxAuthPooled !== undefined) compare(rows, LABEL.sandgate, c, m.sandgate!, m.nginxAuthPooled, 'vs nginx auth_request, pooled upstream');
+        for (const [id, r] of Object.entries(m) as [ArmId, Measured][]) notes.push(...runProblems(`${LABEL[id]} @ ${c}`, r));
+        data[`c${c}`] = Object.fromEntries(Object.entries(m).map(([id, r]) => [id, { ...runData(r), cpuUsPerRequest: round2(cpuPerRequest(r)) }]));
+        if (c === JUDGED_AT) judged = m;
+      }
+    } finally {
+      if (typeof split !== 'string') await split.restore();
+    }
+    const targets = judged === undefined ? [] : targetsAt(judged, notes);
+    if (judged !== undefined) notes.push(...cpuNotes(judged));
+    return { baseline: 'direct to upstream, or as the row says', rows, targets, notes, data };
+  },
+};
