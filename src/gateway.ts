@@ -385,7 +385,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       // and the records go in one step, so failover never waits for the lease TTL.
       const held = [...presence.list()].filter((r) => r.gatewayId === gatewayId);
       await supervisors?.close();
-      if (presence.kind === 'redis') await awaitTakeover(presence, gatewayId, held, Math.min(2000, config.shutdownTimeoutMs / 2));
+      if (presence.kind === 'redis') await awaitTakeover(presence, gatewayId, held, Math.min(config.handoverTimeoutMs, config.shutdownTimeoutMs / 2));
       await presence.close({ release: true }).catch((err: unknown) => sessionLog.warn({ err }, 'presence release failed'));
       await keyStore?.close();
       await Promise.all(drivers.map((d) => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed'))));

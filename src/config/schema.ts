@@ -139,6 +139,13 @@ export const SCHEMA = {
     max: 64,
     description: 'Gateway processes sharing the listeners (node:cluster). Above 1, supervisor sessions need `--presence redis://…` so every worker sees them.',
   },
+  handoverTimeoutMs: {
+    kind: 'int',
+    default: 5000,
+    min: 0,
+    max: 600_000,
+    description: 'On SIGTERM with Redis presence: how long to keep this gateway\'s records while its supervisors re-claim elsewhere (ends early once all have; at most half of --shutdown-timeout-ms).',
+  },
   shutdownTimeoutMs: { kind: 'int', default: 10_000, min: 0, max: 600_000, description: 'Upper bound on graceful shutdown after SIGTERM.' },
   apiKeys: {
     kind: 'string',
