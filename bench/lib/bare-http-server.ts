@@ -1,7 +1,6 @@
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { UPSTREAM_HEADER } from './envoy-requests.js';
-import { announceReady, exitWithParent } from './ipc.js';
+import { serveHttpChild } from './ipc.js';
 import { sandboxNamespace, sandboxName, sandboxUpstream } from './sandboxes.js';
 
 /**
@@ -21,10 +20,4 @@ const server = createServer((_req, res) => {
   res.setHeader('x-sandgate-sandbox', SANDBOX);
   res.writeHead(200).end();
 });
-server.keepAliveTimeout = 65_000;
-server.listen(port, '127.0.0.1', () => announceReady({ port: (server.address() as AddressInfo).port }));
-exitWithParent();
-process.once('SIGTERM', () => {
-  server.close(() => process.exit(0));
-  server.closeIdleConnections();
-});
+serveHttpChild(server, port);

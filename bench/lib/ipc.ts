@@ -1,3 +1,6 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
 /**
  * Request/response over a forked child's IPC channel. The runner asks (`{id, op, ...args}`), the child
  * answers once (`{id, ok, value}` or `{id, ok: false, error}`). Children also push one `{ready: …}`
@@ -66,4 +69,19 @@ export function announceReady(info: Record<string, unknown>): void {
 /** Leaves when the runner goes away, so no child outlives a killed runner. */
 export function exitWithParent(): void {
   process.on('disconnect', () => process.exit(0));
+}
+
+/**
+ * Runs a baseline HTTP server as a bench child: listens on 127.0.0.1, announces its port, exits with its
+ * parent, and closes gracefully on SIGTERM. Keep-alive outlasts any client pool, so clients decide when
+ * to reconnect.
+ */
+export function serveHttpChild(server: Server, port: number): void {
+  server.keepAliveTimeout = 65_000;
+  server.listen(port, '127.0.0.1', () => announceReady({ port: (server.address() as AddressInfo).port }));
+  exitWithParent();
+  process.once('SIGTERM', () => {
+    server.close(() => process.exit(0));
+    server.closeIdleConnections();
+  });
 }

@@ -1,6 +1,5 @@
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { announceReady, exitWithParent } from './ipc.js';
+import { serveHttpChild } from './ipc.js';
 import { UPSTREAM_BODY } from './loopback-sandboxes.js';
 
 /**
@@ -20,11 +19,4 @@ const server = createServer((req, res) => {
   req.resume();
   res.writeHead(200, head).end(body);
 });
-// Longer than any proxy's pool keep-alive, so the proxies, not the upstream, decide when to reconnect.
-server.keepAliveTimeout = 65_000;
-server.listen(port, '127.0.0.1', () => announceReady({ port: (server.address() as AddressInfo).port }));
-exitWithParent();
-process.once('SIGTERM', () => {
-  server.close(() => process.exit(0));
-  server.closeIdleConnections();
-});
+serveHttpChild(server, port);

@@ -154,7 +154,6 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
     if (!key.startsWith('SANDGATE_') || value === undefined) continue;
     const name = NAMES.find((n) => envOf(n) === key);
     if (name === undefined) {
-      if (EXTRA_ENV.has(key)) continue;
       throw invalid(`unknown environment variable ${key}${hint(key, NAMES.map(envOf))}`);
     }
     fromEnv[name] = value;
@@ -185,9 +184,6 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
   validate(out as Config);
   return Object.freeze(out) as Config;
 }
-
-/** SANDGATE_* variables that are read directly (secrets), not options. */
-const EXTRA_ENV: ReadonlySet<string> = new Set<string>([]);
 
 function validate(c: Config): void {
   if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(c.baseDomain)) {

@@ -1,3 +1,5 @@
+import { ROUTE_SOURCES } from '../domain/route-key.js';
+
 /**
  * The one configuration schema. Every option has a type, a default, a flag (`--kebab-case`), an
  * environment variable (`SANDGATE_UPPER_SNAKE`) and a description; docs/configuration.md is generated
@@ -76,8 +78,8 @@ export const SCHEMA = {
   baseDomain: { kind: 'string', default: 'localhost', description: 'Sandbox hosts are `<port>-<name>.<namespace>.<base-domain>` and `<port>-<id>.<base-domain>`.' },
   routeOrder: {
     kind: 'list',
-    default: ['headers', 'e2b-headers', 'host', 'path'],
-    values: ['headers', 'e2b-headers', 'host', 'path'],
+    default: ROUTE_SOURCES,
+    values: ROUTE_SOURCES,
     description: 'Route-key sources, tried in this order; the first one present in a request decides.',
   },
   defaultNamespace: { kind: 'string', default: 'default', description: 'Namespace when x-sandbox-namespace is absent.' },

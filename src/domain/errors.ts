@@ -57,7 +57,3 @@ export class SandgateError extends Error {
     this.details = options?.details;
   }
 }
-
-export function isErrorCode(value: string): value is ErrorCode {
-  return Object.hasOwn(ERROR_CODES, value);
-}

@@ -5,7 +5,6 @@
 
 /** The backend's own view of the compute. `absent` is expressed by a deletion event, not a snapshot. */
 export type BackendState = 'starting' | 'ready' | 'paused' | 'deleting' | 'failed';
-export const BACKEND_STATES: readonly BackendState[] = ['starting', 'ready', 'paused', 'deleting', 'failed'];
 
 export type ConditionStatus = 'True' | 'False' | 'Unknown';
 

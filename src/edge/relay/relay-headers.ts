@@ -46,8 +46,11 @@ export function relayTargetOf(d: Allow): RelayTarget {
  * The headers a front door adds to a relay decision so the relay listener at `d.upstream` accepts and
  * routes the request; none for a decision that is not a relay.
  */
+/** What a direct (non-relay) decision adds: nothing, without an allocation per request. */
+const NO_RELAY_HEADERS: readonly (readonly [string, string])[] = Object.freeze([]);
+
 export function relayHeaders(d: Allow, secret: string): readonly (readonly [string, string])[] {
-  if (!d.relay) return [];
+  if (!d.relay) return NO_RELAY_HEADERS;
   return [
     [RELAY_AUTH_HEADER, secret],
     [RELAY_TARGET_HEADER, formatRelayTarget(relayTargetOf(d))],
