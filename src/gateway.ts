@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { hostname } from 'node:os';
 import type { DestinationStream } from 'pino';
 import { createAdminApi, type Readiness } from './api/admin-api.js';
@@ -67,6 +67,8 @@ export interface Gateway {
   readonly supervisors: SupervisorServer | undefined;
   readonly grpcPort: number;
   readonly adminPort: number;
+  /** The operator surface's own port; undefined when it shares the admin port (`--ops-port -1`). */
+  readonly opsPort: number | undefined;
   readonly supervisorPort: number | undefined;
   /** Undefined when the embedded proxy is off (`--no-proxy`). */
   readonly proxyPort: number | undefined;
@@ -210,6 +212,24 @@ export function createPresenceStore(c: Config, gatewayId: string, log: Logger, g
   });
 }
 
+/**
+ * The admin port's server (HTTP authz under /authz/ when `authz` is given, then `api`) or the ops port's
+ * (`api` only). CONNECT gets a typed 405 rather than a closed socket.
+ */
+function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: ((req: IncomingMessage, res: ServerResponse) => void) | undefined, log: Logger): Server {
+  const server = createServer((req, res) => {
+    const url = req.url ?? '/';
+    if (authz !== undefined && (url === AUTHZ_PREFIX || url.startsWith(AUTHZ_PREFIX + '/') || url.startsWith(AUTHZ_PREFIX + '?'))) return authz(req, res);
+    api(req, res).catch((err: unknown) => {
+      log.error({ err }, 'admin request failed');
+      if (!res.headersSent) sendError(res, 'internal_error');
+      else res.destroy();
+    });
+  });
+  server.keepAliveTimeout = 65_000;
+  return server;
+}
+
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const config = opts.config;
   const gatewayId = config.gatewayId !== '' ? config.gatewayId : `${hostname()}-${process.pid}`;
@@ -228,6 +248,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const keyStore = apiKeyStoreFromConfig(config, (err) => authLog.warn({ err }, 'API key store problem'));
   const pepper = keyStore === undefined ? undefined : secretFromConfig(config.keyPepper, config.keyPepperFile, 'key pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
+  const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
+  const policy = keyPolicy(config.apiKeyNamespaces);
   const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
   const decider = new Decider(
     view,
@@ -236,9 +258,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     metrics,
     log.child({ part: 'edge' }),
     {
-      keys: keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam),
+      keys: apiKeys,
       apiKeyHeader: config.apiKeyHeader,
-      policy: keyPolicy(config.apiKeyNamespaces),
+      policy,
       tokenHeaders: config.trafficTokenHeaders,
     },
     resumer,
@@ -298,24 +320,27 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 
   const watch = new SandboxWatch(view);
-  const adminApi = createAdminApi({ view, registry: metrics.registry, readiness, watch, gatewayId, log: log.child({ part: 'api' }) });
+  const apiDeps = {
+    view,
+    registry: metrics.registry,
+    readiness,
+    watch,
+    gatewayId,
+    log: log.child({ part: 'api' }),
+    auth: apiKeys === undefined ? undefined : { principal: (key: string | undefined) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy },
+  };
+  const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door, log.child({ part: 'edge' }));
-  const admin = createServer((req, res) => {
-    const url = req.url ?? '/';
-    if (url === AUTHZ_PREFIX || url.startsWith(AUTHZ_PREFIX + '/') || url.startsWith(AUTHZ_PREFIX + '?')) return httpAuthz(req, res);
-    adminApi(req, res).catch((err: unknown) => {
-      log.error({ err }, 'admin request failed');
-      if (!res.headersSent) sendError(res, 'internal_error');
-      else res.destroy();
-    });
-  });
-  admin.keepAliveTimeout = 65_000;
+  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, log);
+  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, log) : undefined;
 
   let adminPort: number;
+  let opsPort: number | undefined;
   try {
     adminPort = await listenOn(admin, config.listenHost, config.adminPort);
+    if (ops !== undefined) opsPort = await listenOn(ops, config.opsListenHost !== '' ? config.opsListenHost : config.listenHost, config.opsPort);
   } catch (err) {
-    await Promise.all([grpc.close(0), relay.close(0)]);
+    await Promise.all([grpc.close(0), relay.close(0), closeGracefully(admin, 0)]);
     throw err;
   }
   await keyStore?.start();
@@ -370,7 +395,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   if (view.synced) grpc.setServing(true);
   const tick = setInterval(() => view.tick(), 1000);
   tick.unref();
-  log.info({ grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, presence: presence.kind, drivers: drivers.map((d) => d.id) }, 'sandgate started');
+  log.info({ grpcPort: grpc.port, adminPort, opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, presence: presence.kind, drivers: drivers.map((d) => d.id) }, 'sandgate started');
 
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> =>
@@ -390,9 +415,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       await keyStore?.close();
       await Promise.all(drivers.map((d) => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed'))));
       const grace = config.shutdownTimeoutMs;
-      await Promise.all([grpc.close(grace), closeGracefully(admin, grace), proxy?.close(grace), relay.close(grace)]);
+      await Promise.all([grpc.close(grace), closeGracefully(admin, grace), ops === undefined ? undefined : closeGracefully(ops, grace), proxy?.close(grace), relay.close(grace)]);
       log.info('sandgate stopped');
     })());
 
-  return { config, gatewayId, view, log, metrics, drivers, presence, supervisors, grpcPort: grpc.port, adminPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, close };
+  return { config, gatewayId, view, log, metrics, drivers, presence, supervisors, grpcPort: grpc.port, adminPort, opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, close };
 }

@@ -4,6 +4,7 @@ import { isDnsLabel } from '../domain/labels.js';
 import { PUBLIC_PHASES, type PublicPhase } from '../domain/sandbox.js';
 import type { Logger } from '../observability/logger.js';
 import type { SandboxView } from '../view/sandbox-view.js';
+import { authorizeApi, type ApiAuth } from './api-access.js';
 import { sendError, sendJson } from './respond.js';
 import { sandboxJson } from './sandbox-json.js';
 import type { SandboxWatch } from './sandbox-watch.js';
@@ -27,14 +28,23 @@ export interface AdminApiDeps {
   readonly watch: SandboxWatch;
   readonly gatewayId: string;
   readonly log: Logger;
+  /** The API key principals (api-access.ts); undefined without a key store: everything is visible. */
+  readonly auth?: ApiAuth;
 }
+
+/**
+ * Which routes a listener serves: `all` (the admin port when no `--ops-port` is set: today's layout),
+ * `operator` (the ops port: sandbox API, watch, metrics, health) or `health` (the decision port beside a
+ * separate ops port: only /healthz and /readyz, so a tenant that can reach the door learns nothing else).
+ */
+export type ApiSurface = 'all' | 'operator' | 'health';
 
 const SANDBOX_PATH = /^\/v1\/sandboxes\/([^/]+)\/([^/]+)$/;
 
-export function createAdminApi(deps: AdminApiDeps) {
+export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') {
   const { view, registry, readiness } = deps;
 
-  function list(url: URL, res: ServerResponse): void {
+  function list(url: URL, res: ServerResponse, sees: (ns: string) => boolean): void {
     const ns = url.searchParams.get('namespace');
     const phase = url.searchParams.get('phase');
     if (ns !== null && !isDnsLabel(ns)) return sendError(res, 'invalid_request', 'namespace must be a DNS-1123 label');
@@ -43,7 +53,7 @@ export function createAdminApi(deps: AdminApiDeps) {
     }
     const items = [];
     for (const e of view.list()) {
-      if (ns !== null && e.namespace !== ns) continue;
+      if ((ns !== null && e.namespace !== ns) || !sees(e.namespace)) continue;
       if (phase !== null && e.status.phase !== phase) continue;
       items.push(sandboxJson(e));
     }
@@ -63,22 +73,30 @@ export function createAdminApi(deps: AdminApiDeps) {
         const status = notReady.length > 0 ? 'not_ready' : degraded.length > 0 ? 'degraded' : 'ready';
         return sendJson(res, notReady.length > 0 ? 503 : 200, { status, notReady, degraded });
       }
+    }
+    if (surface === 'health') return sendError(res, 'not_found', `No route ${path}`);
+    switch (path) {
       case '/metrics': {
         const text = await registry.metrics();
         res.writeHead(200, { 'content-type': registry.contentType }).end(text);
         return;
       }
       case '/v1/sandboxes':
-        return list(url, res);
-      case '/v1/sandboxes/watch':
-        return deps.watch.serve(req, res, url);
+      case '/v1/sandboxes/watch': {
+        const scope = authorizeApi(deps.auth, req.headers, res);
+        if (scope === undefined) return;
+        return path === '/v1/sandboxes' ? list(url, res, scope.sees) : deps.watch.serve(req, res, url, scope.sees);
+      }
     }
     const m = SANDBOX_PATH.exec(path);
     if (m !== null) {
       const ns = m[1]!;
       const name = m[2]!;
       if (!isDnsLabel(ns) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
-      const e = view.get(ns, name);
+      const scope = authorizeApi(deps.auth, req.headers, res);
+      if (scope === undefined) return;
+      // Another tenant's sandbox gets the very answer a missing one gets.
+      const e = scope.sees(ns) ? view.get(ns, name) : undefined;
       if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${ns}/${name}`);
       return sendJson(res, 200, sandboxJson(e));
     }

@@ -25,6 +25,8 @@ type Pending = () => string | undefined;
 interface Client {
   readonly res: ServerResponse;
   readonly namespace: string | null;
+  /** The caller's tenancy scope (api-access.ts): changes of namespaces it may not see are never sent. */
+  readonly sees: (namespace: string) => boolean;
   /** Events waiting for the socket to drain (undefined while the socket keeps up). */
   queue: Pending[] | undefined;
 }
@@ -56,14 +58,15 @@ export class SandboxWatch {
     return this.clients.size;
   }
 
-  serve(req: IncomingMessage, res: ServerResponse, url: URL): void {
+  /** Serves one watcher; `sees` is the caller's scope, applied to the full state and every change. */
+  serve(req: IncomingMessage, res: ServerResponse, url: URL, sees: (namespace: string) => boolean = () => true): void {
     const namespace = url.searchParams.get('namespace');
     if (namespace !== null && !isDnsLabel(namespace)) return sendError(res, 'invalid_request', 'namespace must be a DNS-1123 label');
     const header = req.headers['last-event-id'];
     const lastHeader = (typeof header === 'string' ? header : undefined) ?? url.searchParams.get('lastEventId') ?? undefined;
     const last = lastHeader === undefined || !/^\d+$/.test(lastHeader) ? undefined : Number(lastHeader);
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-    const client: Client = { res, namespace, queue: undefined };
+    const client: Client = { res, namespace, sees, queue: undefined };
     this.clients.add(client);
     res.once('close', () => this.clients.delete(client));
     const first = this.ring[0];
@@ -75,7 +78,7 @@ export class SandboxWatch {
     } else {
       this.enqueue(client, () => 'event: reset\ndata: {}\n\n');
       for (const e of [...this.view.list()]) {
-        if (namespace === null || e.namespace === namespace) this.enqueue(client, () => `event: upsert\ndata: ${JSON.stringify(sandboxJson(e))}\n\n`);
+        if ((namespace === null || e.namespace === namespace) && sees(e.namespace)) this.enqueue(client, () => `event: upsert\ndata: ${JSON.stringify(sandboxJson(e))}\n\n`);
       }
       this.enqueue(client, () => `id: ${current}\nevent: synced\ndata: {"version":${current}}\n\n`);
     }
@@ -92,11 +95,11 @@ export class SandboxWatch {
     this.enqueue(c, () => this.format(c, change));
   }
 
-  /** The SSE text of a change for this watcher, or undefined when its namespace filter skips it. */
+  /** The SSE text of a change for this watcher, or undefined when its namespace filter or scope skips it. */
   private format(c: Client, change: Change): string | undefined {
     const slash = change.key.indexOf('/');
     const ns = change.key.slice(0, slash);
-    if (c.namespace !== null && c.namespace !== ns) return undefined;
+    if ((c.namespace !== null && c.namespace !== ns) || !c.sees(ns)) return undefined;
     const data = change.entry !== undefined ? sandboxJson(change.entry) : { namespace: ns, name: change.key.slice(slash + 1) };
     return `id: ${change.version}\nevent: ${change.entry !== undefined ? 'upsert' : 'delete'}\ndata: ${JSON.stringify(data)}\n\n`;
   }
