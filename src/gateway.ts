@@ -275,6 +275,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 
   const driverLog = log.child({ part: 'drivers' });
+  view.onIdRefused((r) => {
+    metrics.refusedIds.labels(r.driver, r.reason).inc();
+    driverLog.warn(r, r.reason === 'in_use' ? `sandbox ${r.namespace}/${r.name} declares id ${r.id}, held by ${r.holder ?? 'another sandbox'}: refused` : `sandbox ${r.namespace}/${r.name} declares id ${r.id}, the <namespace>--<name> id of another sandbox: refused`);
+  });
   for (const d of drivers) view.registerDriver(d.id);
   const sinkFor = (d: Driver): DriverSink => {
     // Bound once: a busy driver's events must not format label sets one by one.
