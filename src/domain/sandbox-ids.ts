@@ -29,13 +29,6 @@ export function hasLegacyForm(id: string): boolean {
   return i > 0 && i + 2 < id.length;
 }
 
-/** Every `[namespace, name]` reading of a legacy-form id, shortest namespace first. */
-export function legacySplits(id: string): [string, string][] {
-  const out: [string, string][] = [];
-  for (let i = id.indexOf('--', 1); i > 0 && i + 2 < id.length; i = id.indexOf('--', i + 1)) out.push([id.slice(0, i), id.slice(i + 2)]);
-  return out;
-}
-
 /** What decides who claimed an id first. */
 export interface IdClaimant {
   readonly namespace: string;

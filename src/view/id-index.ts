@@ -26,11 +26,6 @@ export class IdIndex {
     return this.holders.get(id);
   }
 
-  /** Ids contested by two or more sandboxes (metrics, tests). */
-  get contested(): number {
-    return this.rivals.size;
-  }
-
   /**
    * Moves `c`'s claims from `before` to `after` (ids in both are re-ranked: the claimant may be a new
    * incarnation with another creation time). Returns the keys of the other sandboxes that gained or lost

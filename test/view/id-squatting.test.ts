@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { BackendSnapshot, DriverEvent } from '../../src/domain/sandbox.js';
-import { classifyIds, compareClaimants, hasLegacyForm, legacyId, legacySplits } from '../../src/domain/sandbox-ids.js';
+import { classifyIds, compareClaimants, hasLegacyForm, legacyId } from '../../src/domain/sandbox-ids.js';
 import { ID_CONFLICT, SandboxView, type IdRefused } from '../../src/view/sandbox-view.js';
 import { snapshot } from '../helpers/snapshots.js';
 
@@ -28,14 +28,6 @@ describe('sandbox id rules (domain)', () => {
     ['-', false],
   ])('hasLegacyForm(%j) is %s', (id, want) => {
     expect(hasLegacyForm(id)).toBe(want);
-  });
-
-  it('reads every split of a legacy id', () => {
-    expect(legacySplits('a--b--c')).toEqual([
-      ['a', 'b--c'],
-      ['a--b', 'c'],
-    ]);
-    expect(legacySplits('web')).toEqual([]);
   });
 
   it('classifies declared ids: own legacy id accepted, another legacy id foreign, duplicates once', () => {
