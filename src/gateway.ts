@@ -34,6 +34,7 @@ import { MemoryPresence } from './sessions/presence/memory-presence.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import type { PresenceRedisOptions } from './sessions/presence/redis-connection.js';
 import { createRedisPresence } from './sessions/presence/redis-presence.js';
+import { SupervisorKeyFile } from './sessions/supervisor-key-file.js';
 import { SupervisorServer } from './sessions/supervisor-server.js';
 import { parseSupervisorKeys, type SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
@@ -297,6 +298,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 
   const driverLog = log.child({ part: 'drivers' });
+  view.onIdRefused((r) => {
+    metrics.refusedIds.labels(r.driver, r.reason).inc();
+    driverLog.warn(r, r.reason === 'in_use' ? `sandbox ${r.namespace}/${r.name} declares id ${r.id}, held by ${r.holder ?? 'another sandbox'}: refused` : `sandbox ${r.namespace}/${r.name} declares id ${r.id}, the <namespace>--<name> id of another sandbox: refused`);
+  });
   for (const d of drivers) view.registerDriver(d.id);
   const sinkFor = (d: Driver): DriverSink => {
     // Bound once: a busy driver's events must not format label sets one by one.
@@ -349,6 +354,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   for (const r of presence.list()) view.setPresence(r.namespace, r.name, presenceOf(r));
   const sessionLog = log.child({ part: 'sessions' });
   let supervisors: SupervisorServer | undefined;
+  let keyFile: SupervisorKeyFile | undefined;
   if (keys !== undefined) {
     supervisors = new SupervisorServer(
       {
@@ -368,6 +374,21 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     late.supervisors = supervisors;
     await supervisors.start();
     metrics.watchSessions(supervisors);
+    if (opts.supervisorKeys === undefined && config.supervisorSecretFile !== '') {
+      // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
+      const server = supervisors;
+      keyFile = new SupervisorKeyFile({
+        path: config.supervisorSecretFile,
+        audience: config.supervisorAudience,
+        initial: keys,
+        onChange: (next) => {
+          sessionLog.info({ kids: next.keys.map((k) => k.kid) }, 'supervisor keys reloaded');
+          server.setKeys(next);
+        },
+        onError: (err) => sessionLog.warn({ err }, err.message),
+      });
+      keyFile.start(config.heartbeatIntervalMs);
+    }
   } else {
     sessionLog.warn('no supervisor secret configured (--supervisor-secret-file or SANDGATE_SUPERVISOR_SECRET): the supervisor endpoint is off');
   }
@@ -403,6 +424,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       shuttingDown = true;
       grpc.setServing(false);
       clearInterval(tick);
+      keyFile?.stop();
       view.waiters.close();
       watch.close();
       // Supervisors are told "service restart" and reconnect elsewhere. This gateway's records stay (and

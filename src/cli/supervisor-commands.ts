@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { resolveConfig } from '../config/load.js';
 import { SandgateError } from '../domain/errors.js';
@@ -62,23 +63,55 @@ export function tokenSubject(token: string): { namespace: string; name: string }
   return { namespace, name };
 }
 
-/** `sandgate supervisor --gateway ws://HOST:PORT[,ws://…] --token T`: the reference supervisor, until SIGTERM. */
+/** Reads a token file (a mounted Secret, a file a sidecar rotates); the token is its trimmed content. */
+export function readTokenFile(path: string): string {
+  let token: string;
+  try {
+    token = readFileSync(path, 'utf8').trim();
+  } catch (err) {
+    throw new SandgateError('config_invalid', `cannot read --token-file ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  if (token === '') throw new SandgateError('config_invalid', `--token-file ${path} is empty`);
+  return token;
+}
+
+const SUPERVISOR_USAGE = 'usage: sandgate supervisor --gateway ws://HOST:PORT (--token T | --token-file FILE) [--instance-id ID] [--relay-ports 8000,49983]';
+
+/**
+ * `sandgate supervisor --gateway ws://HOST:PORT[,ws://…] --token T | --token-file FILE`: the reference
+ * supervisor, until SIGTERM. With `--token-file` the file is re-read for every connection and ahead of
+ * the token's expiry, and a newer token is sent over the session (a `refresh` frame), so the session
+ * outlives any one token; with `--token` the session ends when the token expires.
+ */
 export async function supervisorCommand(argv: readonly string[]): Promise<number> {
-  const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--instance-id', '--relay-ports']);
-  if (rest.length > 0) throw new SandgateError('config_invalid', `unknown argument ${rest[0]}; usage: sandgate supervisor --gateway ws://HOST:PORT --token T [--instance-id ID] [--relay-ports 8000,49983]`);
+  const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--token-file', '--instance-id', '--relay-ports']);
+  if (rest.length > 0) throw new SandgateError('config_invalid', `unknown argument ${rest[0]}; ${SUPERVISOR_USAGE}`);
   let allowPorts: number[] | undefined;
   if (own['relay-ports'] !== undefined) {
     allowPorts = own['relay-ports'].split(',').map((p) => Number(p.trim()));
     if (allowPorts.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) throw new SandgateError('config_invalid', '--relay-ports must be a comma-separated list of ports 1-65535');
   }
-  const token = own.token ?? process.env.SANDGATE_SUPERVISOR_TOKEN;
-  if (own.gateway === undefined || token === undefined) throw new SandgateError('config_invalid', 'usage: sandgate supervisor --gateway ws://HOST:PORT --token T (or SANDGATE_SUPERVISOR_TOKEN)');
+  if (own.token !== undefined && own['token-file'] !== undefined) throw new SandgateError('config_invalid', `--token and --token-file exclude each other; ${SUPERVISOR_USAGE}`);
+  const tokenFile = own['token-file'] ?? (own.token === undefined ? process.env.SANDGATE_SUPERVISOR_TOKEN_FILE : undefined);
+  const token = tokenFile !== undefined ? readTokenFile(tokenFile) : (own.token ?? process.env.SANDGATE_SUPERVISOR_TOKEN);
+  if (own.gateway === undefined || token === undefined) throw new SandgateError('config_invalid', `${SUPERVISOR_USAGE} (or SANDGATE_SUPERVISOR_TOKEN / SANDGATE_SUPERVISOR_TOKEN_FILE)`);
   const { namespace, name } = tokenSubject(token);
   const gateways = own.gateway.split(',').map((g) => g.trim()).filter((g) => g !== '');
-  const client = new SupervisorClient({ gateway: gateways, token, namespace, name, instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}`, relay: { allowPorts } });
+  const client = new SupervisorClient({
+    gateway: gateways,
+    // A token file is re-read each time: whatever rotates it (a projected token, a sidecar) renews the session.
+    token: tokenFile !== undefined ? () => readTokenFile(tokenFile) : token,
+    namespace,
+    name,
+    instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}`,
+    relay: { allowPorts },
+  });
   const log = (msg: string, extra: object) => console.log(JSON.stringify({ time: new Date().toISOString(), sandbox: `${namespace}/${name}`, msg, ...extra }));
   client.on('accepted', (e) => log('accepted', e));
   client.on('disconnected', (e) => log('disconnected', e));
+  client.on('refreshed', (e) => log('token refreshed', e));
+  // A token file that cannot be read at refresh time: the session goes on until its token expires.
+  client.on('error', (err: Error) => log('token source failed', { error: err.message }));
   return new Promise<number>((resolve) => {
     client.on('stopped', (e: { code: number }) => {
       log('stopped', e);

@@ -115,7 +115,8 @@ export const SCHEMA = {
   supervisorSecretFile: {
     kind: 'string',
     default: '',
-    description: 'File with the supervisor token secret, or YAML `keys: [{kid, secret}, …]` for rotation (the first signs, all verify).',
+    description:
+      'File with the supervisor token secret, or YAML `keys: [{kid, secret}, …]` for rotation (the first signs, all verify). Re-read every heartbeat interval: sessions whose token a removed key signed are closed (4441).',
   },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {

@@ -55,7 +55,8 @@ export async function startDemo(audience: string, path = DEMO_SANDBOXES): Promis
     async startSupervisors(supervisorPort) {
       for (const s of sandboxes) {
         if (s.sessionModel !== 'required') continue;
-        const token = await mintSupervisorToken(supervisorKeys, s.namespace, s.name, 86_400);
+        // A token source, not one token: a session ends at its token's expiry unless refreshed, and a demo may run for days.
+        const token = () => mintSupervisorToken(supervisorKeys, s.namespace, s.name, 86_400);
         clients.push(
           new SupervisorClient({ gateway: `ws://127.0.0.1:${supervisorPort}`, token, namespace: s.namespace, name: s.name, instanceId: `demo-${s.name}` }).start(),
         );

@@ -29,6 +29,9 @@ export const ERROR_CODES = {
   // The relay (sandboxes reached over their supervisor session).
   relay_busy: { status: 503, message: 'Too many relay streams to this sandbox or through this gateway' },
   relay_unauthorized: { status: 401, message: 'The relay listener needs a valid relay secret' },
+  // Supervisor sessions: sent in a `rejected` frame before the WebSocket close code (docs/supervisor-protocol.md).
+  session_expired: { status: 401, message: 'The session token expired and was not refreshed (close 4440)' },
+  signing_key_revoked: { status: 401, message: 'The key that signed the session token was removed (close 4441)' },
   // Admin API.
   not_found: { status: 404, message: 'No such resource' },
   invalid_request: { status: 400, message: 'The request is malformed' },

@@ -37,8 +37,13 @@ export interface BackendSnapshot {
   readonly resourceVersion: string;
   /** Identity of the running instance (pod uid, container id, VM id): changes on restart. */
   readonly instanceId: string;
-  /** Opaque ids that also name this sandbox (E2B-style hosts and headers). */
+  /**
+   * Opaque ids that also name this sandbox (E2B-style hosts and headers). An id already held by another
+   * sandbox, or of the form `<namespace>--<name>` of another sandbox, is refused (domain/sandbox-ids.ts).
+   */
   readonly ids: readonly string[];
+  /** Epoch ms the backend created this incarnation (decides who keeps a contested id); undefined when unknown. */
+  readonly createdAt?: number | undefined;
   readonly state: BackendState;
   readonly conditions: readonly Condition[];
   readonly endpoint: Endpoint;

@@ -24,8 +24,13 @@ export class GatewayMetrics {
   readonly waits: Counter<'outcome'>;
   readonly driverEvents: Counter<'driver' | 'result'>;
   readonly driverErrors: Counter<'driver'>;
+  /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
+  readonly refusedIds: Counter<'driver' | 'reason'>;
 
-  constructor(view: { readonly size: number; phaseCounts(): Map<string, number> }, defaults = true) {
+  constructor(
+    view: { readonly size: number; phaseCounts(): Map<string, number>; refusedIdCounts(): Readonly<Record<string, number>> },
+    defaults = true,
+  ) {
     const registers = [this.registry];
     if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'sandgate_process_' });
     // Every (door, outcome, code) series exists from the start: dashboards see zeros, and the hot path
@@ -61,6 +66,21 @@ export class GatewayMetrics {
       help: 'Driver errors (bad files, dropped watches), by driver',
       labelNames: ['driver'],
       registers,
+    });
+    this.refusedIds = new Counter({
+      name: 'sandgate_drivers_refused_ids_total',
+      help: 'Ids a sandbox declared and was refused, by driver and reason (in_use, names_another_sandbox)',
+      labelNames: ['driver', 'reason'],
+      registers,
+    });
+    new Gauge({
+      name: 'sandgate_view_refused_ids',
+      help: 'Id claims refused right now, by reason (in_use, names_another_sandbox)',
+      labelNames: ['reason'],
+      registers,
+      collect() {
+        for (const [reason, n] of Object.entries(view.refusedIdCounts())) this.set({ reason }, n);
+      },
     });
     new Gauge({
       name: 'sandgate_view_sandboxes',

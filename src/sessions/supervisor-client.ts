@@ -17,7 +17,14 @@ import { CLOSE, DO_NOT_RETRY, RECONNECT_AT_ONCE, SUBPROTOCOL, SUPERVISOR_PATH, t
  * and nothing else, so the gateway can never make the supervisor dial another host — with TCP_NODELAY
  * (Nagle plus delayed ACKs cost the reference relay ~44 ms per small request), and spliced to the stream.
  *
- * Events: `accepted` ({sessionId, epoch}), `disconnected` ({code, reason}), `stopped` ({code, reason}).
+ * Token refresh: a session ends at its token's expiry (4440) unless refreshed. When the token is a
+ * function (a token file re-read, a callback), the client asks it for a fresh token ahead of expiry —
+ * when a fifth of the remaining lifetime, and at least 3 heartbeat intervals, is left — and sends it in a
+ * `refresh` frame; while the source still returns the current token it asks again every interval. A
+ * static token is never refreshed: its session ends at `exp` and the client stops.
+ *
+ * Events: `accepted` ({sessionId, epoch, expiresAt}), `refreshed` ({expiresAt}), `disconnected`
+ * ({code, reason}), `stopped` ({code, reason}).
  */
 
 export interface SupervisorClientOptions {
@@ -26,7 +33,7 @@ export interface SupervisorClientOptions {
    * next one, so a supervisor told "service restart" lands on another gateway at once.
    */
   readonly gateway: string | readonly string[];
-  /** The sandbox-bound token, or a function returning a fresh one for each connection. */
+  /** The sandbox-bound token, or a function returning a fresh one for each connection and each refresh. */
   readonly token: string | (() => string | Promise<string>);
   readonly namespace: string;
   readonly name: string;
@@ -37,6 +44,8 @@ export interface SupervisorClientOptions {
   readonly random?: () => number;
   /** Relay streams to this sandbox's loopback; `false` refuses every stream. */
   readonly relay?: RelayClientOptions | false;
+  /** Epoch ms, for scheduling token refreshes; defaults to Date.now (tests pass a fake clock). */
+  readonly now?: () => number;
 }
 
 export interface RelayClientOptions {
@@ -63,6 +72,29 @@ export function supervisorUrl(gateway: string): string {
   return u.toString();
 }
 
+/** The `exp` of a JWT in epoch ms, read without verifying (the gateway verifies); undefined when absent. */
+export function tokenExpiry(token: string): number | undefined {
+  try {
+    const exp = (JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString()) as { exp?: unknown }).exp;
+    return typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Longest delay setTimeout keeps (2^31 − 1 ms); a later refresh is re-checked when it fires. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Milliseconds until a session token expiring at `expiresAt` should be refreshed: when a fifth of the
+ * remaining lifetime, and at least 3 heartbeat intervals, is left (the gateway closes at its last
+ * heartbeat round before `exp`). 0 means now.
+ */
+export function refreshDelay(expiresAt: number, now: number, heartbeatIntervalMs: number): number {
+  const remaining = expiresAt - now;
+  return Math.max(0, remaining - Math.max(3 * heartbeatIntervalMs, remaining / 5));
+}
+
 /** Full-jitter exponential backoff (a random delay in [0, min(max, initial·2^attempt)]). */
 export function backoffDelay(attempt: number, initialMs: number, maxMs: number, random: () => number): number {
   return Math.floor(random() * Math.min(maxMs, initialMs * 2 ** Math.min(attempt, 30)));
@@ -76,7 +108,14 @@ export class SupervisorClient extends EventEmitter {
   private attempt = 0;
   private timer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
+  private refreshTimer: NodeJS.Timeout | undefined;
   private lastSeen = 0;
+  /** The token the current session stands on, when it expires, and the session's heartbeat interval. */
+  private token = '';
+  private intervalMs = 0;
+  /** Epoch ms the current session ends unless refreshed (0 between sessions). */
+  expiresAt = 0;
+  private readonly now: () => number;
   private readonly urls: readonly string[];
   private next = 0;
   private readonly random: () => number;
@@ -90,6 +129,7 @@ export class SupervisorClient extends EventEmitter {
     this.urls = (typeof opts.gateway === 'string' ? [opts.gateway] : opts.gateway).map(supervisorUrl);
     if (this.urls.length === 0) throw new Error('SupervisorClient needs at least one gateway');
     this.random = opts.random ?? Math.random;
+    this.now = opts.now ?? Date.now;
     this.backoff = opts.backoff ?? { initialMs: 100, maxMs: 10_000 };
     this.allowPorts = opts.relay === false || opts.relay?.allowPorts === undefined ? undefined : new Set(opts.relay.allowPorts);
   }
@@ -115,6 +155,7 @@ export class SupervisorClient extends EventEmitter {
       return this.retry(false);
     }
     if ((this.state as SupervisorState) === 'stopped') return;
+    this.token = token;
     const url = this.urls[this.next++ % this.urls.length]!;
     const ws = new WebSocket(url, SUBPROTOCOL, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
     this.ws = ws;
@@ -136,16 +177,24 @@ export class SupervisorClient extends EventEmitter {
       } catch {
         return;
       }
-      if (m.type === 'accepted') this.accepted(ws, m.sessionId, m.epoch, m.heartbeatIntervalMs, m.maxFrameBytes);
+      if (m.type === 'accepted') this.accepted(ws, m.sessionId, m.epoch, m.heartbeatIntervalMs, m.maxFrameBytes, m.expiresAt);
       else if (m.type === 'ping') ws.send(JSON.stringify({ type: 'pong', t: m.t }));
+      else if (m.type === 'refreshed' && ws === this.ws && typeof m.expiresAt === 'number') {
+        this.expiresAt = m.expiresAt;
+        this.scheduleRefresh();
+        this.emit('refreshed', { expiresAt: m.expiresAt });
+      }
     });
     // Connection errors surface as a close; without this listener ws would throw.
     ws.on('error', () => {});
     ws.on('close', (code, reason) => this.closed(ws, code, reason.toString()));
   }
 
-  private accepted(ws: WebSocket, sessionId: string, epoch: number, intervalMs: number, maxFrameBytes: number | undefined): void {
+  private accepted(ws: WebSocket, sessionId: string, epoch: number, intervalMs: number, maxFrameBytes: number | undefined, expiresAt: number | undefined): void {
     this.state = 'connected';
+    this.intervalMs = intervalMs;
+    this.expiresAt = typeof expiresAt === 'number' ? expiresAt : (tokenExpiry(this.token) ?? 0);
+    this.scheduleRefresh();
     this.relay?.close();
     const frame = typeof maxFrameBytes === 'number' && maxFrameBytes > HEADER_BYTES ? maxFrameBytes : FALLBACK_FRAME_BYTES;
     const relay = this.opts.relay === false ? undefined : this.opts.relay;
@@ -170,7 +219,46 @@ export class SupervisorClient extends EventEmitter {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'ping', t: Date.now() }));
     }, intervalMs);
     this.heartbeat.unref();
-    this.emit('accepted', { sessionId, epoch });
+    this.emit('accepted', { sessionId, epoch, expiresAt: this.expiresAt });
+  }
+
+  /**
+   * Asks the token source for a fresh token and, when it differs from the session's, sends it in a
+   * `refresh` frame (the gateway answers `refreshed`, or closes with 4401/4403). Resolves true when a
+   * frame was sent. Called ahead of expiry on its own; callers that know the token changed may call it.
+   */
+  async refresh(): Promise<boolean> {
+    const ws = this.ws;
+    if (this.state !== 'connected' || ws === undefined || typeof this.opts.token === 'string') return false;
+    let token: string;
+    try {
+      token = await this.opts.token();
+    } catch (err) {
+      this.emit('error', err);
+      return false;
+    }
+    if (ws !== this.ws || ws.readyState !== ws.OPEN || token === this.token) return false;
+    this.token = token;
+    ws.send(JSON.stringify({ type: 'refresh', token }));
+    return true;
+  }
+
+  private scheduleRefresh(): void {
+    clearTimeout(this.refreshTimer);
+    if (typeof this.opts.token === 'string' || this.expiresAt === 0) return;
+    const delay = refreshDelay(this.expiresAt, this.now(), this.intervalMs);
+    this.refreshTimer = setTimeout(() => void this.refreshDue(), Math.min(delay, MAX_TIMER_MS));
+    this.refreshTimer.unref();
+  }
+
+  private async refreshDue(): Promise<void> {
+    if (this.state !== 'connected') return;
+    if (refreshDelay(this.expiresAt, this.now(), this.intervalMs) > 0) return this.scheduleRefresh();
+    if (await this.refresh()) return;
+    // The source has nothing newer yet (or failed): ask again next interval, until the gateway closes.
+    clearTimeout(this.refreshTimer);
+    this.refreshTimer = setTimeout(() => void this.refreshDue(), this.intervalMs);
+    this.refreshTimer.unref();
   }
 
   /** Connects a stream the gateway opened to the sandbox's loopback. */
@@ -208,6 +296,8 @@ export class SupervisorClient extends EventEmitter {
   private closed(ws: WebSocket, code: number, reason: string): void {
     if (ws !== this.ws) return;
     clearInterval(this.heartbeat);
+    clearTimeout(this.refreshTimer);
+    this.expiresAt = 0;
     this.relay?.close();
     this.relay = undefined;
     this.ws = undefined;
@@ -230,6 +320,7 @@ export class SupervisorClient extends EventEmitter {
     this.state = 'stopped';
     clearTimeout(this.timer);
     clearInterval(this.heartbeat);
+    clearTimeout(this.refreshTimer);
     this.relay?.close();
     this.relay = undefined;
     const ws = this.ws;

@@ -28,7 +28,7 @@ export const CLOSE = {
   malformed: 4400,
   /** Missing, expired, wrong-audience, wrongly signed or `alg: none` token. */
   unauthorized: 4401,
-  /** hello names a sandbox other than the token's. */
+  /** hello, or a refresh token, names a sandbox other than the session's token. */
   forbidden: 4403,
   /** No hello within the hello timeout. */
   helloTimeout: 4408,
@@ -39,6 +39,13 @@ export const CLOSE = {
    * relay frame only the other side may send, anything before hello.
    */
   unexpected: 4415,
+  /**
+   * The session's token expired and no `refresh` frame replaced it in time: the gateway closes at its last
+   * heartbeat round before `exp`. Reconnect only with a fresh token.
+   */
+  tokenExpired: 4440,
+  /** The key that signed the session's token was removed from the gateway's key set (rotation). Reconnect only with a token signed by a current key. */
+  keyRevoked: 4441,
   /** The gateway failed to record the session. Reconnect with backoff. */
   internal: 4500,
 } as const;
@@ -48,7 +55,7 @@ export type CloseName = keyof typeof CLOSE;
 /** Close codes after which a supervisor reconnects at once (to this or another gateway). */
 export const RECONNECT_AT_ONCE: ReadonlySet<number> = new Set([CLOSE.serviceRestart, CLOSE.presenceLost]);
 /** Close codes after which reconnecting with the same credentials is pointless. */
-export const DO_NOT_RETRY: ReadonlySet<number> = new Set([CLOSE.unauthorized, CLOSE.forbidden, CLOSE.superseded]);
+export const DO_NOT_RETRY: ReadonlySet<number> = new Set([CLOSE.unauthorized, CLOSE.forbidden, CLOSE.superseded, CLOSE.tokenExpired, CLOSE.keyRevoked]);
 
 export interface Hello {
   readonly type: 'hello';
@@ -65,6 +72,8 @@ export interface Accepted {
   readonly heartbeatIntervalMs: number;
   /** Largest frame the gateway accepts: the supervisor cuts relay DATA to fit (an older gateway omits it). */
   readonly maxFrameBytes?: number;
+  /** Epoch ms the session ends unless refreshed: the token's `exp` (an older gateway omits it). */
+  readonly expiresAt?: number;
 }
 
 export interface Rejected {
@@ -79,8 +88,20 @@ export interface Heartbeat {
   readonly t: number;
 }
 
-export type ClientMessage = Hello | Heartbeat;
-export type ServerMessage = Accepted | Rejected | Heartbeat;
+/** A fresh token for the session, before the current one expires. Verified like the hello token. */
+export interface Refresh {
+  readonly type: 'refresh';
+  readonly token: string;
+}
+
+/** The refresh was accepted: the session now lasts until `expiresAt` (epoch ms, the new token's `exp`). */
+export interface Refreshed {
+  readonly type: 'refreshed';
+  readonly expiresAt: number;
+}
+
+export type ClientMessage = Hello | Heartbeat | Refresh;
+export type ServerMessage = Accepted | Rejected | Heartbeat | Refreshed;
 
 /** Why a frame was refused: the close code and a short reason (≤ 123 bytes, RFC 6455 §5.5). */
 export interface FrameError {
@@ -90,6 +111,8 @@ export interface FrameError {
 }
 
 const MAX_ID = 128;
+/** A JWT is three base64url parts: far below this. Bounds what one frame can make the gateway verify. */
+const MAX_TOKEN = 8192;
 
 function frameError(close: number, code: string, message: string): FrameError {
   return { close, code, message };
@@ -121,6 +144,9 @@ export function parseClientFrame(text: string): ClientMessage | FrameError {
       if (!printable(m.instanceId, MAX_ID)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.instanceId must be 1-128 printable ASCII characters');
       if (!printable(m.version, 64)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.version must be 1-64 printable ASCII characters');
       return { type: 'hello', namespace: m.namespace, name: m.name, instanceId: m.instanceId, version: m.version };
+    case 'refresh':
+      if (!printable(m.token, MAX_TOKEN)) return frameError(CLOSE.malformed, 'malformed_frame', `refresh.token must be 1-${MAX_TOKEN} printable ASCII characters`);
+      return { type: 'refresh', token: m.token };
     case 'ping':
     case 'pong':
       if (typeof m.t !== 'number' || !Number.isFinite(m.t)) return frameError(CLOSE.malformed, 'malformed_frame', `${m.type}.t must be a number`);

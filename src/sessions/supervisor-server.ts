@@ -11,13 +11,18 @@ import { DEFAULT_RELAY_LIMITS, RelayStreams, type RelayLimits, type RelayOpener 
 import { listenOn } from '../lib/http-listen.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
-import { isTokenRejection, verifySupervisorToken, type SupervisorKeys, type TokenSubject } from './supervisor-token.js';
+import { isTokenRejection, verifySupervisorToken, type SupervisorKey, type SupervisorKeys, type TokenRejection, type TokenSubject } from './supervisor-token.js';
 
 /**
  * `GET /v1/supervisor`: the WebSocket endpoint the supervisor inside each sandbox connects to, on its own
  * listener. Authenticates the sandbox-bound token, runs the hello handshake, keeps heartbeats both ways
  * with a missed-heartbeat timeout, records presence in the store, and closes sessions with specific codes
  * (supervisor-protocol.ts). A hostile frame closes its socket and changes no state.
+ *
+ * A session lasts as long as its token: the heartbeat round before the token's `exp` closes it (4440)
+ * unless a `refresh` frame brought a newer token, verified exactly like the first one. Replacing the key
+ * set (setKeys, on a reload of the secret file) closes at once every session whose token was signed by a
+ * key that left the set (4441).
  *
  * Each accepted session also carries relay streams (relay-mux.ts): `openRelayStream()` reaches a port on
  * the loopback of a sandbox whose session this gateway holds, within the caps of RelayLimits.
@@ -61,6 +66,12 @@ export interface LocalSession {
   lastSeen: number;
   /** The session's relay streams, from `accepted` on. */
   mux: RelayMux | undefined;
+  /** The token the session stands on (the hello's, or the last refresh's), its key id and expiry (epoch ms). */
+  token: string;
+  kid: string;
+  expiresAt: number;
+  /** A refresh is being verified: a second one before it is answered is refused. */
+  refreshing: boolean;
 }
 
 export class SupervisorServer implements RelayOpener {
@@ -74,6 +85,9 @@ export class SupervisorServer implements RelayOpener {
   private sweeper: NodeJS.Timeout | undefined;
   private shuttingDown = false;
   private readonly now: () => number;
+  /** The key set tokens are verified with (setKeys replaces it) and how often it was replaced. */
+  private keys: SupervisorKeys;
+  private keysGeneration = 0;
   private readonly unsubscribe: (() => void)[] = [];
   /** Closes by code, for metrics. */
   readonly closes = new Map<number, number>();
@@ -87,6 +101,7 @@ export class SupervisorServer implements RelayOpener {
     private readonly log: Logger,
   ) {
     this.now = opts.now ?? Date.now;
+    this.keys = opts.keys;
     this.relay = new RelayStreams((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
     this.http = createServer((_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
@@ -134,19 +149,65 @@ export class SupervisorServer implements RelayOpener {
   }
 
   /**
-   * One heartbeat round: pings every accepted session and closes those silent for 3 intervals, and
-   * sockets that sent no hello within the hello timeout. Runs every heartbeat interval.
+   * One heartbeat round: pings every accepted session and closes those silent for 3 intervals, sockets
+   * that sent no hello within the hello timeout, and sessions whose token expires before the next round
+   * (so no session outlives its token's `exp`). Runs every heartbeat interval.
    */
   sweep(): void {
     const now = this.now();
-    const limit = 3 * this.opts.heartbeatIntervalMs;
+    const interval = this.opts.heartbeatIntervalMs;
     for (const s of this.open) {
-      if (s.state === 'hello') {
+      if (s.state === 'closed') continue;
+      if (s.expiresAt - now < interval) {
+        this.send(s, { type: 'rejected', code: 'session_expired', message: 'the session token expires before the next heartbeat: refresh it earlier' });
+        this.closeSession(s, CLOSE.tokenExpired, 'token expired (no refresh)');
+      } else if (s.state === 'hello') {
         if (now - s.openedAt >= this.opts.helloTimeoutMs) this.closeSession(s, CLOSE.helloTimeout, 'no hello within the hello timeout');
       } else if (s.state === 'active') {
-        if (now - s.lastSeen >= limit) this.closeSession(s, CLOSE.heartbeatTimeout, 'missed heartbeats', true);
+        if (now - s.lastSeen >= 3 * interval) this.closeSession(s, CLOSE.heartbeatTimeout, 'missed heartbeats', true);
         else this.send(s, { type: 'ping', t: now });
       }
+    }
+  }
+
+  /**
+   * Replaces the key set (a reload of the secret file). A session whose token was signed by a key that
+   * left the set is closed at once with 4441; one whose key id stayed but whose secret or audience changed
+   * has its token verified again and is closed the same way when it no longer passes.
+   */
+  setKeys(keys: SupervisorKeys): void {
+    const before = this.keys;
+    this.keys = keys;
+    this.keysGeneration++;
+    const same = (k: SupervisorKey | undefined, kid: string): boolean => {
+      const old = before.keys.find((x) => x.kid === kid);
+      return k !== undefined && old !== undefined && Buffer.compare(Buffer.from(k.secret), Buffer.from(old.secret)) === 0;
+    };
+    for (const s of [...this.open]) {
+      if (s.state === 'closed') continue;
+      const k = keys.keys.find((x) => x.kid === s.kid);
+      if (k === undefined) {
+        this.revoke(s, 'the key that signed the session token was removed');
+      } else if (!same(k, s.kid) || keys.audience !== before.audience) {
+        const token = s.token;
+        void verifySupervisorToken(keys, token, this.now()).then((v) => {
+          if (isTokenRejection(v) && s.state !== 'closed' && s.token === token) this.revoke(s, v.message);
+        });
+      }
+    }
+  }
+
+  private revoke(s: LocalSession, message: string): void {
+    this.send(s, { type: 'rejected', code: 'signing_key_revoked', message });
+    this.closeSession(s, CLOSE.keyRevoked, 'signing key revoked');
+  }
+
+  /** Verifies a token against the current key set, again if the set was replaced meanwhile. */
+  private async verify(token: string | undefined): Promise<TokenSubject | TokenRejection> {
+    for (;;) {
+      const generation = this.keysGeneration;
+      const v = await verifySupervisorToken(this.keys, token, this.now());
+      if (generation === this.keysGeneration) return v;
     }
   }
 
@@ -195,7 +256,7 @@ export class SupervisorServer implements RelayOpener {
     });
     const auth = req.headers.authorization;
     const token = auth !== undefined && /^Bearer /i.test(auth) ? auth.slice(7).trim() : undefined;
-    const subject = await verifySupervisorToken(this.opts.keys, token, this.now());
+    const subject = await this.verify(token);
     this.pending--;
     if (socket.destroyed) return;
     this.wss.handleUpgrade(req, socket, head, (ws) => {
@@ -213,6 +274,10 @@ export class SupervisorServer implements RelayOpener {
         since: 0,
         lastSeen: this.now(),
         mux: undefined,
+        token: token ?? '',
+        kid: isTokenRejection(subject) ? '' : subject.kid,
+        expiresAt: isTokenRejection(subject) ? 0 : subject.expiresAt,
+        refreshing: false,
       };
       this.open.add(s);
       ws.on('close', () => this.closed(s));
@@ -245,6 +310,10 @@ export class SupervisorServer implements RelayOpener {
           return this.closeSession(s, CLOSE.forbidden, 'hello names a sandbox other than the token');
         }
         return void this.hello(s, m);
+      case 'refresh':
+        if (s.state !== 'active') return this.closeSession(s, CLOSE.unexpected, 'refresh before accepted');
+        if (s.refreshing) return this.closeSession(s, CLOSE.unexpected, 'a refresh while another is being verified');
+        return void this.refresh(s, m.token);
       case 'ping':
         if (s.state !== 'active') return this.closeSession(s, CLOSE.unexpected, 'ping before accepted');
         return this.send(s, { type: 'pong', t: m.t });
@@ -252,6 +321,27 @@ export class SupervisorServer implements RelayOpener {
         if (s.state !== 'active') return this.closeSession(s, CLOSE.unexpected, 'pong before accepted');
         return;
     }
+  }
+
+  /** A `refresh` frame: the same checks as the hello token (signature, key, audience, expiry, sandbox). */
+  private async refresh(s: LocalSession, token: string): Promise<void> {
+    s.refreshing = true;
+    const v = await this.verify(token);
+    s.refreshing = false;
+    if (s.state !== 'active') return;
+    if (isTokenRejection(v)) {
+      this.send(s, { type: 'rejected', code: v.code, message: v.message });
+      return this.closeSession(s, CLOSE.unauthorized, v.message);
+    }
+    if (v.namespace !== s.namespace || v.name !== s.name) {
+      this.send(s, { type: 'rejected', code: 'sandbox_mismatch', message: 'the refresh token names a sandbox other than the session' });
+      return this.closeSession(s, CLOSE.forbidden, 'the refresh token names a sandbox other than the session');
+    }
+    s.token = token;
+    s.kid = v.kid;
+    s.expiresAt = v.expiresAt;
+    this.send(s, { type: 'refreshed', expiresAt: v.expiresAt });
+    this.log.debug({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, kid: v.kid, expiresAt: v.expiresAt }, 'supervisor token refreshed');
   }
 
   private async hello(s: LocalSession, m: Hello): Promise<void> {
@@ -285,7 +375,14 @@ export class SupervisorServer implements RelayOpener {
       maxChunkBytes: DEFAULT_CHUNK_BYTES,
       highWaterBytes: this.opts.relayHighWaterBytes ?? DEFAULT_HIGH_WATER_BYTES,
     });
-    this.send(s, { type: 'accepted', sessionId: s.sessionId, epoch: record.epoch, heartbeatIntervalMs: this.opts.heartbeatIntervalMs, maxFrameBytes: this.opts.maxFrameBytes });
+    this.send(s, {
+      type: 'accepted',
+      sessionId: s.sessionId,
+      epoch: record.epoch,
+      heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
+      maxFrameBytes: this.opts.maxFrameBytes,
+      expiresAt: s.expiresAt,
+    });
     this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version }, 'supervisor session accepted');
   }
 

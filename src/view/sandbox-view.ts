@@ -1,8 +1,10 @@
 import { compose } from '../domain/compose.js';
 import type { RouteEntry, RouteTable } from '../domain/decide.js';
 import { isIP } from 'node:net';
-import type { BackendSnapshot, DriverEvent, Endpoint, Presence, PublicStatus } from '../domain/sandbox.js';
+import type { BackendSnapshot, Condition, DriverEvent, Endpoint, Presence, PublicStatus } from '../domain/sandbox.js';
 import { sandboxKey } from '../domain/sandbox.js';
+import { classifyIds, compareClaimants, hasLegacyForm, legacyId, type IdRefusal } from '../domain/sandbox-ids.js';
+import { IdIndex } from './id-index.js';
 import { ChangeWaiters, type WaiterLimits } from './waiters.js';
 
 /**
@@ -13,6 +15,10 @@ import { ChangeWaiters, type WaiterLimits } from './waiters.js';
  * resurrect a deleted sandbox nor overwrite its re-created successor. Presence (live supervisor sessions,
  * cluster-wide) is held apart from snapshots and may arrive before them. Each change recomposes the
  * public status of that one sandbox and notifies listeners and waiters.
+ *
+ * Ids (domain/sandbox-ids.ts): a legacy-form id resolves only as `<namespace>--<name>`; a declared id
+ * resolves to its first claimant (id-index.ts). A sandbox refused an id keeps every other name, carries
+ * an `IdConflict` condition, and is reported to the id-refusal listeners (driver warning and metric).
  */
 
 export interface ViewEntry extends RouteEntry {
@@ -22,7 +28,28 @@ export interface ViewEntry extends RouteEntry {
   readonly driver: string;
   /** The view's change counter when this entry last changed (an SSE event id). */
   readonly version: number;
+  /** Declared ids this sandbox competes for (no legacy form). */
+  readonly idClaims: readonly string[];
+  /** Declared ids it was refused: held by another sandbox, or another sandbox's legacy id. */
+  readonly refusedIds: readonly string[];
 }
+
+/** A sandbox was refused an id it declares (newly: not reported again while the refusal lasts). */
+export interface IdRefused {
+  readonly driver: string;
+  readonly namespace: string;
+  readonly name: string;
+  readonly id: string;
+  readonly reason: IdRefusal;
+  /** The sandbox holding the id (for operators' logs only: never shown to the refused sandbox's tenant). */
+  readonly holder: string | undefined;
+}
+
+/** The condition a sandbox refused an id carries (visible in the status API). */
+export const ID_CONFLICT = 'IdConflict';
+/** Ids named in the condition's message; the rest are counted. */
+const MAX_IDS_IN_MESSAGE = 8;
+const NONE: readonly string[] = Object.freeze([]);
 
 /** Called after every change: `entry` is undefined when the sandbox left the view. */
 export type ChangeListener = (key: string, entry: ViewEntry | undefined, version: number) => void;
@@ -64,10 +91,29 @@ export function isStale(held: string, next: string): boolean {
 /** A token no request can present (header values never hold NUL): a derived token with no secret fails closed. */
 const UNMATCHABLE = '\u0000no-traffic-token-secret';
 
-function accessTokenOf(s: BackendSnapshot, derive: ((id: string) => string) | undefined): string | undefined {
+/**
+ * A derived token is HMAC(secret, id) over the sandbox's first id that it holds — never a refused one,
+ * whose token would be the holder's — or its legacy id.
+ */
+function accessTokenOf(s: BackendSnapshot, held: readonly string[], derive: ((id: string) => string) | undefined): string | undefined {
   const t = s.accessToken;
   if (t === undefined || typeof t === 'string') return t;
-  return derive === undefined ? UNMATCHABLE : derive(s.ids[0] ?? `${s.namespace}--${s.name}`);
+  if (derive === undefined) return UNMATCHABLE;
+  const own = legacyId(s.namespace, s.name);
+  for (const id of s.ids) if (id === own || held.includes(id)) return derive(id);
+  return derive(own);
+}
+
+function idConflict(inUse: readonly string[], foreign: readonly string[]): Condition {
+  const parts = [...inUse.map((id) => `${JSON.stringify(id)} is held by another sandbox`), ...foreign.map((id) => `${JSON.stringify(id)} is the <namespace>--<name> id of another sandbox`)];
+  const shown = parts.slice(0, MAX_IDS_IN_MESSAGE).join('; ');
+  const more = parts.length > MAX_IDS_IN_MESSAGE ? `; and ${parts.length - MAX_IDS_IN_MESSAGE} more` : '';
+  return {
+    type: ID_CONFLICT,
+    status: 'True',
+    reason: inUse.length > 0 ? 'IdInUse' : 'IdNamesAnotherSandbox',
+    message: `Refused ids (this sandbox is not reachable by them): ${shown}${more}`,
+  };
 }
 
 function upstreamHostOf(endpoint: Endpoint): string | undefined {
@@ -86,7 +132,9 @@ function upstreamHostOf(endpoint: Endpoint): string | undefined {
 
 export class SandboxView implements RouteTable {
   private readonly entries = new Map<string, ViewEntry>();
-  private readonly ids = new Map<string, ViewEntry>();
+  private readonly ids = new IdIndex((key) => this.entries.get(key)?.snapshot);
+  private readonly refused = { in_use: 0, names_another_sandbox: 0 };
+  private readonly idListeners = new Set<(r: IdRefused) => void>();
   private readonly presence = new Map<string, Presence>();
   /** Deleted uids → when the fence lifts. */
   private readonly tombstones = new Map<string, number>();
@@ -152,14 +200,30 @@ export class SandboxView implements RouteTable {
   }
 
   getById(id: string): ViewEntry | undefined {
-    const e = this.ids.get(id);
-    if (e !== undefined) return e;
-    // The legacy id `<namespace>--<name>` (OpenKruise): try each split point.
-    for (let i = id.indexOf('--'); i > 0; i = id.indexOf('--', i + 1)) {
-      const hit = this.entries.get(id.slice(0, i) + '/' + id.slice(i + 2));
-      if (hit !== undefined) return hit;
+    if (!hasLegacyForm(id)) {
+      const key = this.ids.holder(id);
+      return key === undefined ? undefined : this.entries.get(key);
     }
-    return undefined;
+    // The legacy id `<namespace>--<name>` (OpenKruise), and nothing else: a declared id never shadows it.
+    // Namespaces and names may hold `--` themselves, so each split point is a reading; when two sandboxes
+    // read the same, the first claimant wins as for declared ids.
+    let best: ViewEntry | undefined;
+    for (let i = id.indexOf('--', 1); i > 0 && i + 2 < id.length; i = id.indexOf('--', i + 1)) {
+      const hit = this.entries.get(id.slice(0, i) + '/' + id.slice(i + 2));
+      if (hit !== undefined && (best === undefined || compareClaimants(hit.snapshot, best.snapshot) < 0)) best = hit;
+    }
+    return best;
+  }
+
+  /** Id claims refused right now, by reason (metrics). */
+  refusedIdCounts(): Readonly<Record<IdRefusal, number>> {
+    return this.refused;
+  }
+
+  /** Called when a sandbox is newly refused an id (driver warning, metric). */
+  onIdRefused(listener: (r: IdRefused) => void): () => void {
+    this.idListeners.add(listener);
+    return () => this.idListeners.delete(listener);
   }
 
   /** Sandboxes per public phase (metrics). */
@@ -275,7 +339,14 @@ export class SandboxView implements RouteTable {
     prior: PublicStatus | undefined,
     held: ViewEntry | undefined,
   ): void {
-    const status = compose(s, presence, now, prior);
+    const { claims, foreign } = classifyIds(s.namespace, s.name, s.ids);
+    const heldClaims = held?.idClaims ?? NONE;
+    // Most sandboxes declare no id: they never touch the index.
+    const others = claims.length > 0 || heldClaims.length > 0 ? this.ids.update({ key, namespace: s.namespace, name: s.name, createdAt: s.createdAt }, heldClaims, claims) : undefined;
+    const inUse = claims.length === 0 ? NONE : claims.filter((id) => this.ids.holder(id) !== key);
+    const refusedIds = inUse.length === 0 && foreign.length === 0 ? NONE : [...inUse, ...foreign];
+    let status = compose(s, presence, now, prior);
+    if (refusedIds.length > 0) status = { ...status, conditions: [...status.conditions, idConflict(inUse, foreign)] };
     const version = ++this.changeCounter;
     const entry: ViewEntry = {
       key,
@@ -285,28 +356,59 @@ export class SandboxView implements RouteTable {
       upstreamHost: upstreamHostOf(s.endpoint),
       ports: s.ports === undefined ? undefined : new Set(s.ports),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
-      accessToken: accessTokenOf(s, this.opts.deriveToken),
+      accessToken: accessTokenOf(s, claims.length === inUse.length ? NONE : claims.filter((id) => !inUse.includes(id)), this.opts.deriveToken),
       snapshot: s,
       presence,
       driver,
       version,
+      idClaims: claims.length === 0 ? NONE : claims,
+      refusedIds,
     };
-    if (held !== undefined) for (const id of held.snapshot.ids) if (this.ids.get(id) === held) this.ids.delete(id);
     if (held?.accessToken !== undefined) this.tokenCount--;
     if (entry.accessToken !== undefined) this.tokenCount++;
+    this.countRefusals(held, -1);
+    this.countRefusals(entry, 1);
     this.entries.set(key, entry);
-    for (const id of s.ids) this.ids.set(id, entry);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
     else this.expiring.delete(key);
     this.emit(key, entry, version);
+    for (const id of inUse) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'in_use');
+    for (const id of foreign) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'names_another_sandbox');
+    if (others !== undefined) this.restatus(others, now);
+  }
+
+  /** Recomposes sandboxes that gained or lost an id through another sandbox's change. */
+  private restatus(keys: ReadonlySet<string>, now: number): void {
+    for (const k of keys) {
+      const e = this.entries.get(k);
+      if (e !== undefined) this.put(k, e.driver, e.snapshot, e.presence, now, e.status, e);
+    }
+  }
+
+  private countRefusals(e: ViewEntry | undefined, sign: 1 | -1): void {
+    if (e === undefined || e.refusedIds.length === 0) return;
+    for (const id of e.refusedIds) {
+      if (hasLegacyForm(id)) this.refused.names_another_sandbox += sign;
+      else this.refused.in_use += sign;
+    }
+  }
+
+  private reportRefusal(e: ViewEntry, id: string, reason: IdRefusal): void {
+    if (this.idListeners.size === 0) return;
+    const holder = reason === 'in_use' ? this.ids.holder(id) : this.getById(id)?.key;
+    const r: IdRefused = { driver: e.driver, namespace: e.namespace, name: e.name, id, reason, holder };
+    for (const l of this.idListeners) l(r);
   }
 
   private remove(key: string, held: ViewEntry): void {
     this.entries.delete(key);
     if (held.accessToken !== undefined) this.tokenCount--;
     this.expiring.delete(key);
-    for (const id of held.snapshot.ids) if (this.ids.get(id) === held) this.ids.delete(id);
+    this.countRefusals(held, -1);
+    const others = held.idClaims.length > 0 ? this.ids.update({ key, namespace: held.namespace, name: held.name, createdAt: held.snapshot.createdAt }, held.idClaims, NONE) : undefined;
     this.emit(key, undefined, ++this.changeCounter);
+    // The next claimant of each id this sandbox held takes it over.
+    if (others !== undefined) this.restatus(others, this.opts.now());
   }
 
   private emit(key: string, entry: ViewEntry | undefined, version: number): void {

@@ -1,9 +1,16 @@
 import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
+import { startTestGateway } from '../helpers/gateway.js';
 import { clusterFiles } from '../helpers/gateway-process.js';
+import { snapshot } from '../helpers/snapshots.js';
+import { TestDriver } from '../helpers/test-driver.js';
 import { freePort } from '../helpers/redis-server.js';
 
 const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
@@ -103,5 +110,64 @@ describe('sandgate serve', () => {
     expect(header).toMatchObject({ alg: 'HS256', kid: 'default' });
     expect(payload).toMatchObject({ sub: 'team-a/web', aud: 'sandgate-supervisor' });
     expect(payload.exp - payload.iat).toBe(3600);
+  });
+});
+
+describe('sandgate supervisor --token-file', () => {
+  const keys: SupervisorKeys = { keys: [{ kid: 'k', secret: new TextEncoder().encode('s'.repeat(32)) }], audience: 'sandgate-supervisor' };
+
+  it('refuses --token with --token-file, and an unreadable token file', async () => {
+    await expect(run(process.execPath, [CLI, 'supervisor', '--gateway', 'ws://127.0.0.1:1', '--token', 'a.b.c', '--token-file', '/nonexistent'])).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--token and --token-file exclude each other'),
+    });
+    await expect(run(process.execPath, [CLI, 'supervisor', '--gateway', 'ws://127.0.0.1:1', '--token-file', '/nonexistent/token'])).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('cannot read --token-file /nonexistent/token'),
+    });
+  });
+
+  // Runs about a second: the token must really approach its expiry for the supervisor to re-read the file.
+  it('re-reads the file before the token expires and refreshes over the same session', async () => {
+    const t = await startTestGateway([new TestDriver([snapshot()])], { heartbeatIntervalMs: 50 }, { supervisorKeys: keys });
+    const dir = mkdtempSync(join(tmpdir(), 'sandgate-token-'));
+    const file = join(dir, 'token');
+    writeFileSync(file, (await mintSupervisorToken(keys, 'team-a', 'web', 2)) + '\n');
+    const proc = spawn(process.execPath, [CLI, 'supervisor', '--gateway', `ws://127.0.0.1:${t.gw.supervisorPort}`, '--token-file', file], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
+    try {
+      const lines: Record<string, unknown>[] = [];
+      const waiters = new Map<string, (line: Record<string, unknown>) => void>();
+      let buf = '';
+      proc.stdout.on('data', (d: Buffer) => {
+        buf += d.toString();
+        let i: number;
+        while ((i = buf.indexOf('\n')) >= 0) {
+          const line = JSON.parse(buf.slice(0, i)) as Record<string, unknown>;
+          buf = buf.slice(i + 1);
+          lines.push(line);
+          waiters.get(String(line.msg))?.(line);
+        }
+      });
+      const seen = (msg: string) =>
+        new Promise<Record<string, unknown>>((resolve, reject) => {
+          const hit = lines.find((l) => l.msg === msg);
+          if (hit !== undefined) return resolve(hit);
+          waiters.set(msg, resolve);
+          void exited.then((code) => reject(new Error(`supervisor exited with ${code}: ${JSON.stringify(lines)}`)));
+        });
+      const accepted = await seen('accepted');
+      const refreshed = seen('token refreshed');
+      // The sidecar (here: the test) rotates the token file.
+      const next = await mintSupervisorToken(keys, 'team-a', 'web', 3600);
+      writeFileSync(file, next + '\n');
+      expect((await refreshed).expiresAt).toBe(JSON.parse(Buffer.from(next.split('.')[1]!, 'base64url').toString()).exp * 1000);
+      expect(t.gw.supervisors!.session('team-a', 'web')?.sessionId).toBe(accepted.sessionId);
+      expect(lines.some((l) => l.msg === 'disconnected')).toBe(false);
+    } finally {
+      proc.kill('SIGTERM');
+      await exited;
+      await t.close();
+    }
   });
 });

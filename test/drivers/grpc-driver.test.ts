@@ -254,15 +254,17 @@ describe('sandbox codec', () => {
       ports: [8000, 49983],
       shutdownTime: Date.parse('2030-06-01T12:00:00.5Z'),
       revision: { desired: 'r2', current: 'r1' },
+      createdAt: Date.parse('2030-01-01T00:00:00.125Z'),
     };
     expect(snapshotFromWire(snapshotToWire(s))).toEqual(s);
     for (const endpoint of [{ kind: 'relay' }, { kind: 'address', addresses: ['fd00::7', '10.0.0.7'] }] as const) {
-      expect(snapshotFromWire(snapshotToWire({ ...s, endpoint, ports: undefined, shutdownTime: undefined, revision: undefined }))).toEqual({
+      expect(snapshotFromWire(snapshotToWire({ ...s, endpoint, ports: undefined, shutdownTime: undefined, revision: undefined, createdAt: undefined }))).toEqual({
         ...s,
         endpoint,
         ports: undefined,
         shutdownTime: undefined,
         revision: undefined,
+        createdAt: undefined,
       });
     }
   });

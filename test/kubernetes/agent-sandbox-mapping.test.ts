@@ -60,6 +60,8 @@ describe('mapAgentSandbox', () => {
       name: 'ready',
       uid: '6f1c2a8e-0001-4b7e-9a51-000000000001',
       resourceVersion: '48213',
+      // metadata.creationTimestamp: decides who keeps a contested id (the API server sets it, not the tenant).
+      createdAt: Date.parse('2026-01-10T09:00:00Z'),
       instanceId: '6f1c2a8e-0001-4b7e-9a51-000000000001/1/10.0.3.17',
       ids: [],
       state: 'ready',

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { BackendState } from '../../src/domain/sandbox.js';
 import { mapOpenKruiseSandbox } from '../../src/drivers/kubernetes/openkruise-mapping.js';
+import { SandboxView } from '../../src/view/sandbox-view.js';
 import { fixture, loadKubeFixtures } from '../helpers/fake-kube-api.js';
 
 const FIXTURES = loadKubeFixtures('openkruise');
@@ -128,6 +129,21 @@ describe('mapOpenKruiseSandbox', () => {
     expect(mapOpenKruiseSandbox(o, OPTS)!.ids).toEqual(['e2b-4hq8w2', 'extra-id']);
     o.metadata.annotations = { 'sandgate.dev/id': 'e2b-4hq8w2' };
     expect(mapOpenKruiseSandbox(o, OPTS)!.ids).toEqual(['e2b-4hq8w2']);
+  });
+
+  it('a tenant-set sandbox-id label or id annotation cannot take another sandbox\'s id: creationTimestamp decides, legacy ids stay with their namespace', () => {
+    const view = new SandboxView({ now: () => 0 });
+    const owner = fixture(FIXTURES, 'running');
+    owner.metadata = { ...owner.metadata, creationTimestamp: '2026-01-01T00:00:00Z' };
+    const squatter = fixture(FIXTURES, 'running');
+    squatter.metadata = { ...squatter.metadata, namespace: 'team-b', name: 'evil', uid: 'evil-uid', creationTimestamp: '2027-01-01T00:00:00Z' };
+    squatter.metadata.annotations = { 'sandgate.dev/id': `${owner.metadata.namespace}--${owner.metadata.name}` };
+    // The squatter is reported first: arrival order must not matter.
+    view.apply('kubernetes/openkruise', { type: 'upsert', snapshot: mapOpenKruiseSandbox(squatter, OPTS)! });
+    view.apply('kubernetes/openkruise', { type: 'upsert', snapshot: mapOpenKruiseSandbox(owner, OPTS)! });
+    expect(view.getById('e2b-4hq8w2')?.key).toBe(`${owner.metadata.namespace}/${owner.metadata.name}`);
+    expect(view.getById(`${owner.metadata.namespace}--${owner.metadata.name}`)?.key).toBe(`${owner.metadata.namespace}/${owner.metadata.name}`);
+    expect(view.get('team-b', 'evil')!.refusedIds).toEqual(['e2b-4hq8w2', `${owner.metadata.namespace}--${owner.metadata.name}`]);
   });
 
   it('does not add the legacy <namespace>--<name> id (the view resolves it)', () => {

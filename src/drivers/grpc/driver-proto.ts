@@ -115,6 +115,7 @@ export interface WireSandbox {
   readonly ports?: readonly number[];
   readonly shutdown_time?: WireTimestamp | null;
   readonly revision?: { readonly desired?: string; readonly current?: string } | null;
+  readonly created_at?: WireTimestamp | null;
 }
 
 export interface WireDeleted {

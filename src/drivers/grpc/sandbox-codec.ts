@@ -205,6 +205,7 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     ports: ports.length === 0 ? undefined : (ports as number[]),
     shutdownTime: o.shutdown_time === undefined || o.shutdown_time === null ? undefined : timestampMs(o.shutdown_time, at + 'shutdown_time'),
     revision,
+    createdAt: o.created_at === undefined || o.created_at === null ? undefined : timestampMs(o.created_at, at + 'created_at'),
   };
 }
 
@@ -253,6 +254,7 @@ export function snapshotToWire(s: BackendSnapshot): WireSandbox {
     ports: s.ports === undefined ? [] : [...s.ports],
     shutdown_time: s.shutdownTime === undefined ? undefined : msToTimestamp(s.shutdownTime),
     revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },
+    created_at: s.createdAt === undefined ? undefined : msToTimestamp(s.createdAt),
   };
 }
 

@@ -89,6 +89,7 @@ export function mapAgentSandbox(obj: unknown, opts: MapOptions): BackendSnapshot
     name: id.name,
     uid: id.uid,
     resourceVersion: id.resourceVersion,
+    createdAt: id.createdAt,
     instanceId: `${id.uid}/${id.generation}/${ip}`,
     ids: ann.id === undefined ? NO_IDS : [ann.id],
     state,

@@ -104,6 +104,7 @@ export function mapOpenKruiseSandbox(obj: unknown, opts: MapOptions): BackendSna
     name: id.name,
     uid: id.uid,
     resourceVersion: id.resourceVersion,
+    createdAt: id.createdAt,
     // The pod's uid changes when the pod is recreated (resume, Recreate upgrade); the generation when the
     // spec changes (pause/resume, an in-place update): either is a lifecycle change that clears a sticky Error.
     instanceId: podUid !== undefined ? `${podUid}/${id.generation}` : `${id.uid}/${id.generation}/${ip}`,

@@ -62,6 +62,8 @@ export interface Identity {
   readonly uid: string;
   readonly resourceVersion: string;
   readonly generation: number;
+  /** metadata.creationTimestamp (epoch ms): set by the API server, not by the tenant; decides who keeps a contested id. */
+  readonly createdAt: number | undefined;
   readonly deleting: boolean;
   readonly labels: Json | undefined;
   readonly annotations: Json | undefined;
@@ -81,6 +83,7 @@ export function readIdentity(obj: unknown): Identity | undefined {
     uid,
     resourceVersion: typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '',
     generation: typeof meta.generation === 'number' ? meta.generation : 0,
+    createdAt: readTime(meta.creationTimestamp),
     deleting: nonEmptyString(meta.deletionTimestamp) !== undefined,
     labels: asObject(meta.labels),
     annotations: asObject(meta.annotations),

@@ -1,0 +1,83 @@
+import { readFile } from 'node:fs/promises';
+import { parseSupervisorKeys, type SupervisorKeys } from './supervisor-token.js';
+
+/**
+ * Reloads the supervisor key set from `--supervisor-secret-file` at runtime, so rotating a key out of the
+ * file closes the sessions it signed (SupervisorServer.setKeys). The file is re-read every heartbeat
+ * interval rather than watched: a poll bounds the delay to one interval on every filesystem (a Kubernetes
+ * Secret volume swaps a symlink, which some watchers miss), and costs one small read. A file that does
+ * not read or parse is reported and the last good key set stays.
+ */
+
+export interface SupervisorKeyFileOptions {
+  readonly path: string;
+  readonly audience: string;
+  /** The key set the gateway started with (the file's content then). */
+  readonly initial: SupervisorKeys;
+  readonly onChange: (keys: SupervisorKeys) => void;
+  readonly onError: (err: Error) => void;
+}
+
+export class SupervisorKeyFile {
+  /** The text last parsed: an unchanged file is not parsed again. */
+  private last: string | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private checking: Promise<boolean> | undefined;
+  private keys: SupervisorKeys;
+
+  constructor(private readonly opts: SupervisorKeyFileOptions) {
+    this.keys = opts.initial;
+  }
+
+  get current(): SupervisorKeys {
+    return this.keys;
+  }
+
+  /** Re-reads the file every `intervalMs`. */
+  start(intervalMs: number): void {
+    this.timer = setInterval(() => void this.check(), intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Re-reads the file now; resolves true when the key set changed. One read at a time. */
+  check(): Promise<boolean> {
+    this.checking ??= this.read().finally(() => (this.checking = undefined));
+    return this.checking;
+  }
+
+  private async read(): Promise<boolean> {
+    let text: string;
+    try {
+      text = await readFile(this.opts.path, 'utf8');
+    } catch (err) {
+      this.opts.onError(new Error(`cannot read supervisor secret file ${this.opts.path}: ${(err as Error).message}; keeping the current keys`, { cause: err }));
+      return false;
+    }
+    if (text === this.last) return false;
+    let keys: SupervisorKeys;
+    try {
+      keys = { keys: parseSupervisorKeys(text, this.opts.path), audience: this.opts.audience };
+    } catch (err) {
+      this.opts.onError(new Error(`${(err as Error).message}; keeping the current keys`, { cause: err }));
+      return false;
+    }
+    this.last = text;
+    if (sameKeys(keys, this.keys)) return false;
+    this.keys = keys;
+    this.opts.onChange(keys);
+    return true;
+  }
+}
+
+function sameKeys(a: SupervisorKeys, b: SupervisorKeys): boolean {
+  return (
+    a.audience === b.audience &&
+    a.keys.length === b.keys.length &&
+    a.keys.every((k, i) => k.kid === b.keys[i]!.kid && Buffer.compare(Buffer.from(k.secret), Buffer.from(b.keys[i]!.secret)) === 0)
+  );
+}
