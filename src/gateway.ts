@@ -274,6 +274,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? [])],
   };
 
+  metrics.watchReadiness({ notReady: () => readiness.notReady(), presenceDegraded: () => presence.degraded(), keysDegraded: () => keyStore?.degraded() ?? [] });
+
   const driverLog = log.child({ part: 'drivers' });
   for (const d of drivers) view.registerDriver(d.id);
   const sinkFor = (d: Driver): DriverSink => {
