@@ -457,3 +457,18 @@ describe('the strict schema check', () => {
     expect(kubeSchemaProblems({ apiVersion: 'agents.x-k8s.io/v1alpha1', kind: 'Sandbox', metadata: { name: 'x' } }).join()).toMatch(/no schema/);
   });
 });
+
+describe('docs/kubernetes.md', () => {
+  const guide = readFileSync(join(ROOT, 'docs', 'kubernetes.md'), 'utf8');
+
+  it('installs in five commands, creating the Secret with every key the manifests mount', () => {
+    const install = /## Install in five commands\n\n```sh\n([\s\S]*?)```/.exec(guide)?.[1] ?? '';
+    expect(install.split('\n').filter((l) => l.startsWith('kubectl ')).length).toBe(5);
+    for (const key of Object.keys(obj(EXAMPLE_SECRET.stringData))) expect(install).toContain(`--from-literal=${key}=`);
+  });
+
+  it('explains every overlay and every directory of deploy/kubernetes', () => {
+    for (const o of OVERLAYS) expect(guide).toContain(`overlays/${o}`);
+    for (const d of readdirSync(DEPLOY)) expect(guide, d).toContain(d);
+  });
+});
