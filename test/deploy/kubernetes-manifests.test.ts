@@ -30,15 +30,18 @@ const PACKAGE_VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'ut
 function kustomizeUnavailable(): string | undefined {
   const r = spawnSync('kubectl', ['version', '--client', '-o', 'json'], { encoding: 'utf8' });
   if (r.error !== undefined) return 'kubectl is not installed (.ci/run installs it)';
-  let version: string | undefined;
+  let reported: { kustomizeVersion?: string; clientVersion?: { minor?: string } } = {};
   try {
-    version = (JSON.parse(r.stdout) as { kustomizeVersion?: string }).kustomizeVersion;
+    reported = JSON.parse(r.stdout) as typeof reported;
   } catch {
-    version = undefined;
+    return `kubectl version does not answer JSON: ${r.stderr.trim()}`;
   }
-  // kubectl before 1.24 does not report its kustomize; 1.14–1.20 embed kustomize v2.0.3.
-  const major = Number(/^v?(\d+)\./.exec(version ?? '')?.[1] ?? 0);
-  if (major < 4) return `kubectl's kustomize ${version ?? '(older than v4: kubectl ≤ 1.20)'} is too old for these kustomizations (they need kustomize ≥ v4, kubectl ≥ 1.21)`;
+  // kubectl reports its kustomize from 1.24 on; 1.21–1.23 embed kustomize v4, 1.14–1.20 kustomize v2.0.3.
+  const minor = Number(/^\d+/.exec(reported.clientVersion?.minor ?? '')?.[0] ?? 0);
+  const major = reported.kustomizeVersion === undefined ? (minor >= 21 ? 4 : 2) : Number(/^v?(\d+)\./.exec(reported.kustomizeVersion)?.[1] ?? 0);
+  if (major < 4) {
+    return `kubectl 1.${minor} embeds kustomize ${reported.kustomizeVersion ?? 'v2'}, too old for these kustomizations (they need kustomize ≥ v4: kubectl ≥ 1.21)`;
+  }
   return undefined;
 }
 
