@@ -297,6 +297,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? [])],
   };
 
+  metrics.watchReadiness({ notReady: () => readiness.notReady(), presenceDegraded: () => presence.degraded(), keysDegraded: () => keyStore?.degraded() ?? [] });
+
   const driverLog = log.child({ part: 'drivers' });
   view.onIdRefused((r) => {
     metrics.refusedIds.labels(r.driver, r.reason).inc();

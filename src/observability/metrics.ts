@@ -147,6 +147,47 @@ export class GatewayMetrics {
     });
   }
 
+  /**
+   * Exposes what `/readyz` answers, read at scrape time: `sandgate_readiness_state` one-hot over ready,
+   * degraded and not_ready (alerts need it without probing), and per Redis user whether it is degraded.
+   */
+  watchReadiness(source: {
+    notReady(): readonly string[];
+    readonly presenceDegraded: () => readonly string[];
+    readonly keysDegraded: () => readonly string[];
+  }): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'sandgate_readiness_state',
+      help: 'What /readyz answers: 1 for the current state (ready, degraded, not_ready), 0 for the others',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const notReady = source.notReady().length > 0;
+        const degraded = !notReady && (source.presenceDegraded().length > 0 || source.keysDegraded().length > 0);
+        this.set({ state: 'ready' }, notReady || degraded ? 0 : 1);
+        this.set({ state: 'degraded' }, degraded ? 1 : 0);
+        this.set({ state: 'not_ready' }, notReady ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'sandgate_presence_degraded',
+      help: 'Whether the presence store cannot reach Redis and serves from its mirror (1) or is healthy (0)',
+      registers,
+      collect() {
+        this.set(source.presenceDegraded().length > 0 ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'sandgate_auth_keys_degraded',
+      help: 'Whether the API key store cannot reach Redis and serves from its mirror (1) or is healthy (0)',
+      registers,
+      collect() {
+        this.set(source.keysDegraded().length > 0 ? 1 : 0);
+      },
+    });
+  }
+
   /** Counts one final decision (`code` undefined for an allow) and, when given, its decision time. */
   decision(door: Door, code: string | undefined, seconds?: number): void {
     const d = DOOR_INDEX[door];
