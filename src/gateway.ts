@@ -32,7 +32,7 @@ import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import { MemoryPresence } from './sessions/presence/memory-presence.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
-import type { PresenceRedisOptions } from './sessions/presence/redis-connection.js';
+import { redisTarget, type RedisConnectionOptions } from './lib/redis-connection.js';
 import { createRedisPresence } from './sessions/presence/redis-presence.js';
 import { SupervisorKeyFile } from './sessions/supervisor-key-file.js';
 import { SupervisorServer } from './sessions/supervisor-server.js';
@@ -147,7 +147,8 @@ export function secretFromConfig(value: string, file: string, what: string): Uin
 
 export function apiKeyStoreFromConfig(c: Config, onError: (err: Error) => void): ApiKeyStore | undefined {
   if (c.apiKeys === '') return undefined;
-  if (/^rediss?:\/\//.test(c.apiKeys)) return new RedisApiKeyStore(c.apiKeys, c.presenceKeyPrefix, 30_000, onError);
+  // The same connection options as presence (Sentinel, Cluster, TLS, credentials): one Redis deployment.
+  if (/^rediss?:\/\//.test(c.apiKeys)) return new RedisApiKeyStore(redisTarget(c.apiKeys, c.presenceRedisOptions, 'apiKeys'), c.presenceKeyPrefix, 30_000, onError);
   return new FileApiKeyStore(c.apiKeys, onError);
 }
 
@@ -185,18 +186,10 @@ function presenceOf(r: PresenceRecord | undefined) {
 }
 
 /** The Redis options of `--presence`, validated (undefined for `memory`). */
-export function redisPresenceOptions(c: Config): { url: string; redisOptions: PresenceRedisOptions | undefined } | undefined {
+export function redisPresenceOptions(c: Config): { url: string; redisOptions: RedisConnectionOptions | undefined } | undefined {
   if (c.presence === 'memory') return undefined;
-  if (!/^rediss?:\/\//.test(c.presence)) throw new SandgateError('config_invalid', `presence must be "memory" or a redis:// URL, not ${JSON.stringify(c.presence)}`);
-  if (c.presenceRedisOptions === '') return { url: c.presence, redisOptions: undefined };
-  let redisOptions: unknown;
-  try {
-    redisOptions = JSON.parse(c.presenceRedisOptions);
-  } catch (err) {
-    throw new SandgateError('config_invalid', `presenceRedisOptions is not JSON: ${(err as Error).message}`, { cause: err });
-  }
-  if (typeof redisOptions !== 'object' || redisOptions === null || Array.isArray(redisOptions)) throw new SandgateError('config_invalid', 'presenceRedisOptions must be a JSON object');
-  return { url: c.presence, redisOptions: redisOptions as PresenceRedisOptions };
+  const target = redisTarget(c.presence, c.presenceRedisOptions, 'presence (memory or a Redis URL)');
+  return { url: target.url, redisOptions: target.options };
 }
 
 export function createPresenceStore(c: Config, gatewayId: string, log: Logger, gatewayInfo?: Readonly<Record<string, string>>): PresenceStore {

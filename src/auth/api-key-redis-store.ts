@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import { createRedisClient, redisTarget, type RedisClient, type RedisTarget } from '../lib/redis-connection.js';
 import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js';
 
 /**
@@ -6,33 +6,39 @@ import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js'
  * mirrored in memory by every gateway. Every change is published on `{prefix}:apikeys-changes`; a gateway
  * reloads the hash on each message (revocation reaches every gateway within a round trip) and every
  * `rescanMs` to heal a missed message. Lookups read only the mirror.
+ *
+ * The connection is built like every other Redis connection (src/lib/redis-connection.ts): a URL, or the
+ * same Sentinel / Cluster options as presence. Both keys share the `{prefix}` hash tag (one Cluster slot).
  */
 export class RedisApiKeyStore implements ApiKeyStore {
   readonly kind = 'redis' as const;
-  private readonly client: Redis;
-  private subscriber: Redis | undefined;
+  private readonly client: RedisClient;
+  private subscriber: RedisClient | undefined;
+  private readonly target: RedisTarget;
   private byHashMap = new Map<string, ApiKeyRecord>();
   private timer: NodeJS.Timeout | undefined;
   private problem: string | undefined;
   private readonly hashKey: string;
   private readonly channel: string;
 
+  /** `target`: a redis:// URL, or a target built from configuration (Sentinel, Cluster, TLS). */
   constructor(
-    private readonly url: string,
+    target: string | RedisTarget,
     prefix: string,
     private readonly rescanMs = 30_000,
     private readonly onError: (err: Error) => void = () => undefined,
   ) {
     this.hashKey = `{${prefix}}:apikeys`;
     this.channel = `{${prefix}}:apikeys-changes`;
-    this.client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false });
+    this.target = typeof target === 'string' ? redisTarget(target, '', 'apiKeys') : target;
+    this.client = createRedisClient(this.target, { name: 'sandgate-api-keys', commandTimeoutMs: 2000 });
     this.client.on('error', (err: Error) => this.fail(err));
   }
 
   async start(): Promise<void> {
     await this.client.connect();
     await this.reload();
-    this.subscriber = new Redis(this.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+    this.subscriber = createRedisClient(this.target, { name: 'sandgate-api-keys-sub', commandTimeoutMs: 2000 });
     this.subscriber.on('error', (err: Error) => this.fail(err));
     this.subscriber.on('message', () => void this.reload());
     // A reconnected subscriber may have missed messages: reload at once.

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../domain/errors.js';
+import { redactRedisOptionsText, redactRedisUrl } from '../lib/redis-connection.js';
 import { DEFAULTS, SCHEMA, envOf, flagOf, type Config, type OptionName, type OptionSpec } from './schema.js';
 
 /**
@@ -208,5 +209,9 @@ export function redacted(c: Config): Record<string, unknown> {
     const spec: OptionSpec = SCHEMA[name];
     out[name] = spec.secret === true && c[name] !== '' ? '[redacted]' : c[name];
   }
+  // Redis URLs and options may carry a username, a password or key material.
+  out.presence = redactRedisUrl(c.presence);
+  out.apiKeys = redactRedisUrl(c.apiKeys);
+  out.presenceRedisOptions = redactRedisOptionsText(c.presenceRedisOptions);
   return out;
 }

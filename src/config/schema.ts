@@ -140,7 +140,8 @@ export const SCHEMA = {
   presenceRedisOptions: {
     kind: 'string',
     default: '',
-    description: 'JSON ioredis options for the presence store, e.g. Sentinel `{"sentinels":[{"host":"s1","port":26379}],"name":"mymaster"}` or Cluster `{"cluster":[{"host":"r1","port":6379}]}`.',
+    description:
+      'JSON ioredis options for every Redis connection (presence and the API key store), e.g. Sentinel `{"sentinels":[{"host":"s1","port":26379}],"name":"mymaster"}` or Cluster `{"cluster":[{"host":"r1","port":6379}]}`; user, password and TLS come from the URL. Credentials are redacted in logs.',
   },
   presenceKeyPrefix: { kind: 'string', default: 'sandgate', description: 'Prefix of the Redis keys and channel of the presence store.' },
   workers: {

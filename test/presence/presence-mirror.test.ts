@@ -20,7 +20,7 @@ function setup() {
 
 const rec = (gatewayId: string, sessionId: string, epoch: number, name = 'sb'): PresenceRecord => ({ namespace: 'ns', name, gatewayId, sessionId, instanceId: 'i', epoch, since: 1 });
 const stored = (gatewayId: string, incarnation: string, sessionId: string, epoch: number, name = 'sb'): StoredRecord => ({ record: rec(gatewayId, sessionId, epoch, name), incarnation });
-const lease = (gatewayId: string, incarnation: string, deadline = 1000): GatewayLease => ({ gatewayId, incarnation, info: { relay: `${gatewayId}:1` }, deadline });
+const lease = (gatewayId: string, incarnation: string, deadline = 1000, term = 0): GatewayLease => ({ gatewayId, incarnation, info: { relay: `${gatewayId}:1` }, term, deadline });
 
 describe('visibility', () => {
   const table: { name: string; leases: GatewayLease[]; remote: StoredRecord; visible: boolean }[] = [
@@ -152,7 +152,49 @@ describe('codec', () => {
   });
 
   it('translates lease expiry to the local clock by remaining lifetime (clock skew cancels)', () => {
-    const leases = decodeLeases(['B', '5000450', '{"i":"b-1","a":{"relay":"x"}}', 'C', '1', 'garbage'], 5_000_000, 42);
-    expect(leases).toEqual([{ gatewayId: 'B', incarnation: 'b-1', info: { relay: 'x' }, deadline: 492 }]);
+    const leases = decodeLeases(['B', '5000450', '{"i":"b-1","a":{"relay":"x"},"t":3}', 'C', '1', 'garbage', 'D', '5000001', '{"i":"d-1","a":{}}'], 5_000_000, 42);
+    expect(leases).toEqual([
+      { gatewayId: 'B', incarnation: 'b-1', info: { relay: 'x' }, term: 3, deadline: 492 },
+      { gatewayId: 'D', incarnation: 'd-1', info: {}, term: -1, deadline: 43 },
+    ]);
+  });
+});
+
+describe('after a failover (a new term)', () => {
+  function failedOver(): { m: PresenceMirror; changes: string[]; synced: string[] } {
+    const changes: string[] = [];
+    const synced: string[] = [];
+    const m = new PresenceMirror(ME, MY_INC, {
+      change: (ns, name, r) => changes.push(`${ns}/${name}=${r === undefined ? '-' : `${r.gatewayId}:${r.sessionId}@${r.epoch}`}`),
+      lost: () => undefined,
+      synced: (gw) => synced.push(gw),
+    });
+    m.setTerm(0);
+    m.replaceLeases([lease('B', 'b-1', 1000, 0)]);
+    m.replaceRemote(new Map([['ns/kept', stored('B', 'b-1', 'k', 4, 'kept')]]));
+    m.setTerm(1);
+    return { m, changes, synced };
+  }
+
+  it("a scan does not replace a peer's records until the peer has re-asserted them in the new term", () => {
+    const { m, changes, synced } = failedOver();
+    // The new master lost B's claim of ns/kept and still holds a record B released before the failover
+    // (ns/released).
+    m.replaceRemote(new Map([['ns/released', stored('B', 'b-1', 'r', 2, 'released')]]));
+    expect(m.get('ns/kept')?.sessionId).toBe('k');
+    expect(m.get('ns/released')).toBeUndefined();
+    // B announces it re-asserted in term 1: the mirror asks for a scan, which now reads B's records.
+    m.putLease(lease('B', 'b-1', 1000, 1));
+    expect(synced).toEqual(['B']);
+    m.replaceRemote(new Map([['ns/kept', stored('B', 'b-1', 'k', 4, 'kept')]]));
+    expect(m.get('ns/kept')?.sessionId).toBe('k');
+    expect(m.get('ns/released')).toBeUndefined();
+    expect(changes).toEqual(['ns/kept=B:k@4']);
+  });
+
+  it('messages (writes made on the new master) still apply at once', () => {
+    const { m } = failedOver();
+    m.putRemote('ns/kept', undefined);
+    expect(m.get('ns/kept')).toBeUndefined();
   });
 });

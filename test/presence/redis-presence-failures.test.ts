@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
 import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
-import { presenceKeys } from '../../src/sessions/presence/redis-scripts.js';
+import { presenceKeys, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
 import { eventually, freePort, startRedisServer, startTcpRelay, type RedisServer, type TcpRelay } from '../helpers/redis-server.js';
 
 // Failure modes: Redis killed and restarted empty, Redis hung (SIGSTOP), one gateway partitioned from
@@ -59,7 +59,9 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 async function stored(field: string): Promise<{ s: string; e: number } | undefined> {
   const raw = await server.admin().hget(presenceKeys(prefix).presence, field);
-  return raw === null ? undefined : (JSON.parse(raw) as { s: string; e: number });
+  if (raw === null) return undefined;
+  const r = JSON.parse(raw) as { s: string; e: string };
+  return { s: r.s, e: Number(r.e) };
 }
 
 describe('Redis killed and restarted empty on the same port', () => {
@@ -89,8 +91,10 @@ describe('Redis killed and restarted empty on the same port', () => {
     // The re-assert raised the reset epoch counter back to what the sessions carry.
     expect(await server.admin().hget(presenceKeys(prefix).epochs, 'ns/a')).toBe('3');
     expect((await stored('ns/a'))?.s).toBe('a3');
-    // And a new claim continues above it.
-    expect((await claim(b, 'b2', 'a')).epoch).toBe(4);
+    // The restarted server has a new replication id, so a new term (one above what the gateways saw):
+    // a new claim is above every epoch of the old one, even one no gateway re-asserted.
+    expect(await server.admin().hget(presenceKeys(prefix).term, 't')).toBe('1');
+    expect((await claim(b, 'b2', 'a')).epoch).toBe(TERM_SPAN + 1);
   });
 });
 

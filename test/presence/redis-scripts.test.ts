@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { runScript } from '../../src/sessions/presence/redis-connection.js';
-import { presenceKeys, scriptKeys, SCRIPTS, type LuaScript } from '../../src/sessions/presence/redis-scripts.js';
+import { presenceKeys, scriptKeys, SCRIPTS, TERM_SPAN, type LuaScript } from '../../src/sessions/presence/redis-scripts.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 // The Lua scripts on their own, against a real redis-server: the fencing rules every gateway relies on.
@@ -18,16 +18,19 @@ beforeAll(async () => {
 afterAll(async () => {
   await server.stop();
 });
-beforeEach(() => {
+beforeEach(async () => {
   prefix = `scripts-${++n}`;
+  // Claims need the master's sealed term; with no replicas the first seal call seals it.
+  expect(await run(SCRIPTS.term, [0])).toEqual([0, 0, 0]);
+  expect(await run(SCRIPTS.seal, [0])).toBe(1);
 });
 
 const keys = (): ReturnType<typeof presenceKeys> => presenceKeys(prefix);
 const run = (s: LuaScript, args: (string | number)[]): Promise<unknown> => runScript(redis, s, scriptKeys(keys()), [keys().channel, ...args]);
-const claim = (gw: string, sid: string, minEpoch = 1, field = 'ns/sb', inc = `${gw}-inc`): Promise<unknown> => run(SCRIPTS.claim, [field, gw, inc, sid, 'inst', '1000', minEpoch]);
+const claim = (gw: string, sid: string, minEpoch = 1, field = 'ns/sb', inc = `${gw}-inc`, term = 0): Promise<unknown> => run(SCRIPTS.claim, [field, gw, inc, sid, 'inst', '1000', minEpoch, term]);
 const assertRec = (gw: string, sid: string, epoch: number, field = 'ns/sb', inc = `${gw}-inc`): Promise<unknown> =>
   run(SCRIPTS.assert, [field, gw, inc, sid, 'inst', '1000', epoch]);
-const renew = (gw: string, inc = `${gw}-inc`, ttl = 5000): Promise<unknown> => run(SCRIPTS.renew, [gw, inc, ttl, JSON.stringify({ i: inc, a: {} }), 60_000]);
+const renew = async (gw: string, inc = `${gw}-inc`, ttl = 5000): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, inc, ttl, JSON.stringify({ i: inc, a: {} }), 60_000])) as unknown[];
 const stored = async (field = 'ns/sb'): Promise<Record<string, unknown> | undefined> => {
   const raw = await redis.hget(keys().presence, field);
   return raw === null ? undefined : (JSON.parse(raw) as Record<string, unknown>);
@@ -52,9 +55,45 @@ describe('claim', () => {
     await sub.subscribe(keys().channel);
     const got = new Promise<string>((resolve) => sub.once('message', (_c: string, m: string) => resolve(m)));
     await claim('A', 's1');
-    const msg = JSON.parse(await got) as { v: number; op: string; f: string; r: { s: string; e: number; t: string } };
-    expect(msg).toMatchObject({ v: 1, op: 'set', f: 'ns/sb', r: { s: 's1', e: 1, t: '1000' } });
+    const msg = JSON.parse(await got) as { v: number; op: string; f: string; r: { s: string; e: string; t: string } };
+    // Epochs travel as decimal strings: cjson would round a number above 14 digits (a later term's epochs).
+    expect(msg).toMatchObject({ v: 1, op: 'set', f: 'ns/sb', r: { s: 's1', e: '1', t: '1000' } });
     expect(await redis.get(keys().version)).toBe('1');
+  });
+});
+
+describe('terms (fencing across failover)', () => {
+  const replid = async (): Promise<string> => /master_replid:(\w+)/.exec(await redis.info('replication'))![1]!;
+
+  it('binds the term to the master: the same master keeps it, a claim in another term writes nothing', async () => {
+    expect(await redis.hget(keys().term, 'r')).toBe(await replid());
+    expect(await run(SCRIPTS.term, [0])).toEqual([0, 1, 0]);
+    expect(await claim('A', 's1', 1, 'ns/sb', 'A-inc', 1)).toBe(-1);
+    expect(await stored()).toBeUndefined();
+    expect(await redis.get(keys().version)).toBeNull();
+  });
+
+  it('a master with another replication id (a promoted replica) starts a higher term whose epochs are above every earlier one', async () => {
+    for (let i = 0; i < 5; i++) await claim('A', `s${i}`);
+    // The promoted replica lost the last increments: its counter is behind what was handed out.
+    await redis.hset(keys().epochs, 'ns/sb', '2');
+    await redis.hset(keys().term, 'r', 'f'.repeat(40));
+    expect(await renew('A')).toEqual(expect.arrayContaining([-1]));
+    expect(await claim('B', 'late')).toBe(-1);
+    expect(await run(SCRIPTS.term, [0])).toEqual([1, 0, 0]);
+    expect(await claim('B', 'late', 1, 'ns/sb', 'B-inc', 1)).toBe(-1);
+    expect(await run(SCRIPTS.seal, [1])).toBe(1);
+    const e = (await claim('B', 'new', 1, 'ns/sb', 'B-inc', 1)) as number;
+    expect(e).toBe(TERM_SPAN + 1);
+    expect(await stored()).toMatchObject({ s: 'new', e: String(TERM_SPAN + 1) });
+    expect(await redis.hget(keys().epochs, 'ns/sb')).toBe(String(TERM_SPAN + 1));
+    expect((await renew('A')).at(-1)).toBe(1);
+  });
+
+  it('the gateway-supplied minimum lifts a term a restart without persistence reset', async () => {
+    await redis.del(keys().term);
+    expect(await run(SCRIPTS.term, [3])).toEqual([3, 0, 0]);
+    expect(await run(SCRIPTS.seal, [2])).toBe(-1);
   });
 });
 

@@ -15,11 +15,18 @@ import { fieldOf, type GatewayLease, type StoredRecord } from './redis-codec.js'
  *
  * A local session is lost (superseded) when Redis shows another writer's record for the sandbox with a
  * higher epoch, or the same epoch under another session (the first writer won the fenced write).
+ *
+ * After a failover (a new term) the new master may be behind: a release or a claim the old master took may
+ * be missing. Until a peer announces (in its lease) that it has re-asserted its sessions in the current
+ * term, a full scan does not replace what the mirror holds for that peer's records: the mirror keeps the
+ * pre-failover picture of them (which the change stream kept current) rather than a possibly older one.
  */
 
 export interface MirrorEvents {
   change(namespace: string, name: string, record: PresenceRecord | undefined): void;
   lost(record: PresenceRecord): void;
+  /** A peer announced it has re-asserted its sessions in the current term: reload to read its records. */
+  synced?(gatewayId: string): void;
 }
 
 /** A record Redis holds that no live lease backs, named exactly so its deletion can be fenced. */
@@ -42,6 +49,7 @@ export class PresenceMirror {
   private readonly visible = new Map<string, PresenceRecord>();
   /** The highest epoch seen per sandbox; outlives records so an offline claim still picks a higher one. */
   private readonly known = new Map<string, number>();
+  private term = -1;
 
   constructor(
     readonly gatewayId: string,
@@ -76,6 +84,16 @@ export class PresenceMirror {
 
   leaseIncarnation(gatewayId: string): string | undefined {
     return this.leases.get(gatewayId)?.incarnation;
+  }
+
+  /** The presence term this gateway works in (see the class comment). */
+  setTerm(term: number): void {
+    this.term = term;
+  }
+
+  /** Whether a full scan may replace this gateway's records: it has re-asserted them in the current term. */
+  private synced(gatewayId: string): boolean {
+    return gatewayId === this.gatewayId || (this.leases.get(gatewayId)?.term ?? -1) >= this.term;
   }
 
   /** Records a local session (after its claim or re-assert). Returns whether Redis already shows it superseded. */
@@ -121,7 +139,12 @@ export class PresenceMirror {
   /** Replaces every remote record with a full scan's result. */
   replaceRemote(records: ReadonlyMap<string, StoredRecord>): void {
     const fields = new Set([...this.remote.keys(), ...records.keys()]);
-    for (const f of fields) this.setRemote(f, records.get(f));
+    for (const f of fields) {
+      const before = this.remote.get(f);
+      const next = records.get(f);
+      if ((before !== undefined && !this.synced(before.record.gatewayId)) || (next !== undefined && !this.synced(next.record.gatewayId))) continue;
+      this.setRemote(f, next);
+    }
     for (const f of fields) {
       this.checkLost(f);
       this.refresh(f);
@@ -131,8 +154,12 @@ export class PresenceMirror {
   /** Adds or updates one live lease. */
   putLease(lease: GatewayLease): void {
     const before = this.leases.get(lease.gatewayId);
+    const wasSynced = this.synced(lease.gatewayId);
     this.leases.set(lease.gatewayId, lease);
     if (before === undefined || before.incarnation !== lease.incarnation) this.refreshGateway(lease.gatewayId);
+    // A lease seen for the first time is read together with its records; only a known one that catches
+    // up to the term needs another scan.
+    if (before !== undefined && !wasSynced && this.synced(lease.gatewayId)) this.events.synced?.(lease.gatewayId);
   }
 
   dropLease(gatewayId: string): void {

@@ -17,6 +17,8 @@ export interface GatewayLease {
   readonly gatewayId: string;
   readonly incarnation: string;
   readonly info: Readonly<Record<string, string>>;
+  /** The presence term in which the gateway last re-asserted its sessions (-1: none announced). */
+  readonly term: number;
   /** Local-clock ms after which the lease no longer counts. */
   readonly deadline: number;
 }
@@ -64,8 +66,8 @@ export function decodeRecord(field: string, raw: unknown): StoredRecord | undefi
   };
 }
 
-/** Decodes a gateway-info value: JSON {i: incarnation, a: {attributes}}. */
-export function decodeGatewayInfo(raw: unknown): { incarnation: string; info: Record<string, string> } | undefined {
+/** Decodes a gateway-info value: JSON {i: incarnation, a: {attributes}, t: synced term}. */
+export function decodeGatewayInfo(raw: unknown): { incarnation: string; info: Record<string, string>; term: number } | undefined {
   if (!isString(raw) || raw === '') return undefined;
   let o: unknown;
   try {
@@ -77,11 +79,12 @@ export function decodeGatewayInfo(raw: unknown): { incarnation: string; info: Re
   const info: Record<string, string> = {};
   // cjson encodes an empty Lua table as {} and the client sends {} too, so `a` is always an object.
   if (isObject(o.a)) for (const [k, v] of Object.entries(o.a)) if (isString(v)) info[k] = v;
-  return { incarnation: o.i, info };
+  const term = typeof o.t === 'number' && Number.isSafeInteger(o.t) ? o.t : -1;
+  return { incarnation: o.i, info, term };
 }
 
-export function encodeGatewayInfo(incarnation: string, info: Readonly<Record<string, string>>): string {
-  return JSON.stringify({ i: incarnation, a: info });
+export function encodeGatewayInfo(incarnation: string, info: Readonly<Record<string, string>>, term: number): string {
+  return JSON.stringify({ i: incarnation, a: info, t: term });
 }
 
 /** Decodes the flat [id, expiry, infoJson]... list scripts return, translating expiry to the local clock. */
@@ -94,7 +97,7 @@ export function decodeLeases(flat: unknown, redisNow: number, localNow: number):
     const info = decodeGatewayInfo(flat[j + 2]);
     if (!isString(id) || !Number.isFinite(expiry) || info === undefined) continue;
     // Only the remaining lifetime is taken from Redis's clock, so clock skew between hosts cancels out.
-    out.push({ gatewayId: id, incarnation: info.incarnation, info: info.info, deadline: localNow + (expiry - redisNow) });
+    out.push({ gatewayId: id, incarnation: info.incarnation, info: info.info, term: info.term, deadline: localNow + (expiry - redisNow) });
   }
   return out;
 }
@@ -125,7 +128,7 @@ export function decodeMessage(text: string): PresenceMessage | undefined {
     case 'gw': {
       const info = decodeGatewayInfo(o.info);
       if (!isString(o.g) || info === undefined || typeof o.x !== 'number' || typeof o.n !== 'number') return undefined;
-      return { v, op: 'gw', lease: { gatewayId: o.g, incarnation: info.incarnation, info: info.info }, expiry: o.x, redisNow: o.n };
+      return { v, op: 'gw', lease: { gatewayId: o.g, incarnation: info.incarnation, info: info.info, term: info.term }, expiry: o.x, redisNow: o.n };
     }
     case 'gw-down': {
       // cjson encodes an empty Lua array as {}, hence the object case in fields().

@@ -4,15 +4,16 @@ import type { Logger } from 'pino';
 import { ListenerSet } from './presence-listeners.js';
 import { PresenceMirror } from './presence-mirror.js';
 import type { PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
-import { createClient, disconnect, errorText, runScript, type PresenceRedisOptions, type RedisClient } from './redis-connection.js';
+import { createRedisClient, describeRedisTarget, topologyOf, type RedisClient, type RedisConnectionOptions, type RedisTarget } from '../../lib/redis-connection.js';
+import { disconnect, errorText, runScript } from './redis-connection.js';
 import { decodeLeases, decodeMessage, decodeRecord, encodeGatewayInfo, fieldOf, type PresenceMessage, type StoredRecord } from './redis-codec.js';
-import { presenceKeys, scriptKeys, SCRIPTS, type PresenceKeys } from './redis-scripts.js';
+import { presenceKeys, scriptKeys, SCRIPTS, TERM_SPAN, type PresenceKeys } from './redis-scripts.js';
 
 export interface RedisPresenceOptions {
   /** redis://… or rediss://… (for Sentinel and Cluster, see redisOptions). */
   readonly url: string;
   /** ioredis options; Sentinel: `sentinels` + `name`; Cluster: `cluster: [{host, port}]`. */
-  readonly redisOptions?: PresenceRedisOptions;
+  readonly redisOptions?: RedisConnectionOptions;
   readonly gatewayId: string;
   /** Gateway lease lifetime; renewed every third of it. Default 10000. */
   readonly leaseTtlMs?: number;
@@ -35,7 +36,8 @@ export function createRedisPresence(opts: RedisPresenceOptions): RedisPresence {
   return new RedisPresence(opts);
 }
 
-type RenewReply = [number, number, number, number, unknown[]];
+type RenewReply = [number, number, number, number, unknown[], number];
+type TermReply = [number, number, number];
 type SnapshotReply = [number, number, unknown[], unknown[]];
 type AssertReply = [number, number, string];
 
@@ -57,7 +59,9 @@ export class RedisPresence implements PresenceStore {
   private readonly renewMs: number;
   private readonly rescanMs: number;
   private readonly incarnation = randomUUID();
-  private readonly infoJson: string;
+  private readonly info: Readonly<Record<string, string>>;
+  private infoJson: string;
+  private readonly target: RedisTarget;
   private readonly main: RedisClient;
   private readonly sub: RedisClient;
   private readonly mirror: PresenceMirror;
@@ -86,6 +90,16 @@ export class RedisPresence implements PresenceStore {
   private closed = false;
   /** Local time of the last renewal reply: lease deadlines are only trusted while this is recent. */
   private lastRenewedAt = Number.NEGATIVE_INFINITY;
+  /** This master's term as adopted on the current connection; undefined: adopt before claiming. */
+  private term: number | undefined;
+  private sealed = false;
+  private replicas = 0;
+  /** The term the mirror was last loaded in (-1: none yet); a new one means a failover or a restart. */
+  private mirrorTerm = -1;
+  /** The term this gateway has re-asserted its sessions in, announced with its lease. */
+  private syncedTerm = -1;
+  private adopting: Promise<boolean> | undefined;
+  private sealTimer: NodeJS.Timeout | undefined;
 
   constructor(opts: RedisPresenceOptions) {
     this.gatewayId = opts.gatewayId;
@@ -100,28 +114,43 @@ export class RedisPresence implements PresenceStore {
     assert(opts.gatewayId !== '', 'gatewayId must not be empty');
     assert(Number.isInteger(this.ttlMs) && this.ttlMs >= 30, 'leaseTtlMs must be an integer of at least 30');
     assert(Number.isInteger(this.rescanMs) && this.rescanMs >= 10, 'rescanMs must be an integer of at least 10');
-    this.infoJson = encodeGatewayInfo(this.incarnation, opts.gatewayInfo ?? {});
+    this.info = opts.gatewayInfo ?? {};
+    this.infoJson = encodeGatewayInfo(this.incarnation, this.info, this.syncedTerm);
     // A command must fail well inside one renewal period's slack, or a hung Redis would stall the tick;
     // capped so a claim during a Redis hang delays a session's acceptance by at most 2 s, once.
     this.commandTimeoutMs = Math.min(2000, Math.max(250, Math.floor(this.ttlMs / 2)));
-    this.main = createClient(opts.url, opts.redisOptions, this.commandTimeoutMs, `sandgate-presence:${opts.gatewayId}`);
-    this.sub = createClient(opts.url, opts.redisOptions, this.commandTimeoutMs, `sandgate-presence-sub:${opts.gatewayId}`);
+    this.target = { url: opts.url, options: opts.redisOptions };
+    this.main = createRedisClient(this.target, { name: `sandgate-presence:${opts.gatewayId}`, commandTimeoutMs: this.commandTimeoutMs });
+    this.sub = createRedisClient(this.target, { name: `sandgate-presence-sub:${opts.gatewayId}`, commandTimeoutMs: this.commandTimeoutMs });
     this.mirror = new PresenceMirror(this.gatewayId, this.incarnation, {
       change: (namespace, name, record) => this.report(this.changes.emit(namespace, name, record), 'change'),
       lost: (record) => {
         this.log.warn({ namespace: record.namespace, name: record.name, sessionId: record.sessionId, epoch: record.epoch }, 'local session superseded by a newer claim');
         this.report(this.losses.emit(record), 'lost');
       },
+      // A peer has re-asserted its sessions on the new master: its records there can be believed now.
+      synced: () => {
+        this.reloadWanted = true;
+        void this.kick();
+      },
     });
   }
 
   async start(): Promise<void> {
+    this.log.info({ redis: describeRedisTarget(this.target) }, 'presence store connecting');
     this.main.on('ready', () => {
-      // A new connection may be to a restarted or failed-over server: re-assert everything and re-scan.
+      // A new connection may be to a restarted or failed-over server: adopt its term, re-assert
+      // everything and re-scan.
+      this.term = undefined;
       this.resync = true;
       this.reloadWanted = true;
       void this.kick();
     });
+    if (topologyOf(this.target) === 'cluster') {
+      // The node map changed (a slot moved, a replica was promoted): the renewal checks the term at once.
+      this.main.on('+node', () => void this.kick());
+      this.main.on('-node', () => void this.kick());
+    }
     this.main.on('error', (err: Error) => this.setOffline(err));
     // 'close' follows the 'error' that says why; keep that reason rather than a generic one.
     this.main.on('close', () => {
@@ -153,15 +182,14 @@ export class RedisPresence implements PresenceStore {
   async claim(namespace: string, name: string, session: SessionClaim): Promise<PresenceRecord> {
     const field = fieldOf(namespace, name);
     return this.serial(field, async () => {
-      let epoch = this.mirror.nextEpoch(field);
+      // Offline, the epoch is at least the current term's first, above every epoch of earlier terms.
+      let epoch = Math.max(this.mirror.nextEpoch(field), Math.max(this.mirrorTerm, 0) * TERM_SPAN + 1);
       const { sessionId, instanceId, since } = session;
       if (this.writable()) {
         try {
-          const args = [this.keys.channel, field, this.gatewayId, this.incarnation, sessionId, instanceId, String(since), epoch];
-          // The claim overwrites whatever Redis holds for the sandbox: queued work for it is moot.
-          this.dirty.delete(field);
-          epoch = Number(await runScript(this.main, SCRIPTS.claim, this.keyList, args));
-          this.pendingReleases.delete(field);
+          const claimed = (await this.ensureTerm()) ? await this.claimIn(this.term!, field, session, epoch) : undefined;
+          if (claimed === undefined) this.dirty.add(field);
+          else epoch = claimed;
         } catch (err) {
           this.setOffline(err);
           this.dirty.add(field);
@@ -174,6 +202,21 @@ export class RedisPresence implements PresenceStore {
       if (this.mirror.setLocal(record)) setImmediate(() => this.mirror.checkLost(field));
       return record;
     });
+  }
+
+  /** Runs the claim script in `term`; undefined (nothing written) when that is no longer the master's sealed term. */
+  private async claimIn(term: number, field: string, session: SessionClaim, minEpoch: number): Promise<number | undefined> {
+    const args = [this.keys.channel, field, this.gatewayId, this.incarnation, session.sessionId, session.instanceId, String(session.since), minEpoch, term];
+    // The claim overwrites whatever Redis holds for the sandbox: queued work for it is moot.
+    this.dirty.delete(field);
+    const epoch = Number(await runScript(this.main, SCRIPTS.claim, this.keyList, args));
+    if (epoch < 0) {
+      if (this.term === term) this.term = undefined;
+      void this.kick();
+      return undefined;
+    }
+    this.pendingReleases.delete(field);
+    return epoch;
   }
 
   /**
@@ -220,6 +263,8 @@ export class RedisPresence implements PresenceStore {
     const out: string[] = [];
     if (this.problem !== undefined) out.push(this.problem);
     if (this.subProblem !== undefined && this.problem === undefined) out.push(`${this.subProblem} (connection ${this.sub.status})`);
+    // Claims are recorded locally (and asserted later) until the new term has reached every replica.
+    if (this.problem === undefined && this.term !== undefined && !this.sealed) out.push(`presence store waiting for term ${this.term} to reach the Redis replicas`);
     return out;
   }
 
@@ -234,7 +279,8 @@ export class RedisPresence implements PresenceStore {
     clearTimeout(this.tickTimer);
     clearInterval(this.rescanTimer);
     clearTimeout(this.lapseTimer);
-    await Promise.allSettled([this.ticking, ...this.chains.values()]);
+    clearTimeout(this.sealTimer);
+    await Promise.allSettled([this.ticking, this.adopting, ...this.chains.values()]);
     if (opts.release && this.main.status === 'ready') {
       const args: (string | number)[] = [this.keys.channel, this.gatewayId, this.incarnation];
       for (const r of this.mirror.localRecords()) args.push(fieldOf(r.namespace, r.name), r.sessionId);
@@ -289,9 +335,19 @@ export class RedisPresence implements PresenceStore {
     if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
     if (this.main.status !== 'ready') return;
     try {
+      await this.ensureTerm();
+      const term = this.term;
       const args = [this.keys.channel, this.gatewayId, this.incarnation, this.ttlMs, this.infoJson, Math.max(10 * this.ttlMs, 60_000)];
-      const [redisNow, lapsed, usurped, version, leases] = (await runScript(this.main, SCRIPTS.renew, this.keyList, args)) as RenewReply;
+      const [redisNow, lapsed, usurped, version, leases, storedTerm] = (await runScript(this.main, SCRIPTS.renew, this.keyList, args)) as RenewReply;
       this.lastRenewedAt = this.now();
+      if (storedTerm !== term) {
+        // The stored term is not this master's: a failover behind the same connection (a Cluster replica
+        // promoted, a slot moved to a new node). Adopt the new term first; the next round does the rest.
+        this.log.warn({ term, storedTerm }, 'presence term changed under this connection; adopting the new one');
+        if (this.term === term) this.term = undefined;
+        this.tickAgain = true;
+        return;
+      }
       if (usurped === 1) this.log.error('another live process holds this gateway id; gateway ids must be unique');
       this.mirror.replaceLeases(decodeLeases(leases, redisNow, this.now()));
       if (lapsed === 1 || this.resync) {
@@ -309,9 +365,65 @@ export class RedisPresence implements PresenceStore {
       }
       this.setOnline();
       this.scheduleLapse();
+      // Everything this gateway holds is asserted on this master and its own orphans collected: announce
+      // it with the lease, so peers that kept this gateway's pre-failover records start reading Redis's.
+      if (term !== undefined && this.syncedTerm !== term && this.term === term && !this.resync && !this.reloadWanted && this.dirty.size === 0) {
+        this.syncedTerm = term;
+        this.infoJson = encodeGatewayInfo(this.incarnation, this.info, term);
+        this.tickAgain = true;
+      }
     } catch (err) {
       this.setOffline(err);
     }
+  }
+
+  /**
+   * Adopts the master's term (once per connection, or when a script reports it changed) and seals it.
+   * Resolves whether claims may run: true once the term is sealed (every replica has it).
+   */
+  private ensureTerm(): Promise<boolean> {
+    if (this.term !== undefined && this.sealed) return Promise.resolve(true);
+    this.adopting ??= this.adoptTerm().finally(() => (this.adopting = undefined));
+    return this.adopting;
+  }
+
+  private async adoptTerm(): Promise<boolean> {
+    if (this.term === undefined) {
+      const [term, sealed, replicas] = (await runScript(this.main, SCRIPTS.term, this.keyList, [this.keys.channel, Math.max(this.mirrorTerm, this.syncedTerm) + 1])) as TermReply;
+      this.term = term;
+      this.sealed = sealed === 1;
+      this.replicas = replicas;
+      if (term !== this.mirrorTerm) {
+        if (this.mirrorTerm >= 0) this.log.warn({ from: this.mirrorTerm, to: term }, 'presence term changed (Redis failed over or restarted): re-asserting sessions and reloading');
+        // The change counter of the new master may be behind the old one (lost increments): it starts over.
+        this.mirrorTerm = term;
+        this.mirror.setTerm(term);
+        this.lastVersion = -1;
+        this.resync = true;
+        this.reloadWanted = true;
+      }
+    }
+    if (this.sealed) return true;
+    const term = this.term;
+    let sealed = Number(await runScript(this.main, SCRIPTS.seal, this.keyList, [this.keys.channel, term]));
+    if (sealed === 0 && this.replicas > 0 && topologyOf(this.target) !== 'cluster') {
+      // WAIT asks the replicas to acknowledge now instead of at their next once-a-second report. On
+      // Cluster a keyless command would reach a random node, so the seal is polled instead.
+      await this.main.call('WAIT', this.replicas, Math.floor(this.commandTimeoutMs / 2));
+      sealed = Number(await runScript(this.main, SCRIPTS.seal, this.keyList, [this.keys.channel, term]));
+    }
+    if (this.term !== term) return false;
+    if (sealed < 0) {
+      this.term = undefined;
+      return false;
+    }
+    this.sealed = sealed === 1;
+    if (!this.sealed) {
+      clearTimeout(this.sealTimer);
+      this.sealTimer = setTimeout(() => void this.kick(), 200);
+      this.sealTimer.unref();
+    }
+    return this.sealed;
   }
 
   /** A counter Redis bumps with every published change: one the mirror has not seen means a missed message. */

@@ -4,19 +4,28 @@ import { createHash } from 'node:crypto';
  * The Lua scripts of the Redis presence store (docs/presence.md, "Scripts"). Each runs atomically on the
  * server (EVAL), so a check and the write it guards cannot interleave with another gateway's.
  *
- * Every script declares the same five keys, all under one hash tag (`{prefix}`), so on Redis Cluster they
+ * Every script declares the same six keys, all under one hash tag (`{prefix}`), so on Redis Cluster they
  * live in one slot and a script may touch them all (Cluster rejects scripts whose keys span slots). The
  * pub/sub channel is passed as ARGV[1]: channels are not keys.
  *
  *   KEYS[1] {p}:gateways      sorted set: gateway id → lease expiry (Redis TIME, ms)
- *   KEYS[2] {p}:gateway-info  hash: gateway id → JSON {i: incarnation, a: {attributes}}
+ *   KEYS[2] {p}:gateway-info  hash: gateway id → JSON {i: incarnation, a: {attributes}, t: synced term}
  *   KEYS[3] {p}:presence      hash: "namespace/name" → JSON record {g, i, s, n, e, t}
  *   KEYS[4] {p}:epochs        hash: "namespace/name" → the sandbox's epoch counter (never decreases)
  *   KEYS[5] {p}:version       string: a counter bumped by every published change
+ *   KEYS[6] {p}:term          hash: t term number, r the replication id of the master it belongs to,
+ *                             s "1" once every replica has it, o the replication offset it must reach
  *
  * Records: g gateway id, i the gateway's incarnation (a record counts only while the lease it was written
- * under is the live one), s session id, n supervisor instance id, e epoch, t accepted-at ms (a string, so
- * cjson's 14-digit number format cannot round it).
+ * under is the live one), s session id, n supervisor instance id, e epoch and t accepted-at ms (both
+ * strings, so cjson's 14-digit number format cannot round them).
+ *
+ * Terms (docs/presence.md, "Failover"): a master's term is bound to its replication id, which a promoted
+ * replica (or a restarted empty server) changes, so the first script after a failover sees a stored term
+ * that is not this master's and a new, higher term is adopted. Every epoch a claim hands out is at least
+ * term × 2^32 + 1, so epochs of a new term are above every epoch of the old one even when the promoted
+ * replica lost the old master's last increments. A claim is refused (-1) until the term is sealed: its
+ * adoption has reached every replica, so no later failover can forget it and hand out the same term again.
  */
 
 export interface PresenceKeys {
@@ -25,6 +34,7 @@ export interface PresenceKeys {
   readonly presence: string;
   readonly epochs: string;
   readonly version: string;
+  readonly term: string;
   readonly channel: string;
 }
 
@@ -37,13 +47,14 @@ export function presenceKeys(prefix: string): PresenceKeys {
     presence: `${tag}:presence`,
     epochs: `${tag}:epochs`,
     version: `${tag}:version`,
+    term: `${tag}:term`,
     channel: `${tag}:presence-changes`,
   };
 }
 
 /** The keys in the order every script declares them. */
 export function scriptKeys(k: PresenceKeys): string[] {
-  return [k.gateways, k.gatewayInfo, k.presence, k.epochs, k.version];
+  return [k.gateways, k.gatewayInfo, k.presence, k.epochs, k.version, k.term];
 }
 
 // Shared helpers, prepended to every script. TIME is allowed before writes because Redis 7 replicates
@@ -77,14 +88,32 @@ local function live_gateways(now)
   end
   return out
 end
+local function fmt(n)
+  return string.format('%d', n)
+end
+local function replication()
+  return redis.call('INFO', 'replication')
+end
+-- The stored term if it is this master's (bound to its replication id), and whether it is sealed.
+local function current_term(info)
+  local h = redis.call('HMGET', KEYS[6], 't', 'r', 's')
+  if h[1] and h[2] == string.match(info, 'master_replid:(%x+)') then return tonumber(h[1]), h[3] == '1' end
+  return nil, false
+end
 `;
+
+/** Epochs of term t start at t × 2^32 + 1: 2^32 claims per sandbox per term, 2^21 terms within 2^53. */
+export const TERM_SPAN = 2 ** 32;
 
 /**
  * renew(channel, gw, incarnation, ttlMs, infoJson, forgetAfterMs) →
- *   {now, lapsed, usurped, version, [id, expiry, infoJson]...}
+ *   {now, lapsed, usurped, version, [id, expiry, infoJson]..., term}
  * Extends this gateway's lease to TIME + ttl (ZADD) and stores its info (HSET). `lapsed` = the lease was
  * absent, expired or held by another incarnation, so records may have been collected and the caller must
- * re-assert its sessions; that is also published so peers start counting this gateway's records.
+ * re-assert its sessions; that is also published so peers start counting this gateway's records, and so
+ * is a change of the info (a gateway announces there the term it has re-asserted its sessions in). `term`
+ * is this master's stored term, or -1 when the stored term belongs to another master (a failover the
+ * client has not noticed yet: a Cluster replica promoted behind the same connection).
  * `usurped` = another live process holds the same gateway id (a misconfiguration). Leases expired longer
  * than forgetAfterMs are dropped (ZREM, HDEL). Touches no session record: its cost grows with gateways.
  */
@@ -97,6 +126,7 @@ local was_live = prev and tonumber(prev) > now
 local lapsed = (not was_live) or prev_inc ~= inc
 local usurped = was_live and prev_inc ~= inc
 local exp = now + ttl
+local info_changed = redis.call('HGET', KEYS[2], gw) ~= ARGV[5]
 redis.call('ZADD', KEYS[1], exp, gw)
 redis.call('HSET', KEYS[2], gw, ARGV[5])
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[6]))
@@ -104,23 +134,28 @@ for _, id in ipairs(old) do
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
 end
-if lapsed then publish({op = 'gw', g = gw, x = exp, n = now, info = ARGV[5]}) end
+if lapsed or info_changed then publish({op = 'gw', g = gw, x = exp, n = now, info = ARGV[5]}) end
 local v = tonumber(redis.call('GET', KEYS[5]) or '0')
-return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now)}
+local t = current_term(replication())
+return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), t or -1}
 `;
 
 /**
- * claim(channel, field, gw, incarnation, sessionId, instanceId, since, minEpoch) → epoch
- * A new session: epoch = max(stored + 1, minEpoch) (HGET/HSET on the epochs hash: the counter survives
- * the record), then the record is written (HSET) and published. minEpoch is the highest epoch the gateway
- * has seen for the sandbox plus one, which raises a counter that a Redis restart without persistence reset.
+ * claim(channel, field, gw, incarnation, sessionId, instanceId, since, minEpoch, term) → epoch | -1
+ * A new session: epoch = max(stored + 1, minEpoch, term × 2^32 + 1) (HGET/HSET on the epochs hash: the
+ * counter survives the record), then the record is written (HSET) and published. minEpoch is the highest
+ * epoch the gateway has seen for the sandbox plus one, which raises a counter that a Redis restart
+ * without persistence reset; the term floor does the same after a failover to a replica that lost
+ * increments. -1 (nothing written): `term` is not this master's sealed term; adopt the term, then retry.
  */
 const CLAIM = `
+local t, sealed = current_term(replication())
+if t ~= tonumber(ARGV[9]) or not sealed then return -1 end
 local f = ARGV[2]
 local cur = tonumber(redis.call('HGET', KEYS[4], f) or '0')
-local e = math.max(cur + 1, tonumber(ARGV[8]))
-redis.call('HSET', KEYS[4], f, e)
-local rec = {g = ARGV[3], i = ARGV[4], s = ARGV[5], n = ARGV[6], e = e, t = ARGV[7]}
+local e = math.max(cur + 1, tonumber(ARGV[8]), t * ${TERM_SPAN} + 1)
+redis.call('HSET', KEYS[4], f, fmt(e))
+local rec = {g = ARGV[3], i = ARGV[4], s = ARGV[5], n = ARGV[6], e = fmt(e), t = ARGV[7]}
 redis.call('HSET', KEYS[3], f, cjson.encode(rec))
 publish({op = 'set', f = f, r = rec})
 return e
@@ -143,9 +178,9 @@ local cur = tonumber(redis.call('HGET', KEYS[4], f) or '0')
 local mine = r and r.s == sid and r.g == gw
 if mine then e = math.max(e, tonumber(r.e)) end
 if cur > e or (r and (not mine) and tonumber(r.e) >= e) then return {0, cur, raw or ''} end
-if cur < e then redis.call('HSET', KEYS[4], f, e) end
+if cur < e then redis.call('HSET', KEYS[4], f, fmt(e)) end
 if mine and tonumber(r.e) == e and r.i == ARGV[4] and r.n == ARGV[6] and r.t == ARGV[7] then return {1, e, ''} end
-local rec = {g = gw, i = ARGV[4], s = sid, n = ARGV[6], e = e, t = ARGV[7]}
+local rec = {g = gw, i = ARGV[4], s = sid, n = ARGV[6], e = fmt(e), t = ARGV[7]}
 redis.call('HSET', KEYS[3], f, cjson.encode(rec))
 publish({op = 'set', f = f, r = rec})
 return {1, e, ''}
@@ -222,6 +257,49 @@ return #gone
 `;
 
 /**
+ * term(channel, minTerm) → {term, sealed, replicas}
+ * Adopts this master's term: the stored one if it is bound to this master's replication id (INFO
+ * replication, master_replid), else a new one, max(stored + 1, minTerm), bound to it and not yet sealed.
+ * minTerm is one above the highest term the gateway has seen, which lifts a term that a restart without
+ * persistence reset. `replicas` is the number of connected replicas (the client's WAIT target). Refused
+ * on a replica: a demoted master must not start a term.
+ */
+const TERM = `
+local info = replication()
+if not string.find(info, 'role:master', 1, true) then return redis.error_reply('READONLY presence terms are adopted on the master only') end
+local t, sealed = current_term(info)
+if not t then
+  t = math.max(tonumber(redis.call('HGET', KEYS[6], 't') or '-1') + 1, tonumber(ARGV[2]))
+  redis.call('HSET', KEYS[6], 't', fmt(t), 'r', string.match(info, 'master_replid:(%x+)'), 's', '0', 'o', '-1')
+end
+return {t, sealed and 1 or 0, tonumber(string.match(info, 'connected_slaves:(%d+)') or '0')}
+`;
+
+/**
+ * seal(channel, term) → 1 sealed | 0 not yet | -1 not this master's term
+ * A term is sealed once every replica has acknowledged the replication offset that followed its adoption
+ * (INFO replication: each replica's `state=online` and acknowledged `offset`). The first call records the
+ * offset to reach; replicas acknowledge once a second, or at once when the client sends WAIT.
+ */
+const SEAL = `
+local info = replication()
+local t, sealed = current_term(info)
+if t ~= tonumber(ARGV[2]) then return -1 end
+if sealed then return 1 end
+local want = tonumber(redis.call('HGET', KEYS[6], 'o') or '-1')
+if want < 0 then
+  want = tonumber(string.match(info, 'master_repl_offset:(%d+)'))
+  redis.call('HSET', KEYS[6], 'o', fmt(want))
+end
+for line in string.gmatch(info, 'slave%d+:([^\\r\\n]+)') do
+  local off = tonumber(string.match(line, 'offset=(%d+)') or '-1')
+  if string.match(line, 'state=(%a+)') ~= 'online' or off < want then return 0 end
+end
+redis.call('HSET', KEYS[6], 's', '1')
+return 1
+`;
+
+/**
  * snapshot(channel) → {now, version, [field, recordJson]..., [id, expiry, infoJson]...}
  * One consistent read of every record (HGETALL) and every live lease, with the version they correspond
  * to, for the mirror's start and its periodic re-scan.
@@ -251,4 +329,6 @@ export const SCRIPTS = {
   collect: script('collect', COLLECT),
   leave: script('leave', LEAVE),
   snapshot: script('snapshot', SNAPSHOT),
+  term: script('term', TERM),
+  seal: script('seal', SEAL),
 } as const;

@@ -1,0 +1,82 @@
+import { describe, expect, it } from 'vitest';
+import { Cluster, Redis } from 'ioredis';
+import { resolveConfig, redacted } from '../../src/config/load.js';
+import { SandgateError } from '../../src/domain/errors.js';
+import { createRedisClient, describeRedisTarget, redactRedisOptionsText, redactRedisUrl, redisTarget, topologyOf } from '../../src/lib/redis-connection.js';
+
+// One way to build every Redis connection: validation of the configuration, the topology it selects,
+// and redaction of credentials wherever a target is printed.
+
+describe('redisTarget', () => {
+  const bad: { name: string; url: string; options: string; message: RegExp }[] = [
+    { name: 'not a redis URL', url: 'http://x:6379', options: '', message: /must be a redis:\/\/ or rediss:\/\/ URL/ },
+    { name: 'options not JSON', url: 'redis://h', options: '{"password": "hunter2"', message: /^presenceRedisOptions is not JSON$/ },
+    { name: 'options not an object', url: 'redis://h', options: '[1]', message: /must be a JSON object/ },
+    { name: 'sentinels without a name', url: 'redis://h', options: '{"sentinels":[{"host":"s","port":26379}]}', message: /needs "name"/ },
+    { name: 'a sentinel without a port', url: 'redis://h', options: '{"sentinels":[{"host":"s"}],"name":"m"}', message: /sentinels must be a non-empty list/ },
+    { name: 'an empty cluster', url: 'redis://h', options: '{"cluster":[]}', message: /cluster must be a non-empty list/ },
+    { name: 'both sentinels and cluster', url: 'redis://h', options: '{"sentinels":[{"host":"s","port":1}],"name":"m","cluster":[{"host":"c","port":2}]}', message: /choose one/ },
+  ];
+  for (const t of bad) {
+    it(`refuses ${t.name} (config_invalid), never echoing a password`, () => {
+      let err: unknown;
+      try {
+        redisTarget(t.url, t.options, 'presence');
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(SandgateError);
+      expect((err as SandgateError).code).toBe('config_invalid');
+      expect((err as Error).message).toMatch(t.message);
+      expect((err as Error).message).not.toContain('hunter2');
+    });
+  }
+
+  it('selects standalone, Sentinel or Cluster from the options', () => {
+    expect(topologyOf(redisTarget('rediss://u:p@h:6380', '', 'x'))).toBe('standalone');
+    expect(topologyOf(redisTarget('redis://h', '{"sentinels":[{"host":"s","port":26379}],"name":"m"}', 'x'))).toBe('sentinel');
+    expect(topologyOf(redisTarget('redis://h', '{"cluster":[{"host":"c","port":7000}]}', 'x'))).toBe('cluster');
+  });
+
+  it('builds a Cluster client for cluster options and a plain client otherwise, without connecting', () => {
+    const c = createRedisClient(redisTarget('redis://u:pw@h', '{"cluster":[{"host":"127.0.0.1","port":1}]}', 'x'), { name: 'n', commandTimeoutMs: 500 });
+    const r = createRedisClient(redisTarget('redis://127.0.0.1:1', '', 'x'), { name: 'n', commandTimeoutMs: 500 });
+    expect(c).toBeInstanceOf(Cluster);
+    expect(r).toBeInstanceOf(Redis);
+    expect(c.status).toBe('wait');
+    expect(r.status).toBe('wait');
+    expect((c as Cluster).options.redisOptions).toMatchObject({ username: 'u', password: 'pw', enableOfflineQueue: false, autoResendUnfulfilledCommands: false });
+    c.disconnect();
+    r.disconnect();
+  });
+});
+
+describe('redaction', () => {
+  const urls: [string, string][] = [
+    ['redis://h:6379/0', 'redis://h:6379/0'],
+    ['redis://:secret@h:6379', 'redis://[redacted]@h:6379'],
+    ['rediss://user:secret@h:6380/2', 'rediss://[redacted]@h:6380/2'],
+    ['rediss://user@h', 'rediss://[redacted]@h'],
+    ['memory', 'memory'],
+  ];
+  for (const [raw, shown] of urls) it(`prints ${raw} as ${shown}`, () => expect(redactRedisUrl(raw)).toBe(shown));
+
+  it('hides passwords, usernames and key material at any depth in the options', () => {
+    const text = JSON.stringify({ sentinels: [{ host: 's', port: 1 }], name: 'm', sentinelPassword: 'sp', password: 'p', username: 'u', tls: { key: 'k', ca: 'public' } });
+    const shown = redactRedisOptionsText(text);
+    for (const secret of ['"sp"', '"p"', '"u"', '"k"']) expect(shown).not.toContain(secret);
+    expect(JSON.parse(shown)).toMatchObject({ name: 'm', tls: { ca: 'public', key: '[redacted]' }, sentinelPassword: '[redacted]' });
+    expect(redactRedisOptionsText('{"password": "oops"')).toBe('[redacted]');
+  });
+
+  it('the logged configuration and the target description carry no credentials', () => {
+    const c = resolveConfig({
+      argv: ['--presence', 'redis://gw:hunter2@r:6379', '--api-keys', 'rediss://k:hunter3@r:6380', '--presence-redis-options', '{"sentinels":[{"host":"s","port":26379}],"name":"m","sentinelPassword":"hunter4"}'],
+    });
+    const logged = JSON.stringify(redacted(c));
+    for (const secret of ['hunter2', 'hunter3', 'hunter4']) expect(logged).not.toContain(secret);
+    const described = JSON.stringify(describeRedisTarget(redisTarget(c.presence, c.presenceRedisOptions, 'presence')));
+    expect(described).not.toContain('hunter');
+    expect(JSON.parse(described)).toMatchObject({ topology: 'sentinel', name: 'm', url: 'redis://[redacted]@r:6379' });
+  });
+});
