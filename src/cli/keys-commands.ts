@@ -1,6 +1,7 @@
 import { resolveConfig } from '../config/load.js';
 import { SandgateError } from '../domain/errors.js';
-import { apiKeyStoreFromConfig, secretFromConfig } from '../gateway.js';
+import { apiKeyStoreFromConfig } from '../config/factories.js';
+import { secretBytes } from '../config/secrets.js';
 import { newApiKey } from '../auth/api-keys.js';
 import { takeFlags } from './supervisor-commands.js';
 
@@ -22,7 +23,7 @@ export async function keysCommand(argv: readonly string[]): Promise<number> {
     switch (action) {
       case 'create': {
         if (own.team === undefined) throw new SandgateError('config_invalid', `--team is required\n${USAGE}`);
-        const pepper = secretFromConfig(config.keyPepper, config.keyPepperFile, 'key pepper');
+        const pepper = secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
         if (pepper === undefined) throw new SandgateError('config_invalid', 'set --key-pepper-file or SANDGATE_KEY_PEPPER (the gateways must use the same pepper)');
         const { key, record } = newApiKey(pepper, own.team);
         await store.add(record);

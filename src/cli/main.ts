@@ -2,6 +2,6 @@
 import { runCli } from './run.js';
 
 const code = await runCli(process.argv.slice(2));
-process.exitCode = code;
-// A command that failed may have opened listeners before failing: do not linger.
-if (code !== 0) process.exit(code);
+// Every command has finished its work (a gateway has closed within its shutdown deadline): a handle a
+// library leaves behind must not keep the process, and its exit code, waiting.
+process.exit(code);

@@ -64,10 +64,23 @@ export async function runCli(argv: readonly string[]): Promise<number> {
         return 2;
     }
   } catch (err) {
-    if (err instanceof SandgateError) {
-      console.error(`sandgate: ${err.code}: ${err.message}`);
-      return 2;
+    // One sentence for the operator; the stack only when asked for (--log-level debug).
+    const known = err instanceof SandgateError;
+    console.error(`sandgate: ${known ? err.code : 'internal_error'}: ${(err as Error | undefined)?.message ?? String(err)}`);
+    if (debugRequested(rest)) {
+      const cause = known ? err.cause : err;
+      if (cause instanceof Error && cause.stack !== undefined) console.error(cause.stack);
     }
-    throw err;
+    return known ? 2 : 1;
   }
+}
+
+/** `--log-level debug|trace` on the command line or in SANDGATE_LOG_LEVEL (read raw: the configuration may be what failed). */
+function debugRequested(argv: readonly string[]): boolean {
+  let level = process.env.SANDGATE_LOG_LEVEL;
+  argv.forEach((a, i) => {
+    if (a === '--log-level') level = argv[i + 1];
+    else if (a.startsWith('--log-level=')) level = a.slice('--log-level='.length);
+  });
+  return level === 'debug' || level === 'trace';
 }

@@ -5,7 +5,9 @@ import { SandgateError } from '../domain/errors.js';
 import type { Config } from '../config/schema.js';
 import { startDemo, type Demo } from '../demo/demo.js';
 import { FileDriver } from '../drivers/file/file-driver.js';
-import { startGateway, supervisorKeysFromConfig } from '../gateway.js';
+import { supervisorKeysFromConfig } from '../config/secrets.js';
+import { startFailed } from '../config/start-errors.js';
+import { startGateway } from '../gateway.js';
 
 function wantsDemo(c: Config): boolean {
   return c.demo === 'on' || (c.demo === 'auto' && c.sandboxes === '' && c.drivers.length === 0 && !c.kubernetes);
@@ -54,7 +56,7 @@ export async function serve(argv: readonly string[]): Promise<number> {
   }
   let demo: Demo | undefined;
   if (wantsDemo(config)) {
-    demo = await startDemo(config.supervisorAudience);
+    demo = await startDemo(config.supervisorAudience).catch((err: unknown) => Promise.reject(startFailed('--demo', 'the demo sandboxes', err)));
     config = resolveConfig({ argv, env: process.env, overrides: { sandboxes: demo.sandboxesPath } });
   }
   const gateway = await startGateway({ config, supervisorKeys: demo?.supervisorKeys });
@@ -71,6 +73,8 @@ export async function serve(argv: readonly string[]): Promise<number> {
       if (stopping) return;
       stopping = true;
       gateway.log.info({ signal }, 'shutting down');
+      // The gateway's stops share one deadline (--shutdown-timeout-ms); this backstop, 2 s later, only
+      // fires for a stop that ignored it.
       const hard = setTimeout(() => {
         gateway.log.error('shutdown took too long; exiting');
         resolve(1);

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { resolveConfig } from '../config/load.js';
 import { SandgateError } from '../domain/errors.js';
 import { isDnsLabel } from '../domain/labels.js';
-import { supervisorKeysFromConfig } from '../gateway.js';
+import { supervisorKeysFromConfig } from '../config/secrets.js';
 import { SupervisorClient } from '../sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../sessions/supervisor-token.js';
 

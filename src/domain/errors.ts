@@ -42,6 +42,8 @@ export const ERROR_CODES = {
   // Configuration and start-up (reported to operators, never to clients).
   config_invalid: { status: 500, message: 'The configuration is invalid' },
   sandboxes_file_invalid: { status: 500, message: 'The sandboxes file is invalid' },
+  listen_failed: { status: 500, message: 'A listener could not bind its address' },
+  start_failed: { status: 500, message: 'A part of the gateway could not start' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -3,7 +3,7 @@ import { get } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { resolveConfig } from '../../src/config/load.js';
-import { supervisorKeysFromConfig } from '../../src/gateway.js';
+import { supervisorKeysFromConfig } from '../../src/config/secrets.js';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../../src/sessions/supervisor-token.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';

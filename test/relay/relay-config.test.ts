@@ -2,7 +2,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { resolveRelayAddress, resolveRelaySecret } from '../../src/edge/relay/relay-config.js';
+import { relaySecretFromConfig } from '../../src/config/secrets.js';
+import { resolveRelayAddress } from '../../src/edge/relay/relay-config.js';
 import { formatRelayTarget, parseRelayTarget, relaySecretMatches } from '../../src/edge/relay/relay-headers.js';
 
 const SECRET = 'a-shared-relay-secret-of-32-bytes-or-more';
@@ -12,10 +13,10 @@ describe('relay configuration and headers', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sandgate-relay-'));
     const file = join(dir, 'secret');
     writeFileSync(file, SECRET + '\n');
-    expect(resolveRelaySecret('ignored-because-the-file-wins-0123456789', file)).toEqual({ secret: SECRET, generated: false });
-    expect(resolveRelaySecret(SECRET, '')).toEqual({ secret: SECRET, generated: false });
-    const a = resolveRelaySecret('', '');
-    const b = resolveRelaySecret('', '');
+    expect(relaySecretFromConfig({ relaySecret: 'ignored-because-the-file-wins-0123456789', relaySecretFile: file })).toEqual({ secret: SECRET, generated: false });
+    expect(relaySecretFromConfig({ relaySecret: SECRET, relaySecretFile: '' })).toEqual({ secret: SECRET, generated: false });
+    const a = relaySecretFromConfig({ relaySecret: '', relaySecretFile: '' });
+    const b = relaySecretFromConfig({ relaySecret: '', relaySecretFile: '' });
     expect(a.generated).toBe(true);
     expect(a.secret).not.toBe(b.secret);
     expect(a.secret.length).toBeGreaterThanOrEqual(32);
@@ -26,7 +27,7 @@ describe('relay configuration and headers', () => {
     ['a space', SECRET + ' x', ''],
     ['a missing file', '', '/nonexistent/relay-secret'],
   ])('refuses a secret with %s (config_invalid)', (_what, value, file) => {
-    expect(() => resolveRelaySecret(value, file)).toThrow(expect.objectContaining({ code: 'config_invalid' }));
+    expect(() => relaySecretFromConfig({ relaySecret: value, relaySecretFile: file })).toThrow(expect.objectContaining({ code: 'config_invalid' }));
   });
 
   it('advertises the configured address, else the listen address with the bound port', () => {

@@ -1,42 +1,20 @@
-import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { SandgateError } from '../../domain/errors.js';
 
 /**
- * The relay settings resolved at start-up: the shared secret and the address this gateway advertises
- * for its relay listener (docs/relay.md, "Configuration").
+ * The relay settings checked at start-up: what a shared secret must look like and the address this
+ * gateway advertises for its relay listener (docs/relay.md, "Configuration"). The secret itself is read
+ * by src/config/secrets.ts.
  */
 
 export const MIN_RELAY_SECRET_BYTES = 32;
 
-export interface RelaySecret {
-  readonly secret: string;
-  /** True when no secret was configured and a random one was made (peers cannot use it). */
-  readonly generated: boolean;
-}
-
-/**
- * `--relay-secret-file` (preferred) or `--relay-secret`. Without either, a random secret for this
- * process's lifetime: its own Envoy doors and embedded proxy still work, but peers cannot forward to it
- * — a multi-gateway deployment must share one.
- */
-export function resolveRelaySecret(secret: string, file: string): RelaySecret {
-  let value = secret;
-  let from = 'relaySecret';
-  if (file !== '') {
-    try {
-      value = readFileSync(file, 'utf8').trim();
-    } catch (err) {
-      throw new SandgateError('config_invalid', `cannot read relay secret file ${file}: ${(err as Error).message}`, { cause: err });
-    }
-    from = file;
-  }
-  if (value === '') return { secret: randomBytes(32).toString('base64url'), generated: true };
-  if (Buffer.byteLength(value) < MIN_RELAY_SECRET_BYTES) throw new SandgateError('config_invalid', `the relay secret (${from}) must be at least ${MIN_RELAY_SECRET_BYTES} bytes`);
+/** Why `secret` cannot be a relay secret, or undefined when it can. */
+export function relaySecretProblem(secret: string): string | undefined {
+  if (Buffer.byteLength(secret) < MIN_RELAY_SECRET_BYTES) return `must be at least ${MIN_RELAY_SECRET_BYTES} bytes`;
   // Header values cannot carry control characters or non-ASCII bytes intact.
-  if (!/^[\x21-\x7e]+$/.test(value)) throw new SandgateError('config_invalid', `the relay secret (${from}) must be printable ASCII without spaces`);
-  return { secret: value, generated: false };
+  if (!/^[\x21-\x7e]+$/.test(secret)) return 'must be printable ASCII without spaces';
+  return undefined;
 }
 
 /**

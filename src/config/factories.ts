@@ -1,0 +1,93 @@
+import type { ApiKeyStore } from '../auth/api-keys.js';
+import { FileApiKeyStore } from '../auth/api-key-file-store.js';
+import { RedisApiKeyStore } from '../auth/api-key-redis-store.js';
+import type { KeyPolicy } from '../domain/access.js';
+import { SandgateError } from '../domain/errors.js';
+import type { RouteOptions, RouteSource } from '../domain/route-key.js';
+import type { Driver } from '../drivers/driver.js';
+import { FileDriver } from '../drivers/file/file-driver.js';
+import { GrpcDriver, parseGrpcDriverUrl } from '../drivers/grpc/grpc-driver.js';
+import { createKubernetesDrivers } from '../drivers/kubernetes/kubernetes-driver.js';
+import type { Logger } from '../observability/logger.js';
+import { MemoryPresence } from '../sessions/presence/memory-presence.js';
+import type { PresenceStore } from '../sessions/presence/presence-store.js';
+import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connection.js';
+import { createRedisPresence } from '../sessions/presence/redis-presence.js';
+import type { Config } from './schema.js';
+
+/**
+ * Configuration → objects: the drivers, the presence store, the API key store and the routing options a
+ * resolved configuration names. Building an object opens nothing (Redis clients connect lazily); the
+ * gateway's lifecycle starts and stops them.
+ */
+
+export function routeOptions(c: Config): RouteOptions {
+  return {
+    order: c.routeOrder as readonly RouteSource[],
+    baseDomain: c.baseDomain,
+    defaultNamespace: c.defaultNamespace,
+    defaultPort: c.defaultPort,
+    pathPrefix: c.pathPrefix,
+  };
+}
+
+export function driversFromConfig(c: Config, gatewayId: string, log?: Logger): Driver[] {
+  const drivers: Driver[] = [];
+  if (c.sandboxes !== '') drivers.push(new FileDriver(c.sandboxes));
+  if (c.kubernetes) {
+    drivers.push(
+      ...createKubernetesDrivers({
+        kubeconfig: c.kubeconfig === '' ? undefined : c.kubeconfig,
+        kinds: c.kubeKinds as readonly ('agent-sandbox' | 'openkruise')[],
+        namespaces: c.kubeNamespaces,
+        defaultSessionModel: c.kubeSessionModel as 'required' | 'none',
+        log,
+      }),
+    );
+  }
+  for (const url of c.drivers) {
+    const { address, name } = parseGrpcDriverUrl(url);
+    drivers.push(new GrpcDriver({ name, address, gatewayId }));
+  }
+  const ids = drivers.map((d) => d.id);
+  const dup = ids.find((id, i) => ids.indexOf(id) !== i);
+  if (dup !== undefined) throw new SandgateError('config_invalid', `two drivers are both named ${dup}: give each grpc:// driver its own ?name= (--drivers)`);
+  return drivers;
+}
+
+export function isRedisUrl(s: string): boolean {
+  return /^rediss?:\/\//.test(s);
+}
+
+export function apiKeyStoreFromConfig(c: Config, onError: (err: Error) => void): ApiKeyStore | undefined {
+  if (c.apiKeys === '') return undefined;
+  // The same connection options as presence (Sentinel, Cluster, TLS, credentials): one Redis deployment.
+  if (isRedisUrl(c.apiKeys)) return new RedisApiKeyStore(redisTarget(c.apiKeys, c.presenceRedisOptions, 'apiKeys'), c.presenceKeyPrefix, 30_000, onError);
+  return new FileApiKeyStore(c.apiKeys, onError);
+}
+
+/** `--api-key-namespaces`: `*` grants every namespace. */
+export function keyPolicy(namespaces: readonly string[]): KeyPolicy {
+  return { all: namespaces.includes('*'), namespaces: new Set(namespaces.filter((n) => n !== '*')) };
+}
+
+/** The Redis options of `--presence`, validated (undefined for `memory`). */
+export function redisPresenceOptions(c: Config): { url: string; redisOptions: RedisConnectionOptions | undefined } | undefined {
+  if (c.presence === 'memory') return undefined;
+  const target = redisTarget(c.presence, c.presenceRedisOptions, 'presence (memory or a Redis URL)');
+  return { url: target.url, redisOptions: target.options };
+}
+
+export function createPresenceStore(c: Config, gatewayId: string, log: Logger, gatewayInfo?: Readonly<Record<string, string>>): PresenceStore {
+  const redis = redisPresenceOptions(c);
+  if (redis === undefined) return new MemoryPresence(gatewayId, { log });
+  return createRedisPresence({
+    ...redis,
+    gatewayId,
+    leaseTtlMs: c.leaseTtlMs,
+    rescanMs: c.presenceRescanMs,
+    keyPrefix: c.presenceKeyPrefix,
+    gatewayInfo,
+    log,
+  });
+}

@@ -1,0 +1,122 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { resolveConfig } from '../../src/config/load.js';
+import type { Driver } from '../../src/drivers/driver.js';
+import { startGateway } from '../../src/gateway.js';
+import { deadlineIn, startAll, stopAll, type Component, type StopProblem } from '../../src/lib/lifecycle.js';
+import { MemoryLogSink } from '../../src/observability/logger.js';
+import { eventually, freePort, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+function bind(port: number): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(port, '127.0.0.1', () => resolve(s));
+  });
+}
+
+const close = (s: Server): Promise<void> => new Promise((r) => s.close(() => r()));
+
+describe('lifecycle: components start in order, stop in reverse', () => {
+  const recorder = () => {
+    const events: string[] = [];
+    const comp = (name: string, fail = false): Component => ({
+      name,
+      start() {
+        if (fail) throw new Error(`${name} failed`);
+        events.push(`start ${name}`);
+      },
+      stop() {
+        events.push(`stop ${name}`);
+      },
+    });
+    return { events, comp };
+  };
+
+  it('a failure during start stops what already started, in reverse, and rethrows', async () => {
+    const { events, comp } = recorder();
+    await expect(startAll([comp('a'), comp('b'), comp('c', true), comp('d')], 1000, () => undefined)).rejects.toThrow('c failed');
+    expect(events).toEqual(['start a', 'start b', 'stop b', 'stop a']);
+  });
+
+  it('stops in reverse; a stop that overruns the shared deadline is abandoned and reported, the rest still stop', async () => {
+    vi.useFakeTimers();
+    try {
+      const { events, comp } = recorder();
+      const hung: Component = { name: 'hung', start: () => undefined, stop: () => new Promise<void>(() => undefined) };
+      const problems: StopProblem[] = [];
+      const stopping = stopAll([comp('a'), hung, comp('b')], deadlineIn(500), (p) => problems.push(p));
+      await vi.advanceTimersByTimeAsync(500);
+      await stopping;
+      expect(events).toEqual(['stop b', 'stop a']);
+      expect(problems).toEqual([{ component: 'hung', err: undefined }]);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe('a gateway that fails to start leaves nothing open', () => {
+  let redis: RedisServer;
+  let secretFile: string;
+  beforeAll(async () => {
+    redis = await startRedisServer();
+    const dir = mkdtempSync(join(tmpdir(), 'sandgate-lifecycle-'));
+    secretFile = join(dir, 'secret');
+    writeFileSync(secretFile, 'lifecycle-test-supervisor-secret-0123456789');
+  });
+  afterAll(() => redis.stop());
+
+  async function ports() {
+    return { grpcPort: await freePort(), adminPort: await freePort(), supervisorPort: await freePort(), proxyPort: await freePort(), relayPort: await freePort() };
+  }
+
+  /** Redis clients other than the one asking. */
+  async function otherClients(): Promise<number> {
+    const a = redis.admin();
+    const list = (await a.client('LIST')) as string;
+    a.disconnect();
+    return list.trim().split('\n').length - 1;
+  }
+
+  it.each([
+    ['the proxy port is taken', 'proxyPort', 'listen_failed', '--proxy-port'],
+    ['the supervisor port is taken', 'supervisorPort', 'listen_failed', '--supervisor-port'],
+    ['the API key store is unreachable', 'apiKeys', 'start_failed', '--api-keys'],
+    ['a driver fails its start', 'driver', 'start_failed', '--drivers'],
+  ] as const)('%s: the error names the flag, and every port and Redis connection is free again', async (_what, taken, code, flag) => {
+    const p = await ports();
+    const blocker = taken === 'apiKeys' || taken === 'driver' ? undefined : await bind(p[taken]);
+    const deadRedis = await freePort();
+    const keyDir = mkdtempSync(join(tmpdir(), 'sandgate-lifecycle-keys-'));
+    writeFileSync(join(keyDir, 'pepper'), 'lifecycle-test-pepper-0123456789abcdef');
+    const config = resolveConfig({
+      overrides: {
+        listenHost: '127.0.0.1',
+        ...p,
+        gatewayId: 'gw-fail',
+        presence: redis.url,
+        supervisorSecretFile: secretFile,
+        shutdownTimeoutMs: 1000,
+        ...(taken === 'apiKeys' ? { apiKeys: `redis://127.0.0.1:${deadRedis}`, keyPepperFile: join(keyDir, 'pepper') } : {}),
+      },
+    });
+    // Fails after the listeners, the presence store and the supervisor endpoint have started.
+    const broken: Driver = { id: 'grpc/broken', start: () => Promise.reject(new Error('connection refused')), stop: () => Promise.resolve() };
+    const err = await startGateway({ config, drivers: taken === 'driver' ? [broken] : [], logDestination: new MemoryLogSink() }).then(
+      () => undefined,
+      (e: unknown) => e as { code: string; message: string },
+    );
+    expect(err?.code).toBe(code);
+    expect(err?.message).toContain(flag);
+    if (blocker !== undefined) await close(blocker);
+    // Every listener that had started is closed: each port binds again.
+    for (const port of Object.values(p)) await close(await bind(port));
+    // The presence store starts before the supervisor endpoint and the drivers: where it had connected,
+    // its connections are gone.
+    await eventually(async () => (await otherClients()) === 0, 5000, 'no Redis client left');
+  });
+});
