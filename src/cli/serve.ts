@@ -56,8 +56,9 @@ export async function serve(argv: readonly string[]): Promise<number> {
   }
   let demo: Demo | undefined;
   if (wantsDemo(config)) {
-    demo = await startDemo(config.supervisorAudience).catch((err: unknown) => Promise.reject(startFailed('--demo', 'the demo sandboxes', err)));
-    config = resolveConfig({ argv, env: process.env, overrides: { sandboxes: demo.sandboxesPath } });
+    const started = await startDemo(config.supervisorAudience).catch((err: unknown) => Promise.reject(startFailed('--demo', 'the demo sandboxes', err)));
+    demo = started;
+    config = resolveConfig({ argv, env: process.env, overrides: { sandboxes: started.sandboxesPath } });
   }
   const gateway = await startGateway({ config, supervisorKeys: demo?.supervisorKeys });
   if (demo !== undefined) {
