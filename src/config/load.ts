@@ -142,6 +142,10 @@ function readConfigFile(path: string, read: (p: string) => string): Record<strin
 export interface ConfigSources {
   readonly argv?: readonly string[];
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /**
+   * Values the program itself sets (a `--workers` process's own gateway id, the demo's sandboxes file,
+   * tests): the highest layer, above flags, environment and file, so what the program decides is what runs.
+   */
   readonly overrides?: Partial<Record<OptionName, unknown>>;
   readonly readFile?: (path: string) => string;
 }
@@ -159,7 +163,7 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
     }
     fromEnv[name] = value;
   }
-  const configPath = (flags.config ?? fromEnv.config ?? sources.overrides?.config) as string | undefined;
+  const configPath = (sources.overrides?.config ?? flags.config ?? fromEnv.config) as string | undefined;
   const fromFile: Partial<Record<OptionName, unknown>> = {};
   if (configPath !== undefined && configPath !== '') {
     const doc = readConfigFile(configPath, sources.readFile ?? ((p) => readFileSync(p, 'utf8')));
@@ -172,9 +176,9 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
   const out: Record<string, unknown> = { ...DEFAULTS };
   const layers: [Partial<Record<OptionName, unknown>>, (n: OptionName) => string][] = [
     [fromFile, (n) => `${n} in ${configPath}`],
-    [sources.overrides ?? {}, (n) => n],
     [fromEnv, envOf],
     [flags, flagOf],
+    [sources.overrides ?? {}, (n) => n],
   ];
   for (const [layer, where] of layers) {
     for (const [name, raw] of Object.entries(layer) as [OptionName, unknown][]) {

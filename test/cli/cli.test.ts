@@ -92,6 +92,19 @@ describe('sandgate serve', () => {
     expect(g.lines.filter((l) => l.msg === 'sandgate stopped')).toHaveLength(2);
   });
 
+  it('--workers 2 --gateway-id g: the workers are g-w1 and g-w2, not two gateways both named g', async () => {
+    const files = clusterFiles('sandboxes: []\n');
+    let started = 0;
+    const g = serve(['--workers', '2', '--gateway-id', 'g', '--sandboxes', files.sandboxes, '--admin-port', '0', '--grpc-port', '0', '--proxy-port', '0', '--relay-port', '0', '--listen-host', '127.0.0.1'], (l) => l.msg === 'sandgate started' && ++started === 2);
+    try {
+      await g.ready;
+      expect(g.lines.filter((l) => l.msg === 'sandgate started').map((l) => l.gatewayId).sort()).toEqual(['g-w1', 'g-w2']);
+    } finally {
+      g.proc.kill('SIGTERM');
+      expect(await g.exited).toBe(0);
+    }
+  });
+
   it('rejects what cannot work with a clear error and exit code 2', async () => {
     const files = clusterFiles('sandboxes: []\n');
     await expect(run(process.execPath, [CLI, 'serve', '--workers', '2'])).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('needs a driver') });

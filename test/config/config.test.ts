@@ -35,6 +35,12 @@ describe('configuration', () => {
     expect(c).toMatchObject({ grpcPort: 7003, adminPort: 7090, baseDomain: 'sbx.example.com', readinessWaitMs: 500, routeOrder: ['host', 'headers'] });
   });
 
+  it("the program's own overrides win over flags and environment (a --workers process's gateway id)", () => {
+    const c = resolveConfig({ argv: ['--gateway-id', 'g'], env: { SANDGATE_GATEWAY_ID: 'e' }, overrides: { gatewayId: 'g-w2' } });
+    expect(c.gatewayId).toBe('g-w2');
+    expect(resolveConfig({ argv: ['--gateway-id', 'g'], env: { SANDGATE_GATEWAY_ID: 'e' } }).gatewayId).toBe('g');
+  });
+
   it('rejects unknown keys everywhere, with a hint', () => {
     rejects(() => resolveConfig({ argv: ['--grpc-prot', '1'] }), /unknown flag --grpc-prot \(did you mean --grpc-port\?\)/);
     rejects(() => resolveConfig({ env: { SANDGATE_BASE_DOMAN: 'x' } }), /SANDGATE_BASE_DOMAN.*did you mean SANDGATE_BASE_DOMAIN/);
