@@ -4,7 +4,7 @@ import { decide, deny, type Access, type Decision, type Deny } from '../domain/d
 import type { RouteOptions, RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Logger } from '../observability/logger.js';
-import type { Door, GatewayMetrics } from '../observability/metrics.js';
+import type { Door, GatewayMetrics, WaitOutcomeLabel } from '../observability/metrics.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 import type { ApiKeyAuth } from '../auth/api-keys.js';
 import type { Resumer } from './resume.js';
@@ -88,7 +88,7 @@ export class Decider {
     }
     const resumeFailed = (why: string): Deny => deny('sandbox_resume_failed', `The sandbox could not be resumed: ${why}`, this.view.get(first.namespace!, first.name!), 1);
     let d: Decision = first;
-    let outcome = 'timeout';
+    let outcome: WaitOutcomeLabel = 'timeout';
     // A driver may report the resumed sandbox before its resume call even returns: look again first.
     let settledEarly = false;
     if (resuming !== undefined) {
@@ -126,7 +126,7 @@ export class Decider {
     if (outcome === 'timeout' && !d.allow && d.code === 'sandbox_paused' && resuming !== undefined) {
       d = resumeFailed(`still paused after ${this.readinessWaitMs} ms`);
     }
-    this.metrics.waits.labels(outcome).inc();
+    this.metrics.wait(outcome);
     this.settle(door, d, req, undefined);
     return d;
   }

@@ -2,12 +2,20 @@ import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
 import { PUBLIC_PHASES } from '../domain/sandbox.js';
+import { COUNTED_CLOSE_CODES } from '../sessions/supervisor-protocol.js';
 
 /**
  * The gateway's Prometheus metrics, on a registry of its own (several gateways can share a process in
- * tests). Names follow `sandgate_<part>_<what>_<unit>`; labels are bounded sets (door, outcome, code,
- * phase) — never a sandbox name.
+ * tests). sandgate's own follow `sandgate_<part>_<what>_<unit>`; the process and runtime metrics keep the
+ * standard names dashboards expect (`process_cpu_seconds_total`, `nodejs_eventloop_lag_seconds`, …).
+ * Labels are bounded sets (door, outcome, code, phase) — never a sandbox name — and each help text lists
+ * the values its labels take. docs/operations.md lists every metric; a test keeps the two in step.
  */
+
+/** Readiness wait outcomes: the waiter's own (timeout, busy, closed, aborted) or what the wait ended in. */
+export const WAIT_OUTCOMES = ['ready', 'final', 'timeout', 'busy', 'closed', 'aborted', 'resume_failed'] as const;
+export type WaitOutcomeLabel = (typeof WAIT_OUTCOMES)[number];
+export const DRIVER_RESULTS = ['applied', 'stale', 'resync'] as const;
 
 export type Door = 'ext_authz' | 'ext_proc' | 'http_authz' | 'proxy';
 export const DOORS: readonly Door[] = ['ext_authz', 'ext_proc', 'http_authz', 'proxy'];
@@ -21,7 +29,7 @@ export class GatewayMetrics {
   readonly registry = new Registry();
   private readonly decisions: SlotCounter;
   private readonly latency: IndexedHistogram;
-  readonly waits: Counter<'outcome'>;
+  private readonly waits: Counter<'outcome'>;
   readonly driverEvents: Counter<'driver' | 'result'>;
   readonly driverErrors: Counter<'driver'>;
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
@@ -32,38 +40,38 @@ export class GatewayMetrics {
     defaults = true,
   ) {
     const registers = [this.registry];
-    if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'sandgate_process_' });
+    if (defaults) collectDefaultMetrics({ register: this.registry });
     // Every (door, outcome, code) series exists from the start: dashboards see zeros, and the hot path
     // adds to a slot instead of formatting a label set.
     this.decisions = new SlotCounter(
       this.registry,
       'sandgate_edge_decisions_total',
-      'Routing decisions by front door, outcome (allow/deny) and error code',
+      `Routing decisions by door (${DOORS.join(', ')}), outcome (allow, deny) and code (ok for an allow; a deny's error code, docs/errors.md)`,
       DOORS.flatMap((door) => [{ door, outcome: 'allow', code: 'ok' }, ...CODES.map((code) => ({ door, outcome: 'deny', code }))]),
     );
     this.latency = new IndexedHistogram(
       this.registry,
       'sandgate_edge_decision_duration_seconds',
-      'Time to decide a request, excluding any readiness wait',
+      `Time to decide a request, excluding any readiness wait, by door (${DOORS.join(', ')})`,
       'door',
       DOORS,
       [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2],
     );
     this.waits = new Counter({
       name: 'sandgate_edge_readiness_waits_total',
-      help: 'Readiness waits by outcome (ready, timeout, busy, closed, aborted)',
+      help: `Readiness waits by outcome (${WAIT_OUTCOMES.join(', ')})`,
       labelNames: ['outcome'],
       registers,
     });
     this.driverEvents = new Counter({
       name: 'sandgate_drivers_events_total',
-      help: 'Driver events applied to the view, by driver and result (applied, stale)',
+      help: `Driver events by driver (its id: file, kubernetes/<kind>, grpc/<name>) and result (${DRIVER_RESULTS.join(', ')})`,
       labelNames: ['driver', 'result'],
       registers,
     });
     this.driverErrors = new Counter({
       name: 'sandgate_drivers_errors_total',
-      help: 'Driver errors (bad files, dropped watches), by driver',
+      help: 'Driver errors (bad files, dropped watches, invalid driver messages), by driver (file, kubernetes/<kind>, grpc/<name>)',
       labelNames: ['driver'],
       registers,
     });
@@ -92,7 +100,7 @@ export class GatewayMetrics {
     });
     new Gauge({
       name: 'sandgate_view_sandboxes_by_phase',
-      help: 'Sandboxes in the view by public phase',
+      help: `Sandboxes in the view by public phase (${PUBLIC_PHASES.join(', ')})`,
       labelNames: ['phase'],
       registers,
       collect() {
@@ -106,7 +114,7 @@ export class GatewayMetrics {
   watchSessions(source: {
     readonly size: number;
     readonly connections: number;
-    readonly closes: ReadonlyMap<number, number>;
+    readonly closes: ReadonlyMap<string, number>;
     readonly relay: { readonly active: number };
   }): void {
     const registers = [this.registry];
@@ -136,13 +144,13 @@ export class GatewayMetrics {
     });
     new Counter({
       name: 'sandgate_sessions_closes_total',
-      help: 'Supervisor sockets closed, by WebSocket close code',
+      help: `Supervisor sockets closed, by WebSocket close code, whichever side closed (${COUNTED_CLOSE_CODES.join(', ')}, other)`,
       labelNames: ['code'],
       registers,
       collect() {
         // The server keeps the running totals; mirror them at scrape time.
         this.reset();
-        for (const [code, n] of source.closes) this.labels(String(code)).inc(n);
+        for (const [code, n] of source.closes) this.labels(code).inc(n);
       },
     });
   }
@@ -186,6 +194,11 @@ export class GatewayMetrics {
         this.set(source.keysDegraded().length > 0 ? 1 : 0);
       },
     });
+  }
+
+  /** Counts one readiness wait by how it ended. */
+  wait(outcome: WaitOutcomeLabel): void {
+    this.waits.labels(outcome).inc();
   }
 
   /** Counts one final decision (`code` undefined for an allow) and, when given, its decision time. */

@@ -52,6 +52,19 @@ export const CLOSE = {
 
 export type CloseName = keyof typeof CLOSE;
 
+/**
+ * Close codes counted as themselves in metrics: the gateway's own, plus what a peer's close commonly
+ * says — 1001 going away, 1006 no close frame (RFC 6455 §7.4.1; 1006 is never sent, the library
+ * reports it). Any other code a peer sends counts as `other`, so a hostile peer cannot grow the label set.
+ */
+export const COUNTED_CLOSE_CODES: readonly number[] = [...new Set([...Object.values(CLOSE), 1001, 1006])].sort((a, b) => a - b);
+const COUNTED = new Set(COUNTED_CLOSE_CODES);
+
+/** The metric label for a close code. */
+export function closeCodeLabel(code: number): string {
+  return COUNTED.has(code) ? String(code) : 'other';
+}
+
 /** Close codes after which a supervisor reconnects at once (to this or another gateway). */
 export const RECONNECT_AT_ONCE: ReadonlySet<number> = new Set([CLOSE.serviceRestart, CLOSE.presenceLost]);
 /** Close codes after which reconnecting with the same credentials is pointless. */

@@ -10,7 +10,7 @@ import type { RelayStream } from './relay-stream.js';
 import { DEFAULT_RELAY_LIMITS, RelayStreams, type RelayLimits, type RelayOpener } from './relay-streams.js';
 import { listenOn } from '../lib/http-listen.js';
 import { SessionRegistry } from './session-registry.js';
-import { CLOSE, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
+import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKey, type SupervisorKeys, type TokenRejection, type TokenSubject } from './supervisor-token.js';
 
 /**
@@ -89,8 +89,8 @@ export class SupervisorServer implements RelayOpener {
   private keys: SupervisorKeys;
   private keysGeneration = 0;
   private readonly unsubscribe: (() => void)[] = [];
-  /** Closes by code, for metrics. */
-  readonly closes = new Map<number, number>();
+  /** Closes by close code label (closeCodeLabel()), for metrics. */
+  readonly closes = new Map<string, number>();
   /** Relay streams over this gateway's sessions, with their caps. */
   readonly relay: RelayStreams;
   port = 0;
@@ -280,7 +280,7 @@ export class SupervisorServer implements RelayOpener {
         refreshing: false,
       };
       this.open.add(s);
-      ws.on('close', () => this.closed(s));
+      ws.on('close', (code: number) => this.closed(s, code));
       ws.on('error', (err) => this.log.debug({ err, sessionId: s.sessionId }, 'supervisor socket error'));
       if (isTokenRejection(subject)) {
         this.send(s, { type: 'rejected', code: subject.code, message: subject.message });
@@ -409,7 +409,8 @@ export class SupervisorServer implements RelayOpener {
     if (s.state === 'closed') return;
     const wasActive = s.state === 'active' || s.state === 'claiming';
     s.state = 'closed';
-    this.closes.set(code, (this.closes.get(code) ?? 0) + 1);
+    const label = closeCodeLabel(code);
+    this.closes.set(label, (this.closes.get(label) ?? 0) + 1);
     if (wasActive) this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, code, reason }, 'supervisor session closed');
     else this.log.debug({ sessionId: s.sessionId, code, reason, source: s.source }, 'supervisor socket refused');
     s.ws.close(code, reason.slice(0, 123));
@@ -417,13 +418,14 @@ export class SupervisorServer implements RelayOpener {
     this.cleanup(s);
   }
 
-  /** The socket closed (by either side). */
-  private closed(s: LocalSession): void {
+  /** The socket closed (by either side); `code` is the peer's close code, or 1006 when it sent none. */
+  private closed(s: LocalSession, code: number): void {
     if (s.state !== 'closed') {
       const wasActive = s.state === 'active';
       s.state = 'closed';
-      this.closes.set(CLOSE.normal, (this.closes.get(CLOSE.normal) ?? 0) + 1);
-      if (wasActive) this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId }, 'supervisor disconnected');
+      const label = closeCodeLabel(code);
+      this.closes.set(label, (this.closes.get(label) ?? 0) + 1);
+      if (wasActive) this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, code }, 'supervisor disconnected');
       this.cleanup(s);
     }
     if (this.open.delete(s)) this.releaseSource(s.source);

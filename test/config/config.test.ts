@@ -57,8 +57,20 @@ describe('configuration', () => {
     rejects(() => resolveConfig({ argv: ['--config', 'x.yaml'], readFile: () => '- a\n- b' }), /mapping/);
   });
 
-  it('redacts secrets when logged', () => {
-    expect(redacted(resolveConfig())).toMatchObject({ grpcPort: 9001 });
+  it('redacts secrets and the passwords inside connection strings when printed', () => {
+    const c = resolveConfig({
+      argv: [
+        '--presence', 'redis://:hunter2-presence@redis:6379/0',
+        '--api-keys', 'rediss://keys:hunter2-keys@redis.example:6380',
+        '--presence-redis-options', '{"sentinelPassword":"hunter2-sentinel","sentinels":[{"host":"s1","port":26379}],"name":"m"}',
+        '--drivers', 'grpc://driver:hunter2-driver@10.0.0.1:9000?name=d',
+        '--relay-secret', 'hunter2-relay-secret-0123456789abcdef',
+      ],
+    });
+    const printed = JSON.stringify(redacted(c));
+    expect(printed).not.toContain('hunter2');
+    expect(redacted(c)).toMatchObject({ presence: 'redis://:[redacted]@redis:6379/0', apiKeys: 'rediss://keys:[redacted]@redis.example:6380', relaySecret: '[redacted]', grpcPort: 9001 });
+    expect(JSON.parse(redacted(c).presenceRedisOptions as string)).toEqual({ sentinelPassword: '[redacted]', sentinels: [{ host: 's1', port: 26379 }], name: 'm' });
   });
 
   it('docs/configuration.md holds the generated option table', () => {

@@ -120,6 +120,21 @@ describe('supervisor endpoint: handshake and presence', () => {
     expect(h.store.get('team-a', 'web')).toBeUndefined();
   });
 
+  it('counts a peer-initiated close by the code the peer sent (1001, 1006 without a close frame, other codes as "other")', async () => {
+    const h = await harness();
+    const gone = (): Promise<void> => new Promise((r) => h.store.onChange((_n, _m, rec) => rec === undefined && r()));
+    let g = gone();
+    (await accepted(h)).ws.close(1001);
+    await g;
+    g = gone();
+    (await accepted(h)).ws.terminate();
+    await g;
+    g = gone();
+    (await accepted(h)).ws.close(4999);
+    await g;
+    expect(Object.fromEntries(h.server.closes)).toEqual({ '1001': 1, '1006': 1, other: 1 });
+  });
+
   it('a new session supersedes the old one (4000); the old socket cleanup does not evict the new presence', async () => {
     const h = await harness();
     const first = await accepted(h);
