@@ -206,22 +206,6 @@ function validate(c: Config): void {
   }
 }
 
-/** `scheme://user:password@host` → `scheme://user:[redacted]@host` (Redis URLs, driver URLs, anything with credentials). */
-export function redactUrl(value: string): string {
-  return value.replace(/([a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*):[^@/?#\s]*@/gi, '$1:[redacted]@');
-}
-
-/** A JSON object option (ioredis options): values of password-like keys redacted at any depth. */
-function redactJson(text: string): string {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch {
-    return redactUrl(text);
-  }
-  return JSON.stringify(doc, (key, v: unknown) => (/pass|secret|token/i.test(key) && typeof v === 'string' ? '[redacted]' : typeof v === 'string' ? redactUrl(v) : v));
-}
-
 /**
  * The resolved configuration for printing (the start-up log line, `sandgate config`): secret options
  * redacted, and passwords inside connection strings (`redis://:pw@…`, the Redis options' `password`).
@@ -232,14 +216,12 @@ export function redacted(c: Config): Record<string, unknown> {
     const spec: OptionSpec = SCHEMA[name];
     const v: unknown = c[name];
     if (spec.secret === true && v !== '') out[name] = '[redacted]';
-    else if (name === 'presenceRedisOptions' && v !== '') out[name] = redactJson(v as string);
-    else if (typeof v === 'string') out[name] = redactUrl(v);
-    else if (Array.isArray(v)) out[name] = v.map((x: unknown) => (typeof x === 'string' ? redactUrl(x) : x));
+    // Any connection string (Redis URLs, grpc:// driver URLs) may carry a username and password.
+    else if (typeof v === 'string') out[name] = redactRedisUrl(v);
+    else if (Array.isArray(v)) out[name] = v.map((x: unknown) => (typeof x === 'string' ? redactRedisUrl(x) : x));
     else out[name] = v;
   }
-  // Redis URLs and options may carry a username, a password or key material.
-  out.presence = redactRedisUrl(c.presence);
-  out.apiKeys = redactRedisUrl(c.apiKeys);
+  // The Redis options may carry a password or key material.
   out.presenceRedisOptions = redactRedisOptionsText(c.presenceRedisOptions);
   return out;
 }

@@ -9,7 +9,7 @@ import { clusterFiles, startGatewayProcess } from '../helpers/gateway-process.js
 const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
 const run = promisify(execFile);
 
-const LISTENERS = ['--grpc-port', '--admin-port', '--supervisor-port', '--proxy-port', '--relay-port'] as const;
+const LISTENERS = ['--grpc-port', '--admin-port', '--ops-port', '--supervisor-port', '--proxy-port', '--relay-port'] as const;
 
 function blocker(): Promise<{ server: Server; port: number }> {
   return new Promise((resolve) => {

@@ -69,7 +69,7 @@ describe('configuration', () => {
     });
     const printed = JSON.stringify(redacted(c));
     expect(printed).not.toContain('hunter2');
-    expect(redacted(c)).toMatchObject({ presence: 'redis://:[redacted]@redis:6379/0', apiKeys: 'rediss://keys:[redacted]@redis.example:6380', relaySecret: '[redacted]', grpcPort: 9001 });
+    expect(redacted(c)).toMatchObject({ presence: 'redis://[redacted]@redis:6379/0', apiKeys: 'rediss://[redacted]@redis.example:6380', drivers: ['grpc://[redacted]@10.0.0.1:9000?name=d'], relaySecret: '[redacted]', grpcPort: 9001 });
     expect(JSON.parse(redacted(c).presenceRedisOptions as string)).toEqual({ sentinelPassword: '[redacted]', sentinels: [{ host: 's1', port: 26379 }], name: 'm' });
   });
 
