@@ -25,7 +25,7 @@ export interface GatewayProcess {
   /** Log lines (parsed JSON) the process wrote so far. */
   readonly logs: Record<string, unknown>[];
   /** Public status of one sandbox as this gateway sees it, or undefined if it is unreachable. */
-  sandbox(namespace: string, name: string): Promise<{ phase: string; reason: string; session: { gatewayId: string; sessionId: string } | null } | undefined>;
+  sandbox(namespace: string, name: string): Promise<{ phase: string; reason: string; session: { gatewayId: string; sessionId: string; epoch: number } | null } | undefined>;
   signal(sig: NodeJS.Signals): void;
   exited(): Promise<number | null>;
 }
