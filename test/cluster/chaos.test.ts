@@ -1,14 +1,19 @@
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { clusterFiles, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
-import { freePort, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { eventually, freePort } from '../helpers/redis-server.js';
+import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
 
 /**
  * Chaos: a seeded, reproducible random sequence of supervisor connects and disconnects, gateway kills
  * (kill -9, then a restart), gateway pauses (SIGSTOP past the lease TTL, then SIGCONT) and Redis
- * restarts. After each step settles, on every gateway: no sandbox is Ready without a live session, every
- * live session's sandbox is Ready, and all gateways agree (same phase, same owning gateway).
+ * failovers. Redis is Sentinel-managed (a master, a replica, three sentinels); a failover is forced with
+ * SENTINEL FAILOVER, half of the time right after the replica was made to miss the latest writes (CLIENT
+ * PAUSE WRITE on the replica), so the promoted replica may be behind. After each step settles, on every
+ * gateway: no sandbox is Ready without a live session, every live session's sandbox is Ready, all
+ * gateways agree (same phase, same owning gateway), and no epoch was ever seen under two sessions.
  *
  * Reproduce a failure with CHAOS_SEED=<seed printed in the failure>.
  */
@@ -32,7 +37,9 @@ function prng(seed: number): () => number {
   };
 }
 
-let redis: RedisServer;
+let redis: SentinelGroup;
+/** sandbox@epoch → the session ids seen holding it: an epoch handed out twice shows as two. */
+const epochs = new Map<string, Set<string>>();
 let files: { sandboxes: string; secret: string };
 const ports = new Map<string, number>();
 const live = new Map<string, GatewayProcess>();
@@ -42,7 +49,8 @@ async function startGateway(id: string): Promise<void> {
   const g = await startGatewayProcess(id, [
     '--sandboxes', files.sandboxes,
     '--supervisor-secret-file', files.secret,
-    '--presence', redis.url,
+    '--presence', 'redis://127.0.0.1',
+    '--presence-redis-options', JSON.stringify(redis.options),
     '--lease-ttl-ms', String(TTL),
     '--presence-rescan-ms', '500',
     '--heartbeat-interval-ms', '200',
@@ -85,6 +93,13 @@ async function settled(step: string): Promise<void> {
         }
         if ((s.phase === 'Ready') !== wantReady) problems.push(`${v.id}: ${name} is ${s.phase}, want ${wantReady ? 'Ready' : 'not Ready'}`);
         if (s.phase === 'Ready' && s.session === null) problems.push(`${v.id}: ${name} Ready without a session`);
+        if (s.session !== null) {
+          const { epoch, sessionId } = s.session;
+          const seen = epochs.get(`${name}@${epoch}`) ?? new Set<string>();
+          seen.add(sessionId);
+          epochs.set(`${name}@${epoch}`, seen);
+          if (seen.size > 1) problems.push(`epoch ${epoch} of ${name} handed out twice: ${[...seen].join(', ')}`);
+        }
         owners.add(s.session?.gatewayId ?? '-');
       }
       if (owners.size > 1) problems.push(`gateways disagree on ${name}'s owner: ${[...owners].join(', ')}`);
@@ -98,7 +113,7 @@ async function settled(step: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  redis = await startRedisServer();
+  redis = await startSentinelGroup();
   files = clusterFiles(`sandboxes:\n${NAMES.map((n) => `  - {namespace: team-a, name: ${n}, address: 127.0.0.1}`).join('\n')}\n`);
   for (const id of IDS) ports.set(id, await freePort());
   for (const id of IDS) await startGateway(id);
@@ -113,6 +128,33 @@ afterAll(async () => {
   }
   await redis.stop();
 });
+
+/** Forces a Sentinel failover; with `lose`, the replica first stops applying the replication stream. */
+async function failover(lose: boolean): Promise<void> {
+  const master = await redis.master();
+  const replica = redis.nodes.find((n) => n !== master)!;
+  // The demoted master of the previous failover must be an in-sync replica before the next one.
+  await eventually(async () => (await master.admin().info('replication')).includes('state=online'), 10_000, 'an online replica');
+  if (lose) await replica.admin().call('CLIENT', 'PAUSE', '300', 'WRITE');
+  await eventually(
+    async () => {
+      const port = redis.sentinelPorts[0]!;
+      const s = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 1 });
+      s.on('error', () => undefined);
+      try {
+        await s.connect();
+        return (await s.call('SENTINEL', 'FAILOVER', redis.name)) === 'OK';
+      } catch {
+        return false;
+      } finally {
+        s.disconnect();
+      }
+    },
+    10_000,
+    'SENTINEL FAILOVER to be accepted',
+  );
+  await redis.switched(master.port);
+}
 
 describe('chaos (seeded)', () => {
   it(`keeps Ready ⇔ live session on every gateway through ${STEPS} random faults (seed ${SEED})`, { timeout: 240_000 }, async () => {
@@ -150,9 +192,9 @@ describe('chaos (seeded)', () => {
         g.signal('SIGCONT');
         what = `SIGSTOP ${id} past the TTL, then SIGCONT`;
       } else {
-        await redis.kill();
-        await redis.restart();
-        what = 'restart Redis (empty)';
+        const lose = rand() < 0.5;
+        await failover(lose);
+        what = lose ? 'Redis failover to a replica that missed the latest writes' : 'Redis failover';
       }
       log.push(`${step}: ${what}`);
       await settled(log.join(' → '));

@@ -25,7 +25,7 @@ export interface GatewayProcess {
   /** Log lines (parsed JSON) the process wrote so far. */
   readonly logs: Record<string, unknown>[];
   /** Public status of one sandbox as this gateway sees it, or undefined if it is unreachable. */
-  sandbox(namespace: string, name: string): Promise<{ phase: string; reason: string; session: { gatewayId: string; sessionId: string } | null } | undefined>;
+  sandbox(namespace: string, name: string): Promise<{ phase: string; reason: string; session: { gatewayId: string; sessionId: string; epoch: number } | null } | undefined>;
   signal(sig: NodeJS.Signals): void;
   exited(): Promise<number | null>;
 }
@@ -50,6 +50,7 @@ export async function startGatewayProcess(id: string, args: readonly string[]): 
   let stderr = '';
   proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const exit = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  let startTimer: NodeJS.Timeout | undefined;
   const started = await new Promise<Record<string, unknown>>((resolve, reject) => {
     let buf = '';
     proc.stdout!.on('data', (d: Buffer) => {
@@ -69,11 +70,13 @@ export async function startGatewayProcess(id: string, args: readonly string[]): 
     });
     void exit.then((code) => reject(new Error(`gateway ${id} exited with ${code} before starting: ${stderr}`)));
     // A gateway that never says it started must not outlive the test.
-    setTimeout(() => {
+    startTimer = setTimeout(() => {
       proc.kill('SIGKILL');
       reject(new Error(`gateway ${id} did not start within 15 s: ${stderr}`));
     }, 15_000).unref();
   });
+  // Only a gateway that never started is killed: one that runs longer than the bound is a long test.
+  clearTimeout(startTimer);
   const admin = `http://127.0.0.1:${started.adminPort as number}`;
   return {
     id,
