@@ -173,10 +173,14 @@ function gatewayOf(objs: readonly K8sObject[]): Gateway {
 /** The listeners sandgate opens with `c`, by the container port name the manifests give them. */
 function listeners(c: Config): Record<string, number> {
   const out: Record<string, number> = { grpc: c.grpcPort, admin: c.adminPort, relay: c.relayPort };
+  if (c.opsPort >= 0) out.ops = c.opsPort;
   if (c.proxy) out.proxy = c.proxyPort;
   if (c.supervisorSecret !== '' || c.supervisorSecretFile !== '' || c.demo === 'on') out.supervisor = c.supervisorPort;
   return out;
 }
+
+/** The listener of /metrics, /healthz and /readyz: the ops port when it is on, else the admin port. */
+const opsListener = (c: Config): number => (c.opsPort >= 0 ? c.opsPort : c.adminPort);
 
 /** Options naming a secret file. */
 const SECRET_FILE_OPTIONS = (Object.keys(SCHEMA) as (keyof Config)[]).filter((k) => k.endsWith('File') && k !== 'sandboxes' && `${k.slice(0, -4)}` in SCHEMA && (SCHEMA[k.slice(0, -4) as keyof typeof SCHEMA] as { secret?: boolean }).secret === true);
@@ -261,13 +265,39 @@ describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/k
       expect(gw().config.config, 'the configuration file is read').not.toBe('');
     });
 
-    it('opens exactly the container ports, probing /healthz and /readyz on the admin listener', () => {
+    it('opens exactly the container ports, probing /healthz and /readyz on the operator listener', () => {
       const { config, container: c } = gw();
       expect(Object.fromEntries(containerPorts(c).map((p) => [p.name, p.port]))).toEqual(listeners(config));
       const probe = (p: unknown) => ({ path: obj(obj(p).httpGet).path, port: portIn(c, obj(obj(p).httpGet).port) });
-      expect(probe(c.livenessProbe)).toEqual({ path: '/healthz', port: config.adminPort });
-      expect(probe(c.readinessProbe)).toEqual({ path: '/readyz', port: config.adminPort });
+      expect(config.opsPort, 'the operator surface apart from the decision door').toBeGreaterThan(0);
+      expect(probe(c.livenessProbe)).toEqual({ path: '/healthz', port: opsListener(config) });
+      expect(probe(c.readinessProbe)).toEqual({ path: '/readyz', port: opsListener(config) });
       expect(config.relayAdvertiseAddress).toBe(`${FIELD_SAMPLES['status.podIP']}:${config.relayPort}`);
+    });
+
+    it('lets only its own pods reach the decision doors and the relay, and admits every other port it opens', () => {
+      const objs = objectsOf(dir);
+      const g = gw();
+      const pods = podLabels(g.deployment);
+      const policies = ofKind(objs, 'NetworkPolicy').filter((p) => selects(obj(p.spec).podSelector, pods));
+      expect(policies.map((p) => p.metadata.name)).toEqual(['sandgate-gateway']);
+      const rules = list(obj(policies[0]!.spec).ingress).map(obj);
+      const all = containers(g.deployment);
+      const portOf = (p: unknown): number | undefined => all.map((c) => portIn(c, obj(p).port)).find((n) => n !== undefined);
+      for (const r of rules) for (const p of list(r.ports)) expect(portOf(p), `policy port ${String(obj(p).port)} exists in the pod`).toBeDefined();
+      const admitting = (port: number) => rules.filter((r) => list(r.ports).some((p) => portOf(p) === port));
+      const own = ofKind(objs, 'Deployment').filter((w) => selects({ matchLabels: { 'app.kubernetes.io/part-of': 'sandgate' } }, podLabels(w)));
+      for (const c of all) {
+        for (const { name, port } of containerPorts(c)) {
+          const by = admitting(port);
+          expect(by.length, `${name} (${port}) is admitted`).toBe(1);
+          if (![g.config.grpcPort, g.config.adminPort, g.config.relayPort].includes(port)) continue;
+          const peers = list(by[0]!.from).map(obj);
+          expect(peers.length, `${name} is not open to everyone`).toBeGreaterThan(0);
+          for (const peer of peers) expect(Object.keys(peer), `${name}: pods of this namespace only`).toEqual(['podSelector']);
+          for (const w of own) expect(peers.some((peer) => selects(peer.podSelector, podLabels(w))), `${w.metadata.name} reaches ${name}`).toBe(true);
+        }
+      }
     });
 
     it('runs one worker per requested CPU', () => {
@@ -393,15 +423,15 @@ describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/k
       expect(obj(obj(list(toGateway[0]!.to)[0]).namespaceSelector).matchLabels).toEqual({ 'kubernetes.io/metadata.name': namespace });
     });
 
-    it('is scraped by the ServiceMonitor on its admin listener', () => {
+    it('is scraped by the ServiceMonitor on its operator listener', () => {
       const [monitor] = ofKind(objectsOf('monitoring'), 'ServiceMonitor');
       expect(monitor?.metadata.namespace).toBe(envoyWorkload().metadata.namespace);
       const picked = ofKind(objs(), 'Service').filter((s) => selects(obj(monitor?.spec).selector, s.metadata.labels));
-      expect(picked.map((s) => s.metadata.name)).toEqual(['sandgate']);
+      expect(picked.map((s) => s.metadata.name)).toEqual(['sandgate-ops']);
       const endpoint = obj(list(obj(monitor?.spec).endpoints)[0]);
       const port = list(obj(picked[0]!.spec).ports).map(obj).find((p) => p.name === endpoint.port);
       const g = gatewayOf(objs());
-      expect(portIn(g.container, port?.targetPort)).toBe(g.config.adminPort);
+      expect(portIn(g.container, port?.targetPort)).toBe(opsListener(g.config));
       expect(endpoint.path).toBe('/metrics');
     });
   });
