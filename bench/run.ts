@@ -10,6 +10,7 @@ import { runMarkdown, sectionMarkdown, targetLines, type RunResult, type Section
 import type { BenchContext, Section } from './lib/section.js';
 import type { GrpcClientKind } from './lib/grpc-load-worker.js';
 import { proxy } from './proxy.js';
+import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
 import { sessions } from './sessions.js';
 import { workers } from './workers.js';
@@ -30,6 +31,7 @@ const SECTIONS: readonly Section[] = [
   churn,
   sessions,
   workers,
+  redisHa,
 ];
 
 interface Args {
