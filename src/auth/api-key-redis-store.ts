@@ -1,4 +1,4 @@
-import { createRedisClient, redisTarget, type RedisClient, type RedisTarget } from '../lib/redis-connection.js';
+import { createRedisClient, keepConnecting, redisTarget, type RedisClient, type RedisTarget } from '../lib/redis-connection.js';
 import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js';
 
 /**
@@ -18,6 +18,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
   private byHashMap = new Map<string, ApiKeyRecord>();
   private timer: NodeJS.Timeout | undefined;
   private problem: string | undefined;
+  private closed = false;
   private readonly hashKey: string;
   private readonly channel: string;
 
@@ -33,6 +34,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
     this.target = typeof target === 'string' ? redisTarget(target, '', 'apiKeys') : target;
     this.client = createRedisClient(this.target, { name: 'sandgate-api-keys', commandTimeoutMs: 2000 });
     this.client.on('error', (err: Error) => this.fail(err));
+    keepConnecting(this.client, () => !this.closed);
   }
 
   async start(): Promise<void> {
@@ -40,6 +42,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
     await this.reload();
     this.subscriber = createRedisClient(this.target, { name: 'sandgate-api-keys-sub', commandTimeoutMs: 2000 });
     this.subscriber.on('error', (err: Error) => this.fail(err));
+    keepConnecting(this.subscriber, () => !this.closed);
     this.subscriber.on('message', () => void this.reload());
     // A reconnected subscriber may have missed messages: reload at once.
     this.subscriber.on('ready', () => void this.reload());
@@ -77,6 +80,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     clearInterval(this.timer);
     this.subscriber?.disconnect();
     this.client.disconnect();

@@ -129,6 +129,34 @@ export function createRedisClient(target: RedisTarget, opts: ClientOptions): Red
   return new Redis(target.url, { ...failFast, ...sentinel, ...redisOptions, lazyConnect: true });
 }
 
+/**
+ * Keeps a client reconnecting for as long as `wanted()` holds. ioredis gives up for good (status `end`)
+ * when its connector itself fails, e.g. when a Sentinel client cannot set up its connection during a
+ * failover; its retryStrategy is not consulted then. Returns the function that stops it.
+ */
+export function keepConnecting(client: RedisClient, wanted: () => boolean): () => void {
+  let attempt = 0;
+  let timer: NodeJS.Timeout | undefined;
+  const onEnd = (): void => {
+    if (!wanted()) return;
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      if (wanted() && client.status === 'end') client.connect().catch(() => undefined);
+    }, reconnectDelay(++attempt));
+    timer.unref();
+  };
+  const onReady = (): void => {
+    attempt = 0;
+  };
+  client.on('end', onEnd);
+  client.on('ready', onReady);
+  return () => {
+    clearTimeout(timer);
+    client.off('end', onEnd);
+    client.off('ready', onReady);
+  };
+}
+
 /** User, password and TLS from a redis:// or rediss:// URL, for Cluster (whose nodes come from the list). */
 function credentialsOf(url: string): RedisOptions {
   const u = new URL(url);

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { Cluster, Redis } from 'ioredis';
 import { resolveConfig, redacted } from '../../src/config/load.js';
 import { SandgateError } from '../../src/domain/errors.js';
-import { createRedisClient, describeRedisTarget, redactRedisOptionsText, redactRedisUrl, redisTarget, topologyOf } from '../../src/lib/redis-connection.js';
+import { createRedisClient, describeRedisTarget, keepConnecting, redactRedisOptionsText, redactRedisUrl, redisTarget, topologyOf } from '../../src/lib/redis-connection.js';
+import { eventually, startRedisServer } from '../helpers/redis-server.js';
 
 // One way to build every Redis connection: validation of the configuration, the topology it selects,
 // and redaction of credentials wherever a target is printed.
@@ -78,5 +79,31 @@ describe('redaction', () => {
     const described = JSON.stringify(describeRedisTarget(redisTarget(c.presence, c.presenceRedisOptions, 'presence')));
     expect(described).not.toContain('hunter');
     expect(JSON.parse(described)).toMatchObject({ topology: 'sentinel', name: 'm', url: 'redis://[redacted]@r:6379' });
+  });
+});
+
+describe('keepConnecting', () => {
+  it('reconnects a client that ioredis ended, until it is no longer wanted', async () => {
+    const server = await startRedisServer();
+    const client = createRedisClient(redisTarget(server.url, '', 'x'), { name: 'keep', commandTimeoutMs: 500 });
+    client.on('error', () => undefined);
+    let wanted = true;
+    const stop = keepConnecting(client, () => wanted);
+    try {
+      await client.connect();
+      // An ended client: what ioredis leaves behind when its connector fails during a failover.
+      client.disconnect();
+      await eventually(() => client.status === 'end', 2000, 'the client to end');
+      await eventually(() => client.status === 'ready', 3000, 'the client to reconnect');
+      expect(await client.ping()).toBe('PONG');
+      wanted = false;
+      client.disconnect();
+      await new Promise((r) => setTimeout(r, 300));
+      expect(client.status).toBe('end');
+    } finally {
+      stop();
+      client.disconnect();
+      await server.stop();
+    }
   });
 });

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { ListenerSet } from './presence-listeners.js';
 import { PresenceMirror } from './presence-mirror.js';
 import type { PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
-import { createRedisClient, describeRedisTarget, topologyOf, type RedisClient, type RedisConnectionOptions, type RedisTarget } from '../../lib/redis-connection.js';
+import { createRedisClient, describeRedisTarget, keepConnecting, topologyOf, type RedisClient, type RedisConnectionOptions, type RedisTarget } from '../../lib/redis-connection.js';
 import { disconnect, errorText, runScript } from './redis-connection.js';
 import { decodeLeases, decodeMessage, decodeRecord, encodeGatewayInfo, fieldOf, type PresenceMessage, type StoredRecord } from './redis-codec.js';
 import { presenceKeys, scriptKeys, SCRIPTS, TERM_SPAN, type PresenceKeys } from './redis-scripts.js';
@@ -152,6 +152,8 @@ export class RedisPresence implements PresenceStore {
       this.main.on('-node', () => void this.kick());
     }
     this.main.on('error', (err: Error) => this.setOffline(err));
+    keepConnecting(this.main, () => !this.closed);
+    keepConnecting(this.sub, () => !this.closed);
     // 'close' follows the 'error' that says why; keep that reason rather than a generic one.
     this.main.on('close', () => {
       if (this.problem === undefined) this.setOffline(new Error('connection closed'));
