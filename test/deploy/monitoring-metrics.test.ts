@@ -15,9 +15,9 @@ import { TestDriver } from '../helpers/test-driver.js';
  * The PrometheusRule and the Grafana dashboard of deploy/kubernetes/monitoring query only what a real
  * gateway's /metrics exposes: a gateway is started and given a little of each kind of work (a driver list
  * and a driver error, a request that waits for a sandbox, a supervisor socket that closes), its exposition
- * read live, and every `sandgate_*` metric, every label a query filters or groups on, and every label value
- * of a series the gateway creates up front (decisions by door, outcome and code; readiness states; phases)
- * must be there.
+ * read live, and every metric (`sandgate_*`, and the runtime's `process_*` and `nodejs_*`), every label a
+ * query filters or groups on, and every label value of a series the gateway creates up front (decisions by
+ * door, outcome and code; readiness states; phases) must be there.
  */
 
 const MONITORING = new URL('../../deploy/kubernetes/monitoring/', import.meta.url);
@@ -52,9 +52,9 @@ function readExposition(text: string): Exposition {
   return { series, complete: new Set(['sandgate_edge_decisions_total', 'sandgate_readiness_state', 'sandgate_view_sandboxes_by_phase']) };
 }
 
-/** Every sandgate metric a PromQL expression names, with its label matchers; and the labels it groups by. */
+/** Every sandgate, process and Node.js metric a PromQL expression names, with its label matchers; and the labels it groups by. */
 function queried(expr: string): { metrics: { name: string; matchers: { label: string; op: string; value: string }[] }[]; groupBy: string[] } {
-  const metrics = [...expr.matchAll(/\b(sandgate_[a-z0-9_]+)\b(?:\{([^}]*)\})?/g)].map((m) => ({
+  const metrics = [...expr.matchAll(/\b((?:sandgate|process|nodejs)_[a-z0-9_]+)\b(?:\{([^}]*)\})?/g)].map((m) => ({
     name: m[1]!,
     matchers: [...(m[2] ?? '').matchAll(/(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"/g)].map((x) => ({ label: x[1]!, op: x[2]!, value: x[3]! })),
   }));
@@ -66,7 +66,7 @@ function queried(expr: string): { metrics: { name: string; matchers: { label: st
 function problems(expr: string, exp: Exposition): string[] {
   const out: string[] = [];
   const { metrics, groupBy } = queried(expr);
-  if (metrics.length === 0) out.push(`no sandgate metric in ${expr}`);
+  if (metrics.length === 0) out.push(`no sandgate, process or nodejs metric in ${expr}`);
   const labelsOfQuery = new Set<string>(TARGET_LABELS);
   for (const m of metrics) {
     const labels = exp.series.get(m.name);
@@ -147,6 +147,7 @@ describe('deploy/kubernetes/monitoring against a live /metrics', () => {
 
   it('notices a renamed metric, a missing label and a label value the gateway never creates', () => {
     expect(problems('rate(sandgate_edge_decision_total[5m])', exposition).join()).toMatch(/not in \/metrics/);
+    expect(problems('rate(sandgate_process_cpu_seconds_total[5m])', exposition).join()).toMatch(/not in \/metrics/);
     expect(problems('sum by (tenant) (rate(sandgate_edge_decisions_total[5m]))', exposition).join()).toMatch(/grouping by tenant/);
     expect(problems('sandgate_edge_decisions_total{code="no_such_code"}', exposition).join()).toMatch(/never exposed/);
     expect(problems('sandgate_readiness_state{phase="ready"}', exposition).join()).toMatch(/no label phase/);
