@@ -228,7 +228,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     auth: apiKeys === undefined ? undefined : { principal: (key: string | undefined) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy },
   };
   const separateOps = config.opsPort >= 0;
-  const httpAuthz = createHttpAuthz(decider, door, log.child({ part: 'edge' }));
+  const httpAuthz = createHttpAuthz(decider, door);
   const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, log);
   const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, log) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;

@@ -32,6 +32,13 @@ export const ERROR_CODES = {
   // Supervisor sessions: sent in a `rejected` frame before the WebSocket close code (docs/supervisor-protocol.md).
   session_expired: { status: 401, message: 'The session token expired and was not refreshed (close 4440)' },
   signing_key_revoked: { status: 401, message: 'The key that signed the session token was removed (close 4441)' },
+  token_missing: { status: 401, message: 'An Authorization: Bearer supervisor token is required (close 4401)' },
+  token_expired: { status: 401, message: 'The supervisor token has expired (close 4401)' },
+  sandbox_mismatch: { status: 403, message: 'The token names another sandbox (close 4403)' },
+  upgrade_required: { status: 426, message: 'The supervisor endpoint speaks WebSocket only' },
+  unsupported_subprotocol: { status: 400, message: 'The supervisor must offer the sandgate subprotocol' },
+  too_many_sessions: { status: 503, message: 'The gateway holds its maximum of supervisor sessions (429 when per source)' },
+  service_restart: { status: 503, message: 'The gateway is shutting down: reconnect, to any gateway (close 1012)' },
   // Admin API.
   not_found: { status: 404, message: 'No such resource' },
   invalid_request: { status: 400, message: 'The request is malformed' },
@@ -62,3 +69,53 @@ export class SandgateError extends Error {
     this.details = options?.details;
   }
 }
+
+/**
+ * The gRPC status of an ext_authz answer (google.rpc.Code): OK for an allow; PERMISSION_DENIED for every
+ * denial, whatever went wrong — a failed readiness wait or an internal error included — with the error
+ * code as the status message and the HTTP denial in `denied_response`, so Envoy always has an answer to
+ * send (any non-OK status makes it use `denied_response`).
+ */
+export const GRPC_STATUS = { allow: 0, deny: 7 } as const;
+
+/**
+ * WebSocket close codes of the supervisor endpoint (RFC 6455 §7.4: 4000–4999 are for private use; ours
+ * mirror HTTP statuses where one fits, 4401 ≈ 401). The `rejected` frame before a close carries an
+ * ERROR_CODES code where there is one.
+ */
+export const CLOSE_CODES = {
+  /** The supervisor said goodbye. */
+  normal: 1000,
+  /** A frame larger than the limit (ws enforces maxPayload with 1009). */
+  tooBig: 1009,
+  /** The gateway is shutting down gracefully: reconnect, to any gateway, at once. */
+  serviceRestart: 1012,
+  /** A newer session for the same sandbox replaced this one. Do not reconnect this socket. */
+  superseded: 4000,
+  /** No frame from the peer for 3 heartbeat intervals. */
+  heartbeatTimeout: 4001,
+  /** Malformed frame: not JSON, not an object, missing or invalid fields, or a malformed relay frame. */
+  malformed: 4400,
+  /** Missing, expired, wrong-audience, wrongly signed or `alg: none` token. */
+  unauthorized: 4401,
+  /** hello, or a refresh token, names a sandbox other than the session's token. */
+  forbidden: 4403,
+  /** No hello within the hello timeout. */
+  helloTimeout: 4408,
+  /** This gateway lost the sandbox's presence to a newer claim elsewhere (it was partitioned or paused). */
+  presenceLost: 4409,
+  /**
+   * A frame of a type not allowed now: unknown type, a second hello, binary frames before accepted, a
+   * relay frame only the other side may send, anything before hello.
+   */
+  unexpected: 4415,
+  /**
+   * The session's token expired and no `refresh` frame replaced it in time: the gateway closes at its last
+   * heartbeat round before `exp`. Reconnect only with a fresh token.
+   */
+  tokenExpired: 4440,
+  /** The key that signed the session's token was removed from the gateway's key set (rotation). Reconnect only with a token signed by a current key. */
+  keyRevoked: 4441,
+  /** The gateway failed to record the session. Reconnect with backoff. */
+  internal: 4500,
+} as const;

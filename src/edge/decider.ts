@@ -59,6 +59,37 @@ export class Decider {
     return d;
   }
 
+  /**
+   * The one decide → wait → answer sequence of every door: decides at once; in a readiness gap waits
+   * (aborted by `abortOn()`'s signal when the client goes away, and then nothing is answered); and answers
+   * every outcome as a decision — an error while deciding or waiting is logged and answered as the
+   * `internal_error` denial, the same way as any other denial. Returns the wait, when there is one.
+   */
+  decideAndAnswer(door: Door, req: RouteRequest, abortOn: () => AbortSignal, answer: (d: Decision) => void): Promise<void> | undefined {
+    let d: Decision;
+    try {
+      d = this.decide(door, req);
+    } catch (err) {
+      this.log.error({ err, door }, 'decision failed');
+      answer(deny('internal_error'));
+      return undefined;
+    }
+    if (!this.shouldWait(d)) {
+      answer(d);
+      return undefined;
+    }
+    const signal = abortOn();
+    return this.wait(door, req, d, signal)
+      .catch((err: unknown) => {
+        this.log.error({ err, door }, 'readiness wait failed');
+        return deny('internal_error');
+      })
+      .then((final) => {
+        if (!signal.aborted) answer(final);
+      })
+      .catch((err: unknown) => this.log.error({ err, door }, 'answering a decision failed'));
+  }
+
   shouldWait(d: Decision): d is Deny {
     if (d.allow || this.readinessWaitMs <= 0) return false;
     return d.waitable || (d.code === 'sandbox_paused' && this.resumable(d));
@@ -143,4 +174,11 @@ export class Decider {
       this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && d.namespace + '/' + d.name }, d.message);
     }
   }
+}
+
+/** A signal that fires when `source` (the client's response or socket) closes: the client went away. */
+export function abortOnClose(source: { once(event: 'close', fn: () => void): unknown }): AbortSignal {
+  const ac = new AbortController();
+  source.once('close', () => ac.abort());
+  return ac.signal;
 }

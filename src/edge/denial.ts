@@ -1,4 +1,6 @@
+import type { Duplex } from 'node:stream';
 import type { Deny } from '../domain/decide.js';
+import type { RouteRequest } from '../domain/route-key.js';
 
 /**
  * How a denial looks to a client, the same at every front door: a JSON body
@@ -44,4 +46,14 @@ export function renderDenial(d: Deny, accept: string | undefined): RenderedDenia
   ];
   if (d.retryAfter !== undefined) headers.push(['retry-after', String(d.retryAfter)]);
   return { status: d.status, headers, body: html ? denialHtml(d) : denialJson(d) };
+}
+
+/** Writes a denial as a raw HTTP/1.1 response on a socket that asked to upgrade. */
+export function writeDenial(socket: Duplex, d: Deny, route: RouteRequest): void {
+  if (socket.destroyed) return;
+  const r = renderDenial(d, route.headers.accept);
+  let head = `HTTP/1.1 ${r.status} ${d.code}\r\n`;
+  for (const [k, v] of r.headers) head += `${k}: ${v}\r\n`;
+  head += `content-length: ${Buffer.byteLength(r.body)}\r\nconnection: close\r\n\r\n`;
+  socket.end(head + r.body);
 }

@@ -1,8 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { deny, type Decision } from '../domain/decide.js';
+import type { Decision } from '../domain/decide.js';
 import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
-import type { Logger } from '../observability/logger.js';
-import type { Decider } from './decider.js';
+import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
 import { presentHeaders, type DoorOptions } from './headers.js';
 import { relayHeaders } from './relay/relay-headers.js';
@@ -28,7 +27,7 @@ export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
   return { headers, host: headers['x-forwarded-host'] ?? headers.host, path };
 }
 
-export function createHttpAuthz(decider: Decider, opts: DoorOptions, log: Logger) {
+export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
   const answer = (res: ServerResponse, d: Decision, req: RouteRequest): void => {
     if (res.destroyed) return;
     if (d.allow) {
@@ -48,22 +47,6 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions, log: Logger
   };
   return function handleAuthz(req: IncomingMessage, res: ServerResponse): void {
     const route = httpAuthzRoute(req);
-    let d: Decision;
-    try {
-      d = decider.decide('http_authz', route);
-    } catch (err) {
-      log.error({ err }, 'http authz failed');
-      return answer(res, deny('internal_error'), route);
-    }
-    if (!decider.shouldWait(d)) return answer(res, d, route);
-    const ac = new AbortController();
-    res.once('close', () => ac.abort());
-    decider.wait('http_authz', route, d, ac.signal).then(
-      (final) => answer(res, final, route),
-      (err: unknown) => {
-        log.error({ err }, 'http authz wait failed');
-        answer(res, deny('internal_error'), route);
-      },
-    );
+    void decider.decideAndAnswer('http_authz', route, () => abortOnClose(res), (d) => answer(res, d, route));
   };
 }

@@ -1,4 +1,5 @@
 import { isDnsLabel } from '../domain/labels.js';
+import { CLOSE_CODES, type ErrorCode } from '../domain/errors.js';
 
 /**
  * The supervisor protocol, version 1 (docs/supervisor-protocol.md documents every message and close code).
@@ -10,45 +11,11 @@ export const SUBPROTOCOL = 'sandgate.supervisor.v1';
 export const SUPERVISOR_PATH = '/v1/supervisor';
 
 /**
- * Close codes. 1000–1015 are RFC 6455 §7.4.1 / IANA codes; 4000–4999 are reserved by RFC 6455 §7.4.2 for
- * private use, and ours mirror HTTP statuses where one fits (4401 ≈ 401) so they read at a glance.
+ * Close codes, listed with every other code a client or supervisor can see in src/domain/errors.ts.
+ * 1000–1015 are RFC 6455 §7.4.1 / IANA codes; 4000–4999 are reserved by RFC 6455 §7.4.2 for private use,
+ * and ours mirror HTTP statuses where one fits (4401 ≈ 401) so they read at a glance.
  */
-export const CLOSE = {
-  /** The supervisor said goodbye. */
-  normal: 1000,
-  /** A frame larger than the limit (ws enforces maxPayload with 1009). */
-  tooBig: 1009,
-  /** The gateway is shutting down gracefully: reconnect, to any gateway, at once. */
-  serviceRestart: 1012,
-  /** A newer session for the same sandbox replaced this one. Do not reconnect this socket. */
-  superseded: 4000,
-  /** No frame from the peer for 3 heartbeat intervals. */
-  heartbeatTimeout: 4001,
-  /** Malformed frame: not JSON, not an object, missing or invalid fields, or a malformed relay frame. */
-  malformed: 4400,
-  /** Missing, expired, wrong-audience, wrongly signed or `alg: none` token. */
-  unauthorized: 4401,
-  /** hello, or a refresh token, names a sandbox other than the session's token. */
-  forbidden: 4403,
-  /** No hello within the hello timeout. */
-  helloTimeout: 4408,
-  /** This gateway lost the sandbox's presence to a newer claim elsewhere (it was partitioned or paused). */
-  presenceLost: 4409,
-  /**
-   * A frame of a type not allowed now: unknown type, a second hello, binary frames before accepted, a
-   * relay frame only the other side may send, anything before hello.
-   */
-  unexpected: 4415,
-  /**
-   * The session's token expired and no `refresh` frame replaced it in time: the gateway closes at its last
-   * heartbeat round before `exp`. Reconnect only with a fresh token.
-   */
-  tokenExpired: 4440,
-  /** The key that signed the session's token was removed from the gateway's key set (rotation). Reconnect only with a token signed by a current key. */
-  keyRevoked: 4441,
-  /** The gateway failed to record the session. Reconnect with backoff. */
-  internal: 4500,
-} as const;
+export const CLOSE = CLOSE_CODES;
 
 export type CloseName = keyof typeof CLOSE;
 
@@ -91,7 +58,8 @@ export interface Accepted {
 
 export interface Rejected {
   readonly type: 'rejected';
-  readonly code: string;
+  /** One of ERROR_CODES (a token rejection, `sandbox_mismatch`, `session_expired`, …). */
+  readonly code: ErrorCode;
   readonly message: string;
 }
 

@@ -9,6 +9,7 @@ import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW
 import type { RelayStream } from './relay-stream.js';
 import { DEFAULT_RELAY_LIMITS, RelayStreams, type RelayLimits, type RelayOpener } from './relay-streams.js';
 import { listenOn } from '../lib/http-listen.js';
+import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKey, type SupervisorKeys, type TokenRejection, type TokenSubject } from './supervisor-token.js';
@@ -228,7 +229,7 @@ export class SupervisorServer implements RelayOpener {
     });
   }
 
-  private reject(socket: Duplex, status: number, code: string, message: string): void {
+  private reject(socket: Duplex, status: number, code: ErrorCode, message: string): void {
     const body = JSON.stringify({ code, message });
     socket.end(
       `HTTP/1.1 ${status} ${code}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,

@@ -6,7 +6,7 @@ import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
-import { upstreamFailure } from '../../src/edge/proxy/http-proxy.js';
+import { forwardFailure } from '../../src/edge/forwarding/failure-codes.js';
 
 const MiB = 1024 * 1024;
 
@@ -169,10 +169,10 @@ describe('embedded proxy', () => {
   it('maps upstream failures before the response to typed denials (connect timeout → 504)', () => {
     // A connect timeout cannot be provoked on loopback (and tests send nothing off this machine), so the
     // mapping of undici's error codes is checked directly; refused and headers timeouts run end to end.
-    expect(upstreamFailure(Object.assign(new Error('x'), { code: 'UND_ERR_CONNECT_TIMEOUT' }))).toBe('upstream_timeout');
-    expect(upstreamFailure(Object.assign(new Error('x'), { code: 'UND_ERR_HEADERS_TIMEOUT' }))).toBe('upstream_timeout');
-    expect(upstreamFailure(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe('port_not_open');
-    expect(upstreamFailure(Object.assign(new Error('x'), { code: 'ECONNRESET' }))).toBe('upstream_error');
+    expect(forwardFailure('sandbox', Object.assign(new Error('x'), { code: 'UND_ERR_CONNECT_TIMEOUT' }))).toBe('upstream_timeout');
+    expect(forwardFailure('sandbox', Object.assign(new Error('x'), { code: 'UND_ERR_HEADERS_TIMEOUT' }))).toBe('upstream_timeout');
+    expect(forwardFailure('sandbox', Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe('port_not_open');
+    expect(forwardFailure('sandbox', Object.assign(new Error('x'), { code: 'ECONNRESET' }))).toBe('upstream_error');
   });
 
   it('headers timeout → 504 upstream_timeout', async () => {

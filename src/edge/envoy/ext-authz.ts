@@ -1,5 +1,6 @@
-import { status as GrpcStatus, type sendUnaryData, type ServerUnaryCall, type UntypedServiceImplementation } from '@grpc/grpc-js';
+import { type sendUnaryData, type ServerUnaryCall, type UntypedServiceImplementation } from '@grpc/grpc-js';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
+import { GRPC_STATUS } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
@@ -34,8 +35,6 @@ interface CheckRequest {
 }
 
 const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD' as const;
-/** google.rpc.Code: any non-OK status makes Envoy use denied_response. */
-const PERMISSION_DENIED = 7;
 
 function set(key: string, value: string): HeaderValueOption {
   return { header: { key, value }, append_action: OVERWRITE };
@@ -63,7 +62,7 @@ export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): o
   if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
   for (const [k, v] of relayHeaders(d, opts.relaySecret)) headers.push(set(k, v));
   return {
-    status: { code: 0 },
+    status: { code: GRPC_STATUS.allow },
     ok_response: { headers, headers_to_remove: presentHeaders(req.headers, opts.removeHeaders) ?? [] },
     dynamic_metadata: { fields: { upstream: { stringValue: d.upstream } } },
   };
@@ -72,7 +71,7 @@ export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): o
 export function deniedResponse(d: Deny, accept: string | undefined): object {
   const r = renderDenial(d, accept);
   return {
-    status: { code: PERMISSION_DENIED, message: d.code },
+    status: { code: GRPC_STATUS.deny, message: d.code },
     denied_response: { status: { code: r.status }, headers: r.headers.map(([k, v]) => set(k, v)), body: r.body },
   };
 }
@@ -86,20 +85,13 @@ export function extAuthzService(decider: Decider, opts: DoorOptions, log: Logger
       let req: RouteRequest | undefined;
       try {
         req = checkRequestToRoute(call.request);
-        const d = decider.decide('ext_authz', req);
-        if (!decider.shouldWait(d)) return answer(cb, d, req);
-        const ac = new AbortController();
-        call.once('cancelled', () => ac.abort());
         const r = req;
-        decider.wait('ext_authz', r, d, ac.signal).then(
-          (final) => {
-            if (!ac.signal.aborted) answer(cb, final, r);
-          },
-          (err: unknown) => {
-            log.error({ err }, 'ext_authz wait failed');
-            cb({ code: GrpcStatus.INTERNAL, details: 'internal error' });
-          },
-        );
+        const abortOn = (): AbortSignal => {
+          const ac = new AbortController();
+          call.once('cancelled', () => ac.abort());
+          return ac.signal;
+        };
+        void decider.decideAndAnswer('ext_authz', r, abortOn, (d) => answer(cb, d, r));
       } catch (err) {
         log.error({ err }, 'ext_authz Check failed');
         cb(null, deniedResponse(deny('internal_error'), req?.headers.accept));

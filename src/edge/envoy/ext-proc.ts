@@ -104,20 +104,8 @@ export function extProcService(decider: Decider, opts: DoorOptions, log: Logger)
         let req: RouteRequest | undefined;
         try {
           req = headersToRoute(msg.request_headers?.headers?.headers);
-          const d = decider.decide('ext_proc', req);
-          if (!decider.shouldWait(d)) {
-            send(decisionMessage(d, opts, req));
-            return undefined;
-          }
-          ac ??= new AbortController();
           const r = req;
-          return decider.wait('ext_proc', r, d, ac.signal).then(
-            (final) => send(decisionMessage(final, opts, r)),
-            (err: unknown) => {
-              log.error({ err }, 'ext_proc wait failed');
-              send(denyMessage(deny('internal_error'), r.headers.accept));
-            },
-          );
+          return decider.decideAndAnswer('ext_proc', r, () => (ac ??= new AbortController()).signal, (d) => send(decisionMessage(d, opts, r)));
         } catch (err) {
           log.error({ err }, 'ext_proc request_headers failed');
           send(denyMessage(deny('internal_error'), req?.headers.accept));

@@ -1,6 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
 import { Agent } from 'undici';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { ErrorCode } from '../../domain/errors.js';
@@ -8,13 +7,14 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-streams.js';
-import type { Decider } from '../decider.js';
-import { renderDenial } from '../denial.js';
+import { abortOnClose, type Decider } from '../decider.js';
+import { renderDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial } from '../relay/relay-exchange.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { ConnectionLimit } from './connection-limit.js';
-import { dropSet, forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
-import { connectFailure, spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from './websocket-tunnel.js';
+import { forwardFailure } from '../forwarding/failure-codes.js';
+import { dropSet, forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
+import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forwarding/websocket-tunnel.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
@@ -52,39 +52,6 @@ export interface ProxyOptions {
   readonly relay?: ProxyRelay;
   /** Concurrent requests and WebSockets per sandbox (0 = no cap); past it 429 too_many_connections. */
   readonly maxConnectionsPerSandbox?: number;
-}
-
-/** Maps an undici/socket error, before any response byte was sent, to the denial the client gets. */
-export function upstreamFailure(err: unknown): ErrorCode {
-  const code = (err as { code?: string }).code;
-  switch (code) {
-    case 'ECONNREFUSED':
-      return 'port_not_open';
-    case 'UND_ERR_CONNECT_TIMEOUT':
-    case 'UND_ERR_HEADERS_TIMEOUT':
-    case 'ETIMEDOUT':
-      return 'upstream_timeout';
-    default:
-      return 'upstream_error';
-  }
-}
-
-/** Maps a failure to reach a peer gateway's relay listener: the sandbox has no route from here. */
-export function relayHopFailure(err: unknown): ErrorCode {
-  const code = (err as { code?: string }).code;
-  switch (code) {
-    case 'ECONNREFUSED':
-    case 'ECONNRESET':
-    case 'EHOSTUNREACH':
-    case 'ENETUNREACH':
-    case 'UND_ERR_CONNECT_TIMEOUT':
-    case 'ETIMEDOUT':
-      return 'sandbox_unreachable';
-    case 'UND_ERR_HEADERS_TIMEOUT':
-      return 'upstream_timeout';
-    default:
-      return 'upstream_error';
-  }
 }
 
 export class EmbeddedProxy {
@@ -133,19 +100,7 @@ export class EmbeddedProxy {
 
   /** Decides, waiting through a readiness gap while the client is still there. */
   private decideFor(route: RouteRequest, gone: { once(event: 'close', fn: () => void): unknown }, then: (d: Decision) => void): void {
-    const d = this.decider.decide('proxy', route);
-    if (!this.decider.shouldWait(d)) return then(d);
-    const ac = new AbortController();
-    gone.once('close', () => ac.abort());
-    this.decider.wait('proxy', route, d, ac.signal).then(
-      (final) => {
-        if (!ac.signal.aborted) then(final);
-      },
-      (err: unknown) => {
-        this.log.error({ err }, 'proxy readiness wait failed');
-        then(deny('internal_error'));
-      },
-    );
+    void this.decider.decideAndAnswer('proxy', route, () => abortOnClose(gone), then);
   }
 
   private request(req: IncomingMessage, res: ServerResponse): void {
@@ -174,7 +129,7 @@ export class EmbeddedProxy {
 
   private forward(req: IncomingMessage, res: ServerResponse, d: Allow): void {
     const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
-    if (!d.relay) return this.send(req, res, d, headers, upstreamFailure);
+    if (!d.relay) return this.send(req, res, d, headers, (err) => forwardFailure('sandbox', err));
     const local = this.localRelay(d);
     if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), this.route(req));
     if (local !== undefined) {
@@ -185,7 +140,7 @@ export class EmbeddedProxy {
       });
     }
     for (const [k, v] of relayHeaders(d, this.opts.relay!.secret)) headers.push(k, v);
-    this.send(req, res, d, headers, relayHopFailure);
+    this.send(req, res, d, headers, (err) => forwardFailure('peer_gateway', err));
   }
 
   /**
@@ -251,24 +206,15 @@ export class EmbeddedProxy {
       const idle = this.opts.idleTimeoutMs;
       if (!d.relay) {
         const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(connectFailure(err), undefined, d.entry), route));
+        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route));
       }
       const local = this.localRelay(d);
       if (local === 'unreachable') return writeDenial(socket, deny('sandbox_unreachable', undefined, d.entry), route);
       if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => writeDenial(socket, relayDenial(err, d.entry), route));
       for (const [k, v] of relayHeaders(d, this.opts.relay!.secret)) headers.push(k, v);
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(relayHopFailure(err), undefined, d.entry), route));
+      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route));
     });
   }
 }
 
-/** Writes a denial as a raw HTTP/1.1 response on a socket that asked to upgrade. */
-export function writeDenial(socket: Duplex, d: Deny, route: RouteRequest): void {
-  if (socket.destroyed) return;
-  const r = renderDenial(d, route.headers.accept);
-  let head = `HTTP/1.1 ${r.status} ${d.code}\r\n`;
-  for (const [k, v] of r.headers) head += `${k}: ${v}\r\n`;
-  head += `content-length: ${Buffer.byteLength(r.body)}\r\nconnection: close\r\n\r\n`;
-  socket.end(head + r.body);
-}

@@ -1,10 +1,9 @@
 import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { deny, type Deny, type RouteEntry } from '../../domain/decide.js';
-import type { ErrorCode } from '../../domain/errors.js';
-import { RelayError } from '../../sessions/relay-stream.js';
-import { forwardResponseHeaders } from '../proxy/forward-headers.js';
-import type { Connect, Pipe } from '../proxy/websocket-tunnel.js';
+import { forwardFailure } from '../forwarding/failure-codes.js';
+import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
+import type { Connect, Pipe } from '../forwarding/websocket-tunnel.js';
 
 /**
  * One HTTP/1.1 request carried over a relay stream: Node's HTTP client writes the request onto the
@@ -20,31 +19,9 @@ export interface ExchangeTimeouts {
   readonly idleTimeoutMs: number;
 }
 
-/** Maps a relay failure before any response byte to the error code the client gets. */
-export function relayFailure(err: unknown): ErrorCode {
-  if (err instanceof RelayError) {
-    switch (err.reason) {
-      case 'busy':
-        return 'relay_busy';
-      case 'refused':
-        return 'port_not_open';
-      case 'timeout':
-        return 'upstream_timeout';
-      case 'not_allowed':
-        return 'port_not_allowed';
-      case 'no_session':
-        return 'sandbox_unreachable';
-      default:
-        return 'upstream_error';
-    }
-  }
-  const code = (err as { code?: string }).code;
-  return code === 'ETIMEDOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' ? 'upstream_timeout' : 'upstream_error';
-}
-
 /** The denial for a relay failure; `relay_busy` is worth retrying soon. */
 export function relayDenial(err: unknown, entry?: RouteEntry): Deny {
-  const code = relayFailure(err);
+  const code = forwardFailure('relay_stream', err);
   return deny(code, undefined, entry, code === 'relay_busy' ? 1 : undefined);
 }
 

@@ -5,10 +5,9 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-streams.js';
-import { renderDenial } from '../denial.js';
-import { filterRequestHeaders, HOP_BY_HOP } from '../proxy/forward-headers.js';
-import { writeDenial } from '../proxy/http-proxy.js';
-import { KEEP_ON_UPGRADE, spliceUpgrade } from '../proxy/websocket-tunnel.js';
+import { renderDenial, writeDenial } from '../denial.js';
+import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.js';
+import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
 import { exchange, relayDenial } from './relay-exchange.js';
 import { GATEWAY_HEADER_PREFIX, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relaySecretMatches, type RelayTarget } from './relay-headers.js';
 

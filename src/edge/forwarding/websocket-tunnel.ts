@@ -112,14 +112,6 @@ export function spliceUpgrade(
   );
 }
 
-/** Maps a failure to connect to the sandbox itself. */
-export function connectFailure(err: unknown): 'port_not_open' | 'upstream_timeout' | 'upstream_error' {
-  const code = (err as { code?: string }).code;
-  if (code === 'ECONNREFUSED') return 'port_not_open';
-  if (code === 'ETIMEDOUT') return 'upstream_timeout';
-  return 'upstream_error';
-}
-
 function withoutOrigin(raw: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() !== ORIGIN) out.push(raw[i]!, raw[i + 1]!);
