@@ -63,7 +63,8 @@ export class SupervisorKeyFile {
     try {
       keys = { keys: parseSupervisorKeys(text, this.opts.path), audience: this.opts.audience };
     } catch (err) {
-      this.opts.onError(new Error(`${(err as Error).message}; keeping the current keys`, { cause: err }));
+      // No cause attached: the message of parseSupervisorKeys is safe to log, what it wraps need not be.
+      this.opts.onError(new Error(`${(err as Error).message}; keeping the current keys`));
       return false;
     }
     this.last = text;

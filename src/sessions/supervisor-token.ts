@@ -43,7 +43,8 @@ export function parseSupervisorKeys(text: string, where: string): SupervisorKey[
   try {
     doc = parseYaml(trimmed);
   } catch (err) {
-    throw new SandgateError('config_invalid', `${where} does not parse: ${(err as Error).message}`, { cause: err });
+    // The parser's first line only, and no cause: its message goes on with an excerpt of the file, secrets included.
+    throw new SandgateError('config_invalid', `${where} does not parse: ${(err as Error).message.split('\n', 1)[0]}`);
   }
   const list = (doc as { keys?: unknown }).keys;
   if (!Array.isArray(list) || list.length === 0) throw new SandgateError('config_invalid', `${where} must hold a non-empty "keys" list`);

@@ -221,6 +221,10 @@ describe('key rotation', () => {
     expect(await file.check()).toBe(false);
     expect(errors[0]?.message).toMatch(/at least 32 bytes.*keeping the current keys/);
     expect(errors[0]?.message).not.toContain('tooshort');
+    writeFileSync(path, `keys:\n  - {kid: new, secret: ${SECRET_NEW}, : [}\n`);
+    expect(await file.check()).toBe(false);
+    expect(errors[1]?.message).toMatch(/does not parse.*keeping the current keys/);
+    expect(errors[1]?.message).not.toContain(SECRET_NEW);
     writeFileSync(path, keysText(['new']));
     expect(await file.check()).toBe(true);
     expect(changes.map((k) => k.keys.map((x) => x.kid))).toEqual([['new']]);
