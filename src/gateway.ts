@@ -29,7 +29,6 @@ import { GatewayMetrics } from './observability/metrics.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
 import type { RelayOpener } from './sessions/relay-streams.js';
-import { SupervisorKeyFile } from './sessions/supervisor-key-file.js';
 import { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
@@ -234,7 +233,6 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;
   let opsPort: number | undefined;
-  let keyFile: SupervisorKeyFile | undefined;
   const proxy = !config.proxy
     ? undefined
     : new EmbeddedProxy(
@@ -370,6 +368,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   maxFrameBytes: config.supervisorMaxFrameBytes,
                   maxSessions: config.maxSessions,
                   maxSessionsPerSource: config.maxSessionsPerSource,
+                  // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
+                  keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
                   relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
                 },
                 presence!,
@@ -380,29 +380,6 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             },
             () => supervisors!.close(),
           ),
-        ]),
-    ...(keys === undefined || opts.supervisorKeys !== undefined || config.supervisorSecretFile === ''
-      ? []
-      : [
-          {
-            // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
-            name: 'supervisor key file',
-            start() {
-              const server = supervisors!;
-              keyFile = new SupervisorKeyFile({
-                path: config.supervisorSecretFile,
-                audience: config.supervisorAudience,
-                initial: keys,
-                onChange: (next) => {
-                  sessionLog.info({ kids: next.keys.map((k) => k.kid) }, 'supervisor keys reloaded');
-                  server.setKeys(next);
-                },
-                onError: (err) => sessionLog.warn({ err }, err.message),
-              });
-              keyFile.start(config.heartbeatIntervalMs);
-            },
-            stop: () => keyFile?.stop(),
-          },
         ]),
     ...drivers.map(
       (d): Component => ({

@@ -12,6 +12,7 @@ import { listenOn } from '../lib/http-listen.js';
 import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
+import { SupervisorKeyFile } from './supervisor-key-file.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKey, type SupervisorKeys, type TokenRejection, type TokenSubject } from './supervisor-token.js';
 
 /**
@@ -33,6 +34,8 @@ export interface SupervisorServerOptions {
   readonly host: string;
   readonly port: number;
   readonly keys: SupervisorKeys;
+  /** The file `keys` came from: re-read every heartbeat interval, and setKeys() applied when it changes. */
+  readonly keysFile?: string | undefined;
   readonly heartbeatIntervalMs: number;
   readonly helloTimeoutMs: number;
   /** Largest frame accepted (ws closes with 1009 past it). */
@@ -89,6 +92,7 @@ export class SupervisorServer implements RelayOpener {
   /** The key set tokens are verified with (setKeys replaces it) and how often it was replaced. */
   private keys: SupervisorKeys;
   private keysGeneration = 0;
+  private readonly keysFile: SupervisorKeyFile | undefined;
   private readonly unsubscribe: (() => void)[] = [];
   /** Closes by close code label (closeCodeLabel()), for metrics. */
   readonly closes = new Map<string, number>();
@@ -103,6 +107,19 @@ export class SupervisorServer implements RelayOpener {
   ) {
     this.now = opts.now ?? Date.now;
     this.keys = opts.keys;
+    this.keysFile =
+      opts.keysFile === undefined
+        ? undefined
+        : new SupervisorKeyFile({
+            path: opts.keysFile,
+            audience: opts.keys.audience,
+            initial: opts.keys,
+            onChange: (next) => {
+              this.log.info({ kids: next.keys.map((k) => k.kid) }, 'supervisor keys reloaded');
+              this.setKeys(next);
+            },
+            onError: (err) => this.log.warn({ err }, err.message),
+          });
     this.relay = new RelayStreams((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
     this.http = createServer((_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
@@ -146,6 +163,7 @@ export class SupervisorServer implements RelayOpener {
       this.sweeper = setInterval(() => this.sweep(), this.opts.heartbeatIntervalMs);
       this.sweeper.unref();
     }
+    this.keysFile?.start(this.opts.heartbeatIntervalMs);
     return this.port;
   }
 
@@ -220,6 +238,7 @@ export class SupervisorServer implements RelayOpener {
   async close(): Promise<void> {
     this.shuttingDown = true;
     clearInterval(this.sweeper);
+    this.keysFile?.stop();
     for (const u of this.unsubscribe) u();
     for (const s of [...this.open]) this.closeSession(s, CLOSE.serviceRestart, 'service restart');
     this.wss.close();
