@@ -113,6 +113,8 @@ export class SupervisorClient extends EventEmitter {
   /** The token the current session stands on, when it expires, and the session's heartbeat interval. */
   private token = '';
   private intervalMs = 0;
+  /** A refresh frame is out and not yet answered: the gateway refuses a second one meanwhile (4415). */
+  private refreshPending = false;
   /** Epoch ms the current session ends unless refreshed (0 between sessions). */
   expiresAt = 0;
   private readonly now: () => number;
@@ -151,7 +153,7 @@ export class SupervisorClient extends EventEmitter {
     try {
       token = typeof this.opts.token === 'function' ? await this.opts.token() : this.opts.token;
     } catch (err) {
-      this.emit('error', err);
+      this.report(err);
       return this.retry(false);
     }
     if ((this.state as SupervisorState) === 'stopped') return;
@@ -181,6 +183,7 @@ export class SupervisorClient extends EventEmitter {
       else if (m.type === 'ping') ws.send(JSON.stringify({ type: 'pong', t: m.t }));
       else if (m.type === 'refreshed' && ws === this.ws && typeof m.expiresAt === 'number') {
         this.expiresAt = m.expiresAt;
+        this.refreshPending = false;
         this.scheduleRefresh();
         this.emit('refreshed', { expiresAt: m.expiresAt });
       }
@@ -229,18 +232,24 @@ export class SupervisorClient extends EventEmitter {
    */
   async refresh(): Promise<boolean> {
     const ws = this.ws;
-    if (this.state !== 'connected' || ws === undefined || typeof this.opts.token === 'string') return false;
+    if (this.state !== 'connected' || ws === undefined || typeof this.opts.token === 'string' || this.refreshPending) return false;
     let token: string;
     try {
       token = await this.opts.token();
     } catch (err) {
-      this.emit('error', err);
+      this.report(err);
       return false;
     }
-    if (ws !== this.ws || ws.readyState !== ws.OPEN || token === this.token) return false;
+    if (ws !== this.ws || ws.readyState !== ws.OPEN || token === this.token || this.refreshPending) return false;
     this.token = token;
+    this.refreshPending = true;
     ws.send(JSON.stringify({ type: 'refresh', token }));
     return true;
+  }
+
+  /** A failing token source is an `error` event when someone listens, never a crash of the supervisor. */
+  private report(err: unknown): void {
+    if (this.listenerCount('error') > 0) this.emit('error', err);
   }
 
   private scheduleRefresh(): void {
@@ -298,6 +307,7 @@ export class SupervisorClient extends EventEmitter {
     clearInterval(this.heartbeat);
     clearTimeout(this.refreshTimer);
     this.expiresAt = 0;
+    this.refreshPending = false;
     this.relay?.close();
     this.relay = undefined;
     this.ws = undefined;

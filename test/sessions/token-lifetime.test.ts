@@ -298,6 +298,49 @@ describe('reference client: refresh from its token source', () => {
     expect(c.state).toBe('connected');
   });
 
+  it('a token source that fails at refresh time neither crashes the client nor ends the session', async () => {
+    const h = await harness();
+    const first = await token(h, 60);
+    h.clock.t = tokenExpiry(first)! - 3 * HEARTBEAT;
+    let calls = 0;
+    let failed!: () => void;
+    const failedOnce = new Promise<void>((r) => (failed = r));
+    const c = new SupervisorClient({
+      gateway: h.url,
+      token: () => {
+        if (++calls === 1) return first;
+        failed();
+        throw new Error('token file missing');
+      },
+      namespace: 'team-a',
+      name: 'web',
+      instanceId: 'i-1',
+      now: () => h.clock.t,
+    });
+    cleanup.push(() => c.stop());
+    c.start();
+    await failedOnce;
+    await new Promise((r) => setImmediate(r));
+    expect(c.state).toBe('connected');
+    expect(h.server.size).toBe(1);
+  });
+
+  it('concurrent refresh() calls send one refresh frame (a second would be refused with 4415)', async () => {
+    const h = await harness();
+    let n = 0;
+    const c = new SupervisorClient({ gateway: h.url, token: () => token(h, 600 + n++), namespace: 'team-a', name: 'web', instanceId: 'i-1', now: () => h.clock.t });
+    cleanup.push(() => c.stop());
+    const up = new Promise((r) => c.once('accepted', r));
+    c.start();
+    await up;
+    const refreshed = new Promise<{ expiresAt: number }>((r) => c.once('refreshed', r));
+    const sent = await Promise.all([c.refresh(), c.refresh()]);
+    expect(sent.filter(Boolean)).toHaveLength(1);
+    await refreshed;
+    expect(c.state).toBe('connected');
+    expect(await c.refresh()).toBe(true);
+  });
+
   it('after 4440 a client with a token source reconnects with a fresh token; one with a fixed token stops', async () => {
     const h = await harness();
     const fixed = new SupervisorClient({ gateway: h.url, token: await token(h, 60), namespace: 'team-a', name: 'web', instanceId: 'fixed' });
