@@ -79,9 +79,10 @@ const SUPERVISOR_USAGE = 'usage: sandgate supervisor --gateway ws://HOST:PORT (-
 
 /**
  * `sandgate supervisor --gateway ws://HOST:PORT[,ws://…] --token T | --token-file FILE`: the reference
- * supervisor, until SIGTERM. With `--token-file` the file is re-read for every connection and ahead of
- * the token's expiry, and a newer token is sent over the session (a `refresh` frame), so the session
- * outlives any one token; with `--token` the session ends when the token expires.
+ * supervisor, until SIGTERM. With `--token-file` the file is re-read for every connection, ahead of the
+ * token's expiry and on SIGHUP (whatever rotates the file may signal), and a newer token is sent over the
+ * session (a `refresh` frame), so the session outlives any one token; with `--token` the session ends
+ * when the token expires.
  */
 export async function supervisorCommand(argv: readonly string[]): Promise<number> {
   const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--token-file', '--instance-id', '--relay-ports']);
@@ -119,6 +120,7 @@ export async function supervisorCommand(argv: readonly string[]): Promise<number
     });
     process.once('SIGTERM', () => client.stop());
     process.once('SIGINT', () => client.stop());
+    process.on('SIGHUP', () => void client.refresh());
     client.start();
   });
 }
