@@ -1,6 +1,6 @@
-import { watch, type FSWatcher } from 'node:fs';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
+import { watchFile, type FileWatch } from '../lib/file-watch.js';
 import { parse as parseYaml, stringify } from 'yaml';
 import { SandgateError } from '../domain/errors.js';
 import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js';
@@ -13,8 +13,7 @@ import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js'
 export class FileApiKeyStore implements ApiKeyStore {
   readonly kind = 'file' as const;
   private byHashMap = new Map<string, ApiKeyRecord>();
-  private watcher: FSWatcher | undefined;
-  private debounce: NodeJS.Timeout | undefined;
+  private watcher: FileWatch | undefined;
   private problem: string | undefined;
 
   constructor(
@@ -24,12 +23,7 @@ export class FileApiKeyStore implements ApiKeyStore {
 
   async start(): Promise<void> {
     await this.load();
-    this.watcher = watch(dirname(this.path), (_e, file) => {
-      if (file !== null && file !== basename(this.path)) return;
-      clearTimeout(this.debounce);
-      this.debounce = setTimeout(() => void this.load(), 20);
-    });
-    this.watcher.on('error', (err) => this.onError(err));
+    this.watcher = watchFile(this.path, 20, () => void this.load(), this.onError);
   }
 
   byHash(hash: string): ApiKeyRecord | undefined {
@@ -58,7 +52,6 @@ export class FileApiKeyStore implements ApiKeyStore {
   }
 
   async close(): Promise<void> {
-    clearTimeout(this.debounce);
     this.watcher?.close();
   }
 

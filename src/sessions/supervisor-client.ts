@@ -5,6 +5,7 @@ import { HEADER_BYTES, OPEN_FAIL } from './relay-frames.js';
 import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW_BYTES, RelayMux, wsTransport } from './relay-mux.js';
 import type { RelayStream } from './relay-stream.js';
 import { CLOSE, DO_NOT_RETRY, RECONNECT_AT_ONCE, SUBPROTOCOL, SUPERVISOR_PATH, type ServerMessage } from './supervisor-protocol.js';
+import { backoffDelay } from '../lib/backoff.js';
 
 /**
  * The reference supervisor client: what runs inside a sandbox. It connects, says hello, heartbeats both
@@ -93,11 +94,6 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 export function refreshDelay(expiresAt: number, now: number, heartbeatIntervalMs: number): number {
   const remaining = expiresAt - now;
   return Math.max(0, remaining - Math.max(3 * heartbeatIntervalMs, remaining / 5));
-}
-
-/** Full-jitter exponential backoff (a random delay in [0, min(max, initial·2^attempt)]). */
-export function backoffDelay(attempt: number, initialMs: number, maxMs: number, random: () => number): number {
-  return Math.floor(random() * Math.min(maxMs, initialMs * 2 ** Math.min(attempt, 30)));
 }
 
 export class SupervisorClient extends EventEmitter {
@@ -321,7 +317,7 @@ export class SupervisorClient extends EventEmitter {
 
   private retry(atOnce: boolean): void {
     this.state = 'waiting';
-    const delay = atOnce ? Math.floor(this.random() * 50) : backoffDelay(this.attempt++, this.backoff.initialMs, this.backoff.maxMs, this.random);
+    const delay = atOnce ? Math.floor(this.random() * 50) : backoffDelay(this.attempt++, this.backoff, this.random);
     this.timer = setTimeout(() => void this.connect(), delay);
   }
 

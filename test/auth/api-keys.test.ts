@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
 import { RedisApiKeyStore } from '../../src/auth/api-key-redis-store.js';
 import { ApiKeyAuth, hashKey, newApiKey } from '../../src/auth/api-keys.js';
-import { eventually, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 const run = promisify(execFile);
 const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));

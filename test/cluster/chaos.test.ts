@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { clusterFiles, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
-import { eventually, freePort } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
+import { freePort } from '../helpers/redis-server.js';
 import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
 
 /**

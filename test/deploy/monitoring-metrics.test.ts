@@ -7,7 +7,8 @@ import { supervisorKeysFromConfig } from '../../src/config/secrets.js';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../../src/sessions/supervisor-token.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { eventually, startRedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
+import { startRedisServer } from '../helpers/redis-server.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 

@@ -5,7 +5,8 @@ import { SandgateError } from '../../src/domain/errors.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { DriverError } from '../../src/drivers/grpc/driver-error.js';
 import type { WireSandbox, WireWatchEvent } from '../../src/drivers/grpc/driver-proto.js';
-import { backoffDelay, GrpcDriver, parseGrpcDriverUrl } from '../../src/drivers/grpc/grpc-driver.js';
+import { GrpcDriver, parseGrpcDriverUrl } from '../../src/drivers/grpc/grpc-driver.js';
+import { backoffDelay } from '../../src/lib/backoff.js';
 import { deletionFromWire, snapshotFromWire, snapshotToWire } from '../../src/drivers/grpc/sandbox-codec.js';
 import { ViewSink } from '../helpers/view-sink.js';
 

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { presence, snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { envoyRequestHeaders, extProcClient, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { eventually } from '../helpers/eventually.js';
 
 type Stream = ClientDuplexStream<unknown, Record<string, any>>;
 
@@ -126,7 +127,7 @@ describe('Envoy ext_proc v3 Process', () => {
     s.on('data', (m: Record<string, any>) => got.push(m.response));
     s.write(envoyRequestHeaders({ ...base, ':authority': '8888-notebook.team-a.localhost', ':path': '/' }));
     s.write({ response_headers: { headers: { headers: [] } } });
-    await new Promise((r) => setTimeout(r, 50));
+    await eventually(() => t.gw.view.waiters.size === 1, 5000, 'the request to wait for readiness');
     expect(got).toEqual([]);
     t.gw.view.setPresence('team-a', 'notebook', presence());
     s.end();
@@ -139,11 +140,9 @@ describe('Envoy ext_proc v3 Process', () => {
     const s = open(client);
     s.on('error', () => {});
     s.write(envoyRequestHeaders({ ...base, ':authority': '8888-notebook.team-a.localhost', ':path': '/' }));
-    await new Promise((r) => setTimeout(r, 50));
-    expect(t.gw.view.waiters.size).toBe(1);
+    await eventually(() => t.gw.view.waiters.size === 1, 5000, 'the request to wait for readiness');
     s.cancel();
-    await new Promise((r) => setTimeout(r, 100));
-    expect(t.gw.view.waiters.size).toBe(0);
+    await eventually(() => t.gw.view.waiters.size === 0, 5000, 'the waiter to be released');
   });
 
   it('a deadline ends the stream and releases its waiter', async () => {
@@ -151,8 +150,7 @@ describe('Envoy ext_proc v3 Process', () => {
     const err = new Promise<Error>((resolve) => s.once('error', resolve));
     s.write(envoyRequestHeaders({ ...base, ':authority': '8888-notebook.team-a.localhost', ':path': '/' }));
     expect(String((await err).message)).toMatch(/DEADLINE_EXCEEDED|Deadline/i);
-    await new Promise((r) => setTimeout(r, 100));
-    expect(t.gw.view.waiters.size).toBe(0);
+    await eventually(() => t.gw.view.waiters.size === 0, 5000, 'the waiter to be released');
   });
 
   it('half-close with nothing in flight ends the stream', async () => {

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { eventually, startRedisServer, type RedisServer } from './redis-server.js';
+import { eventually } from './eventually.js';
+import { startRedisServer, type RedisServer } from './redis-server.js';
 
 /**
  * A Redis Cluster on loopback for one test: `masters` masters, each with `replicasPerMaster` replicas,

@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { eventually, freePort, startRedisServer, type RedisServer } from './redis-server.js';
+import { eventually } from './eventually.js';
+import { freePort, startRedisServer, type RedisServer } from './redis-server.js';
 
 /**
  * A Sentinel-managed Redis on loopback for one test: a master, its replicas and three redis-sentinel

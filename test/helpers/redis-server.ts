@@ -197,14 +197,3 @@ export async function startTcpRelay(targetPort: number): Promise<TcpRelay> {
     },
   };
 }
-
-/** Polls `check` (sync or async) until it returns a value other than undefined/false, or fails after `timeoutMs`. */
-export async function eventually<T>(check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 5000, what = 'condition'): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

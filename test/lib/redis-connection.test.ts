@@ -3,7 +3,8 @@ import { Cluster, Redis } from 'ioredis';
 import { resolveConfig, redacted } from '../../src/config/load.js';
 import { SandgateError } from '../../src/domain/errors.js';
 import { createRedisClient, describeRedisTarget, keepConnecting, redactRedisOptionsText, redactRedisUrl, redisTarget, topologyOf } from '../../src/lib/redis-connection.js';
-import { eventually, startRedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
+import { startRedisServer } from '../helpers/redis-server.js';
 
 // One way to build every Redis connection: validation of the configuration, the topology it selects,
 // and redaction of credentials wherever a target is printed.

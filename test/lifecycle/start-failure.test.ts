@@ -8,7 +8,8 @@ import type { Driver } from '../../src/drivers/driver.js';
 import { startGateway } from '../../src/gateway.js';
 import { deadlineIn, startAll, stopAll, type Component, type StopProblem } from '../../src/lib/lifecycle.js';
 import { MemoryLogSink } from '../../src/observability/logger.js';
-import { eventually, freePort, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
+import { freePort, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 function bind(port: number): Promise<Server> {
   return new Promise((resolve, reject) => {

@@ -7,7 +7,7 @@ import type { PresenceRecord } from '../../src/sessions/presence/presence-store.
 import { createRedisPresence, type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
 import { presenceKeys, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
 import { startRedisCluster, type RedisClusterGroup } from '../helpers/redis-cluster.js';
-import { eventually } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
 
 /**
  * Redis Cluster: three masters with one replica each (`redis-cli --cluster create`). Every presence key

@@ -3,7 +3,8 @@ import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
 import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
 import { presenceKeys, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
-import { eventually, freePort, startRedisServer, startTcpRelay, type RedisServer, type TcpRelay } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
+import { freePort, startRedisServer, startTcpRelay, type RedisServer, type TcpRelay } from '../helpers/redis-server.js';
 
 // Failure modes: Redis killed and restarted empty, Redis hung (SIGSTOP), one gateway partitioned from
 // Redis (a relay that freezes or cuts its traffic) while the supervisor moves to another gateway.

@@ -3,7 +3,7 @@ import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
 import { createRedisPresence, type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
 import { presenceKeys, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
-import { eventually } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
 import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
 
 /**

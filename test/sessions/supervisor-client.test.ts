@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { backoffDelay, SupervisorClient, supervisorUrl } from '../../src/sessions/supervisor-client.js';
+import { backoffDelay } from '../../src/lib/backoff.js';
+import { SupervisorClient, supervisorUrl } from '../../src/sessions/supervisor-client.js';
 import { CLOSE } from '../../src/sessions/supervisor-protocol.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 
@@ -33,9 +34,9 @@ describe('reference supervisor client', () => {
   it('builds the endpoint URL and bounded full-jitter backoff', () => {
     expect(supervisorUrl('ws://gw:8081')).toBe('ws://gw:8081/v1/supervisor');
     expect(supervisorUrl('wss://gw/custom')).toBe('wss://gw/custom');
-    expect(backoffDelay(0, 100, 10_000, () => 0.999)).toBe(99);
-    expect(backoffDelay(5, 100, 10_000, () => 0.5)).toBe(1600);
-    expect(backoffDelay(40, 100, 10_000, () => 0.999)).toBe(9990);
+    expect(backoffDelay(0, { initialMs: 100, maxMs: 10_000 }, () => 0.999)).toBe(99);
+    expect(backoffDelay(5, { initialMs: 100, maxMs: 10_000 }, () => 0.5)).toBe(1600);
+    expect(backoffDelay(40, { initialMs: 100, maxMs: 10_000 }, () => 0.999)).toBe(9990);
   });
 
   it('connects, makes a supervisor-required sandbox Ready, and a waiting Check is allowed', async () => {

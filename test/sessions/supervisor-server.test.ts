@@ -6,6 +6,7 @@ import { MemoryPresence } from '../../src/sessions/presence/memory-presence.js';
 import { CLOSE, SUBPROTOCOL } from '../../src/sessions/supervisor-protocol.js';
 import { SupervisorServer, type SupervisorServerOptions } from '../../src/sessions/supervisor-server.js';
 import { mintSupervisorToken, parseSupervisorKeys, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
+import { eventually } from '../helpers/eventually.js';
 
 const SECRET_A = 'a'.repeat(40);
 const SECRET_B = 'b'.repeat(40);
@@ -140,7 +141,8 @@ describe('supervisor endpoint: handshake and presence', () => {
     const first = await accepted(h);
     const second = await accepted(h, undefined, { instanceId: 'inst-2' });
     expect((await first.closed).code).toBe(CLOSE.superseded);
-    await new Promise((r) => setTimeout(r, 20));
+    // The old socket's cleanup has run once the server saw its close.
+    await eventually(() => h.server.connections === 1, 5000, 'the old socket to be cleaned up');
     expect(h.store.get('team-a', 'web')).toMatchObject({ sessionId: second.sessionId, epoch: 2, instanceId: 'inst-2' });
     expect(h.server.size).toBe(1);
   });
@@ -219,8 +221,7 @@ describe('supervisor endpoint: hostile input closes with a specific code and cha
     const c = await accepted(h);
     c.ws.send(hello());
     expect((await c.closed).code).toBe(CLOSE.unexpected);
-    await new Promise((r) => setTimeout(r, 20));
-    expect(h.store.get('team-a', 'web')).toBeUndefined();
+    await eventually(() => h.store.get('team-a', 'web') === undefined, 5000, 'the presence to be removed');
   });
 
   it('refuses the upgrade without the subprotocol (400), on another path (404), and past the per-source limit (429)', async () => {

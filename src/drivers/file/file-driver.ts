@@ -1,6 +1,5 @@
-import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { basename, dirname } from 'node:path';
+import { watchFile, type FileWatch } from '../../lib/file-watch.js';
 import { isIP } from 'node:net';
 import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../../domain/errors.js';
@@ -151,8 +150,7 @@ export function parseSandboxesFile(text: string, path = 'sandboxes file'): FileS
 export class FileDriver implements Driver {
   readonly id = 'file';
   private sink: DriverSink | undefined;
-  private watcher: FSWatcher | undefined;
-  private debounce: NodeJS.Timeout | undefined;
+  private watcher: FileWatch | undefined;
   /** What the last good file said, by key, with the uid and version given to it. */
   private held = new Map<string, { json: string; snapshot: BackendSnapshot }>();
   private generation = 0;
@@ -164,17 +162,10 @@ export class FileDriver implements Driver {
   async start(sink: DriverSink): Promise<void> {
     this.sink = sink;
     await this.reload();
-    // Watch the directory: editors and config maps replace the file rather than write it in place.
-    this.watcher = watch(dirname(this.path), (_event, file) => {
-      if (file !== null && file !== basename(this.path)) return;
-      clearTimeout(this.debounce);
-      this.debounce = setTimeout(() => void this.reload(), 50);
-    });
-    this.watcher.on('error', (err) => sink.error(err));
+    this.watcher = watchFile(this.path, 50, () => void this.reload(), (err) => sink.error(err));
   }
 
   async stop(): Promise<void> {
-    clearTimeout(this.debounce);
     this.watcher?.close();
     this.watcher = undefined;
     await this.reloading;

@@ -43,6 +43,7 @@ export const DRIVER_PROTO_OPTIONS: Options = {
  * up from this file to package.json (from src/ under tests, from dist/src/ when built). Drivers do not
  * import the config part, so this is the driver's own small copy of that walk.
  */
+// Walks up like config/paths.ts packageRoot() (`duplicates` pairs them); drivers may not import config.
 export function defaultProtoDir(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   while (!existsSync(join(dir, 'package.json'))) {

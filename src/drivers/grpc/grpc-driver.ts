@@ -5,6 +5,7 @@ import type { Driver, DriverSink } from '../driver.js';
 import { DriverError } from './driver-error.js';
 import { sandboxDriverService, type SandboxDriverClient, type WireWatchEvent } from './driver-proto.js';
 import { deletionFromWire, snapshotFromWire } from './sandbox-codec.js';
+import { backoffDelay, type BackoffOptions } from '../../lib/backoff.js';
 
 /**
  * The remote driver: a client of a driver process that serves proto/sandgate/driver/v1/driver.proto.
@@ -18,13 +19,7 @@ import { deletionFromWire, snapshotFromWire } from './sandbox-codec.js';
  * Every message is validated; a bad one is reported through `sink.error()` and dropped, never thrown.
  */
 
-export interface Backoff {
-  /** Ceiling of the first delay; each failed attempt doubles it. */
-  readonly initialMs: number;
-  readonly maxMs: number;
-}
-
-export const DEFAULT_BACKOFF: Backoff = { initialMs: 250, maxMs: 10_000 };
+export const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 250, maxMs: 10_000 };
 
 export interface GrpcDriverOptions {
   /** The driver's name; its id is `grpc/<name>`. Letters, digits, `.`, `_`, `:`, `-`; at most 63. */
@@ -33,7 +28,7 @@ export interface GrpcDriverOptions {
   readonly address: string;
   /** Sent in WatchRequest for the driver's logs. */
   readonly gatewayId?: string;
-  readonly backoff?: Backoff;
+  readonly backoff?: BackoffOptions;
   /** Randomness for the jitter, in [0, 1). */
   readonly random?: () => number;
   /** Deadline of Get and Resume calls. */
@@ -49,16 +44,6 @@ export interface GrpcDriverOptions {
 }
 
 const NAME = /^[A-Za-z0-9._:-]{1,63}$/;
-
-/**
- * The delay before reconnect attempt `attempt` (0 = the first after a stream that had synced): "full
- * jitter", a uniform draw below min(max, initial·2^attempt), so gateways that lost the same driver do not
- * reconnect in step.
- */
-export function backoffDelay(attempt: number, backoff: Backoff, random: () => number): number {
-  const ceiling = Math.min(backoff.maxMs, backoff.initialMs * 2 ** Math.min(attempt, 30));
-  return Math.floor(random() * ceiling);
-}
 
 /**
  * Parses a driver URL `grpc://host:port` with an optional `?name=<name>` (default: `host:port`). Throws

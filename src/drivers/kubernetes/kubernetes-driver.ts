@@ -5,7 +5,7 @@ import { isDnsLabel } from '../../domain/labels.js';
 import type { BackendSnapshot, SessionModel } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 import { mapAgentSandbox } from './agent-sandbox-mapping.js';
-import type { BackoffOptions } from './backoff.js';
+import type { BackoffOptions } from '../../lib/backoff.js';
 import { KubeApiError, KubeClient, kubeConfigForServer, loadKubeConfig } from './kube-client.js';
 import { ListWatch, type ListWatchHandlers, type ObjectEvent } from './list-watch.js';
 import { mapOpenKruiseSandbox } from './openkruise-mapping.js';

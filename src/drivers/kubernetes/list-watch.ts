@@ -1,7 +1,9 @@
 import type { Logger } from 'pino';
-import { Backoff, sleep, type BackoffOptions } from './backoff.js';
+import { Backoff, sleep, type BackoffOptions } from '../../lib/backoff.js';
 import { isGone, KubeApiError, type KubeClient } from './kube-client.js';
 import { LineSplitter, parseWatchEvent, type WatchEvent } from './watch-stream.js';
+
+const KUBE_BACKOFF: BackoffOptions = { initialMs: 500, maxMs: 30_000, factor: 2, jitter: 0.5 };
 
 /**
  * List-then-watch of one collection (one namespace, or the whole cluster), as client-go's reflector does:
@@ -94,7 +96,8 @@ export class ListWatch {
 
   private async run(): Promise<void> {
     const signal = this.abort.signal;
-    const backoff = new Backoff(this.opts.backoff, this.opts.random);
+    // Equal jitter: never less than half the nominal delay, so a flapping API server is not hammered.
+    const backoff = new Backoff({ ...KUBE_BACKOFF, ...this.opts.backoff }, this.opts.random);
     let needList = true;
     while (!signal.aborted) {
       try {

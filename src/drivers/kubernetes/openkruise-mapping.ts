@@ -1,4 +1,6 @@
 import type { BackendSnapshot, BackendState, Condition, Endpoint } from '../../domain/sandbox.js';
+// Same helper imports and snapshot skeleton as agent-sandbox-mapping.ts `duplicates` pairs this with): both read through
+// sandbox-object.ts, but the two CRDs' fields and conditions differ, so each mapping stays its own function.
 import {
   addressEndpoint,
   asObject,

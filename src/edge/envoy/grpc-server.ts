@@ -45,6 +45,8 @@ export async function startGrpcServer(
       for (const s of HEALTH_SERVICES) health.setStatus(s, serving ? 'SERVING' : 'NOT_SERVING');
     },
     close(graceMs) {
+      // The gRPC twin of lib/http-listen.ts closeGracefully (`duplicates` pairs them): grpc-js has
+      // tryShutdown/forceShutdown where node:http has close/closeAllConnections.
       return new Promise<void>((resolve) => {
         const timer = setTimeout(() => {
           server.forceShutdown();

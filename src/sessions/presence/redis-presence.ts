@@ -238,6 +238,8 @@ export class RedisPresence implements PresenceStore {
           this.setOffline(err);
         }
       }
+      // The same release bookkeeping as MemoryPresence.release (`duplicates` pairs them): both implement
+      // PresenceStore's "remove if current"; Redis adds only the write that may fail and be retried.
       let set = this.pendingReleases.get(field);
       if (set === undefined) this.pendingReleases.set(field, (set = new Set()));
       set.add(sessionId);

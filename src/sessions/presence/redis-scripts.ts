@@ -234,6 +234,8 @@ return #gone
  * records that are still this gateway's sessions, in one step, so peers see the sessions gone at once
  * rather than after a lease TTL.
  */
+// LEAVE's release loop has COLLECT's shape (`duplicates` pairs them): Lua scripts run alone on the
+// server and cannot share a function without one more EVAL round trip.
 const LEAVE = `
 local gw = ARGV[2]
 if incarnation_of(gw) == ARGV[3] then
