@@ -181,7 +181,7 @@ export const SCHEMA = {
   envdTokenHeader: {
     kind: 'string',
     default: 'x-access-token',
-    description: 'Header carrying the in-sandbox daemon\'s own token (E2B envd). Forwarded to the sandbox; when a driver reports the sandbox\'s envd token, a wrong one is refused at the edge (401 envd_token_invalid). Empty: no edge check.',
+    description: 'Header carrying the in-sandbox daemon\'s own token (E2B envd). Forwarded to the sandbox; when a driver reports the sandbox\'s envd token, a wrong one is refused at the edge (401 envd_token_invalid). Requests to `--envd-port` need this token, not the traffic token (E2B\'s model). Empty: no edge check, and the envd port needs the traffic token like any other.',
   },
   envdPort: {
     kind: 'int',

@@ -37,7 +37,10 @@ const TOKEN_REQUIRED = deny('token_required');
 const TOKEN_INVALID = deny('token_invalid');
 const ENVD_TOKEN_INVALID = deny('envd_token_invalid');
 
-/** What a request presented for the in-sandbox daemon (E2B envd): its `X-Access-Token`, and envd's port. */
+/**
+ * What a request presented for the in-sandbox daemon (E2B envd): its `X-Access-Token`, and envd's port
+ * (0 = no envd semantics: every port, envd's included, needs the traffic token).
+ */
 export interface EnvdCheck {
   readonly token: string | undefined;
   readonly port: number;
@@ -82,7 +85,8 @@ export function accessFor(principal: Principal, policy: KeyPolicy, presentedToke
       if (principal.kind === 'team' && entry.namespace !== principal.team) return NOT_FOUND;
       if (principal.kind === 'anonymous' && policy.namespaces.has(entry.namespace)) return NOT_FOUND;
       const want = entry.accessToken;
-      if (want !== undefined) {
+      // The envd port answers to envd's own token (E2B's model: the traffic token guards user ports).
+      if (want !== undefined && t.port !== envd.port) {
         if (presentedToken === undefined) return TOKEN_REQUIRED;
         if (!safeEqual(presentedToken, want)) return TOKEN_INVALID;
       }

@@ -17,7 +17,10 @@ export interface RequestAuth {
   readonly policy: KeyPolicy;
   /** Headers that may carry a sandbox's traffic token, in order. */
   readonly tokenHeaders: readonly string[];
-  /** The header carrying the in-sandbox daemon's token (E2B `x-access-token`); empty = no edge check. */
+  /**
+   * The header carrying the in-sandbox daemon's token (E2B `x-access-token`). Empty turns envd semantics
+   * off: no edge check, and the envd port needs the traffic token like any other.
+   */
   readonly envdTokenHeader: string;
   /** The port the in-sandbox daemon listens on (E2B envd: 49983). */
   readonly envdPort: number;
@@ -51,7 +54,7 @@ export class Decider {
     const envdToken = a.envdTokenHeader === '' ? undefined : req.headers[a.envdTokenHeader];
     if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0) return undefined;
     const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(req.headers[a.apiKeyHeader]);
-    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, { token: envdToken, port: a.envdPort });
+    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, { token: envdToken, port: a.envdTokenHeader === '' ? 0 : a.envdPort });
   }
 
   /** Decides at once. When `shouldWait(d)`, the door calls wait() and answers with its result instead. */

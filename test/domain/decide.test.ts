@@ -21,7 +21,7 @@ function world() {
     snapshot({ name: 'expired', uid: 'u8', shutdownTime: 1 }),
     snapshot({ name: 'relay', uid: 'u9', sessionModel: 'none', endpoint: { kind: 'relay' } }),
     snapshot({ name: 'updating', uid: 'u10', state: 'starting', conditions: [cond('Ready', 'False', 'InplaceUpdating')] }),
-    snapshot({ name: 'envd', uid: 'u11', ids: ['sbx-envd'], sessionModel: 'none', envdAccessToken: 'envd-secret' }),
+    snapshot({ name: 'envd', uid: 'u11', ids: ['sbx-envd'], sessionModel: 'none', envdAccessToken: 'envd-secret', accessToken: 'traffic' }),
   ]);
   view.setPresence('team-a', 'session', presence());
   return view;
@@ -66,10 +66,17 @@ describe('decide()', () => {
     ['right envd token on the envd port', 'envd-secret', 49983, 'ok'],
     ['wrong envd token on the envd port', 'not-it', 49983, 'envd_token_invalid'],
     ['no envd token: left to envd', undefined, 49983, 'ok'],
-    ['wrong envd token on another port: not ours to judge', 'not-it', 8000, 'ok'],
+    ['a user port needs the traffic token, whatever the envd token', 'envd-secret', 8000, 'token_required'],
   ] as const)('envd token at the edge: %s', (_n, token, port, code) => {
     const d = decide(view, opts, e('sbx-envd', String(port)), accessFor(ANONYMOUS, NO_KEYS_REQUIRED, undefined, { token, port: 49983 }));
     expect(d.allow ? 'ok' : d.code).toBe(code);
+  });
+
+  it('without envd semantics (port 0) the envd port needs the traffic token too', () => {
+    const d = decide(view, opts, e('sbx-envd', '49983'), accessFor(ANONYMOUS, NO_KEYS_REQUIRED, undefined, { token: 'envd-secret', port: 0 }));
+    expect(d.allow ? 'ok' : d.code).toBe('token_required');
+    const ok = decide(view, opts, e('sbx-envd', '8000'), accessFor(ANONYMOUS, NO_KEYS_REQUIRED, 'traffic', { token: 'not-it', port: 49983 }));
+    expect(ok.allow ? 'ok' : ok.code).toBe('ok');
   });
 
   it('E2B paused answer tells the SDK user how to resume', () => {
