@@ -183,6 +183,11 @@ export const SCHEMA = {
     default: 'x-access-token',
     description: 'Header carrying the in-sandbox daemon\'s own token (E2B envd). Forwarded to the sandbox; when a driver reports the sandbox\'s envd token, a wrong one is refused at the edge (401 envd_token_invalid). Requests to `--envd-port` need this token, not the traffic token (E2B\'s model). Empty: no edge check, and the envd port needs the traffic token like any other.',
   },
+  e2bAnswers: {
+    kind: 'bool',
+    default: true,
+    description: 'Answer requests addressed the E2B way (E2B headers, `<port>-<id>` hosts) with the statuses the E2B SDK reads: 502 for a sandbox that cannot serve, 429 for one not ready yet (docs/tenancy.md).',
+  },
   envdPort: {
     kind: 'int',
     default: 49983,

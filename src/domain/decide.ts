@@ -125,9 +125,9 @@ export function answerFor(t: RouteTarget, d: Deny): Deny {
 }
 
 /** Decides for an already-parsed target. */
-export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access): Decision {
+export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access, e2bAnswers = true): Decision {
   const d = decideFor(table, t, access);
-  return d.allow ? d : answerFor(t, d);
+  return d.allow || !e2bAnswers ? d : answerFor(t, d);
 }
 
 function decideFor(table: RouteTable, t: RouteTarget, access?: Access): Decision {
@@ -165,8 +165,9 @@ function decideFor(table: RouteTable, t: RouteTarget, access?: Access): Decision
 /** Parses the route and decides. Never throws for any input. */
 export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest, access?: Access): Decision {
   const t = parseRoute(req, opts);
-  if (!table.synced) return typeof t === 'object' ? answerFor(t, GATEWAY_NOT_READY) : GATEWAY_NOT_READY;
+  const e2bAnswers = opts.e2bAnswers !== false;
+  if (!table.synced) return typeof t === 'object' && e2bAnswers ? answerFor(t, GATEWAY_NOT_READY) : GATEWAY_NOT_READY;
   if (t === undefined) return NO_ROUTE;
   if (typeof t === 'string') return deny('invalid_route', t);
-  return decideTarget(table, t, access);
+  return decideTarget(table, t, access, e2bAnswers);
 }

@@ -166,7 +166,7 @@ export class Decider {
       d = resumeFailed(`still paused after ${this.readinessWaitMs} ms`);
     }
     this.metrics.wait(outcome);
-    if (!d.allow) {
+    if (!d.allow && this.route.e2bAnswers !== false) {
       // Denials made here (busy, resume failed) read to an E2B client as the ones decide() makes.
       const t = parseRoute(req, this.route);
       if (typeof t === 'object') d = answerFor(t, d);

@@ -79,6 +79,15 @@ describe('decide()', () => {
     expect(ok.allow ? 'ok' : ok.code).toBe('ok');
   });
 
+  it('--e2b-answers false keeps sandgate statuses for E2B-addressed requests', () => {
+    const plain = { ...opts, e2bAnswers: false };
+    const d = decide(view, plain, e('sbx-404'));
+    expect([!d.allow && d.status, !d.allow && d.code]).toEqual([404, 'sandbox_not_found']);
+    expect(d).toBe(NOT_FOUND);
+    const p = decide(view, plain, e('team-a--paused'));
+    expect([!p.allow && p.status, !p.allow && p.message]).toEqual([409, 'The sandbox is paused']);
+  });
+
   it('E2B paused answer tells the SDK user how to resume', () => {
     const d = decide(view, opts, e('team-a--paused'));
     expect(!d.allow && d.message).toContain('Sandbox.connect()');

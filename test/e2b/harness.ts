@@ -187,7 +187,7 @@ export interface E2bWorld {
 }
 
 /** Ids: live (both tokens known), badtoken (driver knows envd's token, the control API hands out another), paused, ghost (unknown to sandgate). */
-export async function startE2bWorld(path: Path): Promise<E2bWorld> {
+export async function startE2bWorld(path: Path, gatewayOverrides: Record<string, unknown> = {}): Promise<E2bWorld> {
   const host = loopbackHost();
   const closers: (() => Promise<void> | void)[] = [];
   try {
@@ -201,7 +201,7 @@ export async function startE2bWorld(path: Path): Promise<E2bWorld> {
     const sandbox = (name: string, over: Partial<BackendSnapshot> = {}) =>
       snapshot({ namespace: 'team-a', name, uid: `uid-${name}`, ids: [`sbx-${name}`], endpoint, sessionModel, accessToken: TRAFFIC_TOKEN, envdAccessToken: ENVD_TOKEN, ...over });
     const driver = new TestDriver([sandbox('live'), sandbox('badtoken'), sandbox('paused', { state: 'paused', sessionModel: 'none' })]);
-    const gateway = await startTestGateway([driver], { baseDomain: DOMAIN, supervisorPort: 0, readinessWaitMs: 2000, logLevel: 'info' }, { supervisorKeys: KEYS });
+    const gateway = await startTestGateway([driver], { baseDomain: DOMAIN, supervisorPort: 0, readinessWaitMs: 2000, logLevel: 'info', ...gatewayOverrides }, { supervisorKeys: KEYS });
     closers.push(() => gateway.close());
     if (path === 'relay') {
       for (const name of ['live', 'badtoken']) {
