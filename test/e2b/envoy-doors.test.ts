@@ -98,6 +98,7 @@ describe('E2B addressing at the Envoy doors', () => {
 
     it.each([
       ['a wrong envd token', 'sbx-live', 49983, { 'x-access-token': 'nope' }, 401, 'envd_token_invalid'],
+      ['the right envd token smuggled beside a wrong one', 'sbx-live', 49983, { 'x-access-token': `nope,${ENVD}` }, 401, 'envd_token_invalid'],
       ['a user port without the traffic token', 'sbx-live', 3000, {}, 401, 'token_required'],
       ['an unknown sandbox', 'sbx-ghost', 49983, {}, 502, 'sandbox_not_found'],
       ['a paused sandbox', 'sbx-paused', 49983, {}, 502, 'sandbox_paused'],
