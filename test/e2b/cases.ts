@@ -89,6 +89,12 @@ export function e2bCases(world: () => E2bWorld): void {
         expect(chunks.join('')).toBe('first\nsecond\n');
       });
 
+      it('a pty session streams its output (Connect server stream with pty data, input over SendInput)', async () => {
+        const r = await sdk().call('pty', { key });
+        expect(r.exitCode).toBe(0);
+        expect(r.output).toContain('pty-42');
+      });
+
       it('an aborted command ends cleanly: envd sees the abort and its process is killed', async () => {
         const started = new Promise<void>((resolve, reject) => {
           sdk()

@@ -12,7 +12,8 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 /**
  * A stand-in for E2B's in-sandbox daemon (envd), real enough for the E2B SDK: a Connect server for
  * envd's `process.Process` service (commands run as real `/bin/bash` processes, their output streamed as
- * it comes, keepalive events at the interval the client asks for in `Keepalive-Ping-Interval`), plus
+ * it comes, keepalive events at the interval the client asks for in `Keepalive-Ping-Interval`; pty
+ * sessions fed by SendInput), plus
  * envd's HTTP routes `GET /health`, `GET /files` and `POST /files`. Like envd it refuses every call but
  * `/health` without the right `X-Access-Token`.
  *
@@ -46,7 +47,7 @@ export interface EnvdStandIn {
   close(): Promise<void>;
 }
 
-type Event = { case: 'start'; value: { pid: number } } | { case: 'data'; value: { output: { case: 'stdout' | 'stderr'; value: Uint8Array } } } | { case: 'end'; value: { exitCode: number; exited: boolean; status: string } } | { case: 'keepalive'; value: object };
+type Event = { case: 'start'; value: { pid: number } } | { case: 'data'; value: { output: { case: 'stdout' | 'stderr' | 'pty'; value: Uint8Array } } } | { case: 'end'; value: { exitCode: number; exited: boolean; status: string } } | { case: 'keepalive'; value: object };
 
 /** A push queue an async generator drains: producers push, `close()` ends the stream. */
 class Queue<T> {
@@ -93,13 +94,16 @@ export async function startEnvd(host: string, port: number, accessToken: string)
     router.service(svc, {
       async *start(req: any, ctx: HandlerContext) {
         authorize(ctx);
-        const child = spawn(req.process.cmd, req.process.args, { cwd: req.process.cwd || undefined, env: { ...process.env, ...req.process.envs }, stdio: ['ignore', 'pipe', 'pipe'] });
+        // A pty session gets its input from SendInput and its output as `pty` data. The stand-in has no
+        // terminal to give it (bash runs on pipes), which is all the SDK's stream handling can tell apart.
+        const pty = req.pty !== undefined;
+        const child = spawn(req.process.cmd, req.process.args, { cwd: req.process.cwd || undefined, env: { ...process.env, ...req.process.envs }, stdio: [pty ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
         const pid = child.pid!;
         processes.set(pid, child);
         const q = new Queue<Event>();
         q.push({ case: 'start', value: { pid } });
-        child.stdout!.on('data', (b: Buffer) => q.push({ case: 'data', value: { output: { case: 'stdout', value: b } } }));
-        child.stderr!.on('data', (b: Buffer) => q.push({ case: 'data', value: { output: { case: 'stderr', value: b } } }));
+        child.stdout!.on('data', (b: Buffer) => q.push({ case: 'data', value: { output: { case: pty ? 'pty' : 'stdout', value: b } } }));
+        child.stderr!.on('data', (b: Buffer) => q.push({ case: 'data', value: { output: { case: pty ? 'pty' : 'stderr', value: b } } }));
         child.on('close', (code, signal) => {
           processes.delete(pid);
           events.emit('exited', pid, code ?? -1);
@@ -124,6 +128,13 @@ export async function startEnvd(host: string, port: number, accessToken: string)
           clearInterval(ping);
           ctx.signal.removeEventListener('abort', onAbort);
         }
+      },
+      async sendInput(req: any, ctx: HandlerContext) {
+        authorize(ctx);
+        const child = processes.get(req.process?.selector?.value);
+        if (child?.stdin == null) throw new ConnectError('process not found', Code.NotFound);
+        child.stdin.write(Buffer.from(req.input.input.value));
+        return create(method('sendInput').output);
       },
       async sendSignal(req: any, ctx: HandlerContext) {
         authorize(ctx);

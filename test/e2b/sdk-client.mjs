@@ -62,6 +62,15 @@ const ops = {
       running.delete(runId);
     }
   },
+  /** A pty session: type a command and `exit`, collect what the terminal printed. */
+  async pty({ key }) {
+    const s = sbx(key);
+    const chunks = [];
+    const handle = await s.pty.create({ cols: 80, rows: 24, onData: (d) => chunks.push(Buffer.from(d)) });
+    await s.pty.sendInput(handle.pid, Buffer.from('echo pty-$((6*7))\nexit 0\n'));
+    const r = await handle.wait();
+    return { exitCode: r.exitCode, output: Buffer.concat(chunks).toString('utf8') };
+  },
   abort({ runId }) {
     running.get(runId)?.abort();
     return true;
