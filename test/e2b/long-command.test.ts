@@ -4,12 +4,12 @@ import { startE2bWorld, type E2bWorld, type Mode, type Path } from './harness.js
 /**
  * The one deliberately long test of the suite (about 60 s): a command that prints nothing for 60 s,
  * as `commands.run` streams it — envd's keepalive events (the SDK asks for one every 50 s) are all that
- * crosses the connection. The gateways here close a silent stream after 55 s (`--proxy-idle-timeout-ms`),
+ * crosses the connection. The gateways here close a silent stream after 57 s (`--proxy-idle-timeout-ms`),
  * so the command only survives if the pings travel end to end through the proxy and the relay. All four
  * paths run at once, in their own file so the rest of the suite runs beside it.
  */
 
-const IDLE_TIMEOUT_MS = 55_000;
+const IDLE_TIMEOUT_MS = 57_000;
 
 describe('a 60 s silent command with keepalive pings', () => {
   const worlds: Partial<Record<Path, E2bWorld>> = {};
