@@ -166,13 +166,20 @@ export class Decider {
       d = resumeFailed(`still paused after ${this.readinessWaitMs} ms`);
     }
     this.metrics.wait(outcome);
-    if (!d.allow && this.route.e2bAnswers !== false) {
-      // Denials made here (busy, resume failed) read to an E2B client as the ones decide() makes.
-      const t = parseRoute(req, this.route);
-      if (typeof t === 'object') d = answerFor(t, d);
-    }
+    // Denials made here (busy, resume failed) read to an E2B client as the ones decide() makes.
+    if (!d.allow) d = this.answer(req, d);
     this.settle(door, d, req, undefined);
     return d;
+  }
+
+  /**
+   * A denial made after decide() (waiting, or by a door reaching the sandbox: relay busy, …) as the
+   * client must read it: E2B-addressed requests get the E2B SDK's statuses (domain/e2b-answers.ts).
+   */
+  answer(req: RouteRequest, d: Deny): Deny {
+    if (this.route.e2bAnswers === false) return d;
+    const t = parseRoute(req, this.route);
+    return typeof t === 'object' ? answerFor(t, d) : d;
   }
 
   private settle(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {
