@@ -143,6 +143,20 @@ export function e2bCases(world: () => E2bWorld): void {
         expect(leaked).toEqual([]);
       });
 
+      it('X-Access-Token reaches envd untouched, and envd itself refuses a wrong one (AuthenticationError)', async () => {
+        const reached: unknown[] = [];
+        const onHeaders = (_p: string, h: Record<string, unknown>) => h['x-access-token'] === 'wrong-for-envd' && reached.push(h);
+        world().envd.events.on('headers', onHeaders);
+        try {
+          await sdk().call('connect', { key: `${mode}-envdonly`, id: 'sbx-envdonly' });
+          expect((await sdk().error('read', { key: `${mode}-envdonly`, path: `/home/user/${mode}.txt` })).className).toBe('AuthenticationError');
+          expect((await sdk().error('run', { key: `${mode}-envdonly`, runId: `${mode}-envdonly`, cmd: 'true' })).className).toBe('AuthenticationError');
+        } finally {
+          world().envd.events.off('headers', onHeaders);
+        }
+        expect(reached.length).toBe(2);
+      });
+
       it('an unknown sandbox reads as not running / not found', async () => {
         expect((await sdk().error('connect', { key: `${mode}-nope`, id: 'sbx-nope' })).className).toBe('SandboxNotFoundError');
         // Known to the control API but not to sandgate (deleted): what the SDK sees comes from the gateway.

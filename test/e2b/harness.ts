@@ -186,7 +186,11 @@ export interface E2bWorld {
   close(): Promise<void>;
 }
 
-/** Ids: live (both tokens known), badtoken (driver knows envd's token, the control API hands out another), paused, ghost (unknown to sandgate). */
+/**
+ * Ids: live (both tokens known), badtoken (the driver knows envd's token, the control API hands out
+ * another), envdonly (the driver does not know envd's token, the control API hands out a wrong one),
+ * paused, ghost (known to the control API, unknown to sandgate).
+ */
 export async function startE2bWorld(path: Path, gatewayOverrides: Record<string, unknown> = {}): Promise<E2bWorld> {
   const host = loopbackHost();
   const closers: (() => Promise<void> | void)[] = [];
@@ -200,11 +204,17 @@ export async function startE2bWorld(path: Path, gatewayOverrides: Record<string,
     const sessionModel = path === 'proxy' ? 'none' : 'required';
     const sandbox = (name: string, over: Partial<BackendSnapshot> = {}) =>
       snapshot({ namespace: 'team-a', name, uid: `uid-${name}`, ids: [`sbx-${name}`], endpoint, sessionModel, accessToken: TRAFFIC_TOKEN, envdAccessToken: ENVD_TOKEN, ...over });
-    const driver = new TestDriver([sandbox('live'), sandbox('badtoken'), sandbox('paused', { state: 'paused', sessionModel: 'none' })]);
+    const driver = new TestDriver([
+      sandbox('live'),
+      sandbox('badtoken'),
+      // A sandbox whose driver does not know envd's token: envd alone judges X-Access-Token.
+      sandbox('envdonly', { envdAccessToken: undefined }),
+      sandbox('paused', { state: 'paused', sessionModel: 'none' }),
+    ]);
     const gateway = await startTestGateway([driver], { baseDomain: DOMAIN, supervisorPort: 0, readinessWaitMs: 2000, logLevel: 'info', ...gatewayOverrides }, { supervisorKeys: KEYS });
     closers.push(() => gateway.close());
     if (path === 'relay') {
-      for (const name of ['live', 'badtoken']) {
+      for (const name of ['live', 'badtoken', 'envdonly']) {
         const token = await mintSupervisorToken(KEYS, 'team-a', name, 3600);
         const sup = new SupervisorClient({ gateway: `ws://127.0.0.1:${gateway.gw.supervisorPort}`, token, namespace: 'team-a', name, instanceId: 'inst-1', backoff: { initialMs: 20, maxMs: 200 }, relay: { host } });
         closers.push(() => sup.stop());
@@ -214,6 +224,7 @@ export async function startE2bWorld(path: Path, gatewayOverrides: Record<string,
     const api = await startControlApi({
       'sbx-live': { envdAccessToken: ENVD_TOKEN, trafficAccessToken: TRAFFIC_TOKEN },
       'sbx-badtoken': { envdAccessToken: 'not-the-envd-token' },
+      'sbx-envdonly': { envdAccessToken: 'wrong-for-envd' },
       'sbx-paused': { envdAccessToken: ENVD_TOKEN },
       'sbx-ghost': { envdAccessToken: ENVD_TOKEN },
     });
