@@ -181,6 +181,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       apiKeyHeader: config.apiKeyHeader,
       policy,
       tokenHeaders: config.trafficTokenHeaders,
+      envdTokenHeader: config.envdTokenHeader,
+      envdPort: config.envdPort,
     },
     resumer,
   );

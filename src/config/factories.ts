@@ -25,6 +25,7 @@ export function routeOptions(c: Config): RouteOptions {
   return {
     order: c.routeOrder as readonly RouteSource[],
     baseDomain: c.baseDomain,
+    e2bAnswers: c.e2bAnswers,
     defaultNamespace: c.defaultNamespace,
     defaultPort: c.defaultPort,
     pathPrefix: c.pathPrefix,

@@ -201,7 +201,7 @@ function validate(c: Config): void {
   const label = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
   for (const ns of c.apiKeyNamespaces) if (ns !== '*' && !label.test(ns)) throw invalid(`apiKeyNamespaces: ${JSON.stringify(ns)} is neither * nor a DNS-1123 label`);
   if (!label.test(c.adminTeam)) throw invalid('adminTeam must be a DNS-1123 label');
-  for (const h of [c.apiKeyHeader, ...c.trafficTokenHeaders, ...c.stripCredentials, ...c.stripHeaders]) {
+  for (const h of [c.apiKeyHeader, ...c.trafficTokenHeaders, ...c.stripCredentials, ...c.stripHeaders, ...(c.envdTokenHeader === '' ? [] : [c.envdTokenHeader])]) {
     if (!/^[a-z0-9-]+$/.test(h)) throw invalid(`header name ${JSON.stringify(h)} must be lower-case letters, digits and '-'`);
   }
 }

@@ -177,8 +177,25 @@ export const SCHEMA = {
   apiKeyHeader: { kind: 'string', default: 'x-api-key', description: 'Header carrying the team API key.' },
   trafficTokenHeaders: {
     kind: 'list',
-    default: ['x-access-token', 'e2b-traffic-access-token'],
-    description: 'Headers that may carry a sandbox\'s traffic access token, tried in order.',
+    default: ['e2b-traffic-access-token'],
+    description: 'Headers that may carry a sandbox\'s traffic access token (the gateway\'s token, checked then stripped), tried in order. The default used to hold `x-access-token` too, which E2B uses for envd\'s own token (docs/tenancy.md, Upgrading).',
+  },
+  envdTokenHeader: {
+    kind: 'string',
+    default: 'x-access-token',
+    description: 'Header carrying the in-sandbox daemon\'s own token (E2B envd). Forwarded to the sandbox; when a driver reports the sandbox\'s envd token, a wrong one is refused at the edge (401 envd_token_invalid). Requests to `--envd-port` need this token, not the traffic token (E2B\'s model). Empty: no edge check, and the envd port needs the traffic token like any other.',
+  },
+  e2bAnswers: {
+    kind: 'bool',
+    default: true,
+    description: 'Answer requests addressed the E2B way (E2B headers, `<port>-<id>` hosts) with the statuses the E2B SDK reads: 502 for a sandbox that cannot serve, 429 for one not ready yet (docs/tenancy.md).',
+  },
+  envdPort: {
+    kind: 'int',
+    default: 49983,
+    min: 1,
+    max: 65535,
+    description: 'Port of the in-sandbox daemon (E2B envd) whose token `--envd-token-header` carries.',
   },
   trafficTokenSecret: {
     kind: 'string',
@@ -189,8 +206,8 @@ export const SCHEMA = {
   trafficTokenSecretFile: { kind: 'string', default: '', description: 'File holding the derived traffic token secret.' },
   stripCredentials: {
     kind: 'list',
-    default: ['authorization', 'x-api-key', 'x-access-token', 'e2b-traffic-access-token'],
-    description: 'Credential headers removed before a request reaches a sandbox (by every door). Remove a name to let it through.',
+    default: ['authorization', 'x-api-key', 'e2b-traffic-access-token'],
+    description: 'Credential headers removed before a request reaches a sandbox (by every door). Remove a name to let it through. `x-access-token` (E2B envd\'s own token) is no longer in the default: add it to strip it as before (docs/tenancy.md, Upgrading).',
   },
   autoResume: { kind: 'bool', default: false, description: 'Resume a paused sandbox when traffic arrives (a sandbox\'s own policy overrides this).' },
   maxConnectionsPerSandbox: {

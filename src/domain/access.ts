@@ -35,6 +35,18 @@ const API_KEY_REQUIRED = deny('api_key_required');
 const API_KEY_INVALID = deny('api_key_invalid');
 const TOKEN_REQUIRED = deny('token_required');
 const TOKEN_INVALID = deny('token_invalid');
+const ENVD_TOKEN_INVALID = deny('envd_token_invalid');
+
+/**
+ * What a request presented for the in-sandbox daemon (E2B envd): its `X-Access-Token`, and envd's port
+ * (0 = no envd semantics: every port, envd's included, needs the traffic token).
+ */
+export interface EnvdCheck {
+  readonly token: string | undefined;
+  readonly port: number;
+}
+
+export const NO_ENVD_CHECK: EnvdCheck = { token: undefined, port: 0 };
 
 function digest(s: string): Buffer {
   return createHash('sha256').update(s).digest();
@@ -46,10 +58,14 @@ export function safeEqual(a: string, b: string): boolean {
 }
 
 /**
- * The access check for one request: who is asking (`principal`), which namespaces need a key, and the
- * traffic token the request presented (if any).
+ * The access check for one request: who is asking (`principal`), which namespaces need a key, the
+ * traffic token the request presented (if any), and its envd token.
+ *
+ * The envd token is the sandbox daemon's own credential, checked by the daemon: the edge refuses only a
+ * token that is present and wrong for a sandbox whose token the driver knows (so a wrong token never
+ * reaches the sandbox), and leaves a missing one for the daemon to judge (its `/health` needs none).
  */
-export function accessFor(principal: Principal, policy: KeyPolicy, presentedToken: string | undefined): Access {
+export function accessFor(principal: Principal, policy: KeyPolicy, presentedToken: string | undefined, envd: EnvdCheck = NO_ENVD_CHECK): Access {
   return {
     before(t: RouteTarget): Deny | undefined {
       switch (principal.kind) {
@@ -64,14 +80,19 @@ export function accessFor(principal: Principal, policy: KeyPolicy, presentedToke
           return undefined;
       }
     },
-    after(entry: RouteEntry): Deny | undefined {
+    after(entry: RouteEntry, t: RouteTarget): Deny | undefined {
       // An id names no namespace up front: the tenant check happens here, answering as for a missing sandbox.
       if (principal.kind === 'team' && entry.namespace !== principal.team) return NOT_FOUND;
       if (principal.kind === 'anonymous' && policy.namespaces.has(entry.namespace)) return NOT_FOUND;
       const want = entry.accessToken;
-      if (want === undefined) return undefined;
-      if (presentedToken === undefined) return TOKEN_REQUIRED;
-      return safeEqual(presentedToken, want) ? undefined : TOKEN_INVALID;
+      // The envd port answers to envd's own token (E2B's model: the traffic token guards user ports).
+      if (want !== undefined && t.port !== envd.port) {
+        if (presentedToken === undefined) return TOKEN_REQUIRED;
+        if (!safeEqual(presentedToken, want)) return TOKEN_INVALID;
+      }
+      const envdWant = entry.envdAccessToken;
+      if (envdWant !== undefined && envd.token !== undefined && t.port === envd.port && !safeEqual(envd.token, envdWant)) return ENVD_TOKEN_INVALID;
+      return undefined;
     },
   };
 }

@@ -1,3 +1,4 @@
+import { e2bStatus, E2B_PAUSED_MESSAGE, isE2bAddressed } from './e2b-answers.js';
 import { ERROR_CODES, type ErrorCode } from './errors.js';
 import { parseRoute, type RouteOptions, type RouteRequest, type RouteTarget } from './route-key.js';
 import type { PublicPhase, PublicStatus } from './sandbox.js';
@@ -25,6 +26,8 @@ export interface RouteEntry {
   readonly relayOwner: string | undefined;
   /** The traffic token requests must present (constant-time compared); undefined = none required. */
   readonly accessToken: string | undefined;
+  /** The in-sandbox daemon's token, when the driver knows it (checked at the edge if presented). */
+  readonly envdAccessToken: string | undefined;
 }
 
 export interface RouteTable {
@@ -79,6 +82,8 @@ const RETRY_AFTER_SECONDS = 1;
 const GATEWAY_NOT_READY: Deny = deny('gateway_not_ready', undefined, undefined, RETRY_AFTER_SECONDS);
 /** The one answer for a sandbox that does not exist — or that the caller may not know exists. */
 export const NOT_FOUND: Deny = deny('sandbox_not_found');
+const NOT_FOUND_E2B: Deny = { ...NOT_FOUND, status: 502 };
+const GATEWAY_NOT_READY_E2B: Deny = { ...GATEWAY_NOT_READY, status: 429 };
 const NO_ROUTE: Deny = deny('invalid_route', 'The request names no sandbox: use a sandbox host, the x-sandbox-* headers or the E2B headers');
 
 export function deny(code: ErrorCode, message?: string, entry?: RouteEntry, retryAfter?: number, waitable = false): Deny {
@@ -105,8 +110,27 @@ function lookup(table: RouteTable, t: RouteTarget): RouteEntry | undefined {
   return t.id !== undefined ? table.getById(t.id) : table.get(t.namespace!, t.name!);
 }
 
+/**
+ * A denial as the client that named `t` must read it: E2B-addressed requests get the statuses the E2B
+ * SDK understands (domain/e2b-answers.ts). The missing-sandbox answer stays one constant object, so
+ * another tenant's sandbox still reads exactly like a missing one.
+ */
+export function answerFor(t: RouteTarget, d: Deny): Deny {
+  if (!isE2bAddressed(t)) return d;
+  const status = e2bStatus(d.code);
+  if (status === undefined || status === d.status) return d;
+  if (d === NOT_FOUND) return NOT_FOUND_E2B;
+  if (d === GATEWAY_NOT_READY) return GATEWAY_NOT_READY_E2B;
+  return { ...d, status, message: d.code === 'sandbox_paused' ? E2B_PAUSED_MESSAGE : d.message };
+}
+
 /** Decides for an already-parsed target. */
-export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access): Decision {
+export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access, e2bAnswers = true): Decision {
+  const d = decideFor(table, t, access);
+  return d.allow || !e2bAnswers ? d : answerFor(t, d);
+}
+
+function decideFor(table: RouteTable, t: RouteTarget, access?: Access): Decision {
   if (access !== undefined) {
     const refused = access.before(t);
     if (refused !== undefined) return refused;
@@ -140,9 +164,10 @@ export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access)
 
 /** Parses the route and decides. Never throws for any input. */
 export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest, access?: Access): Decision {
-  if (!table.synced) return GATEWAY_NOT_READY;
   const t = parseRoute(req, opts);
+  const e2bAnswers = opts.e2bAnswers !== false;
+  if (!table.synced) return typeof t === 'object' && e2bAnswers ? answerFor(t, GATEWAY_NOT_READY) : GATEWAY_NOT_READY;
   if (t === undefined) return NO_ROUTE;
   if (typeof t === 'string') return deny('invalid_route', t);
-  return decideTarget(table, t, access);
+  return decideTarget(table, t, access, e2bAnswers);
 }

@@ -10,6 +10,7 @@ export const ERROR_CODES = {
   api_key_invalid: { status: 401, message: 'The API key is unknown or revoked' },
   token_required: { status: 401, message: 'This sandbox requires a traffic access token' },
   token_invalid: { status: 401, message: 'The traffic access token is wrong' },
+  envd_token_invalid: { status: 401, message: "The X-Access-Token does not match this sandbox's envd access token" },
   port_not_allowed: { status: 403, message: 'The sandbox does not expose this port' },
   sandbox_not_found: { status: 404, message: 'No such sandbox' },
   sandbox_paused: { status: 409, message: 'The sandbox is paused' },

@@ -29,6 +29,8 @@ export interface RouteOptions {
   readonly defaultPort: number;
   /** Path routing `/<prefix>/<namespace>/<name>/<port>/<rest>`; empty string turns it off. */
   readonly pathPrefix: string;
+  /** Answer E2B-addressed requests with the statuses the E2B SDK reads (domain/e2b-answers.ts). Default true. */
+  readonly e2bAnswers?: boolean;
 }
 
 /** Lower-case header name → value. Doors join repeated headers with "," (as Envoy's ext_authz map does). */

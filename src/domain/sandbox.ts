@@ -53,10 +53,17 @@ export interface BackendSnapshot {
   /** Epoch milliseconds after which the sandbox is expired (agent-sandbox spec.shutdownTime). */
   readonly shutdownTime?: number | undefined;
   /**
-   * Traffic auth: the token requests must present (OpenKruise's `agents.kruise.io/runtime-access-token`),
-   * or `derived` to require HMAC(secret, sandbox id) (the gateway's `--traffic-token-secret`).
+   * Traffic auth: the gateway's token for this sandbox's ports (E2B's `e2b-traffic-access-token`), or
+   * `derived` to require HMAC(secret, sandbox id) (the gateway's `--traffic-token-secret`). Checked, then
+   * stripped: the sandbox never sees it.
    */
   readonly accessToken?: string | { readonly derived: true } | undefined;
+  /**
+   * The in-sandbox daemon's own token (E2B envd's `X-Access-Token`; OpenKruise's
+   * `agents.kruise.io/runtime-access-token`). When known, a request to the envd port carrying a different
+   * one is refused at the edge; the header is forwarded either way, because envd checks it itself.
+   */
+  readonly envdAccessToken?: string | undefined;
   /** Resume this sandbox when traffic arrives while it is paused (overrides `--auto-resume`). */
   readonly resumeOnTraffic?: boolean | undefined;
   /** Template revision the backend wants, and the one the running instance has (OpenKruise). */

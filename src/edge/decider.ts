@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
-import { decide, deny, type Access, type Decision, type Deny } from '../domain/decide.js';
-import type { RouteOptions, RouteRequest } from '../domain/route-key.js';
+import { answerFor, decide, deny, type Access, type Decision, type Deny } from '../domain/decide.js';
+import { parseRoute, type RouteOptions, type RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Logger } from '../observability/logger.js';
 import type { Door, GatewayMetrics, WaitOutcomeLabel } from '../observability/metrics.js';
@@ -17,6 +17,13 @@ export interface RequestAuth {
   readonly policy: KeyPolicy;
   /** Headers that may carry a sandbox's traffic token, in order. */
   readonly tokenHeaders: readonly string[];
+  /**
+   * The header carrying the in-sandbox daemon's token (E2B `x-access-token`). Empty turns envd semantics
+   * off: no edge check, and the envd port needs the traffic token like any other.
+   */
+  readonly envdTokenHeader: string;
+  /** The port the in-sandbox daemon listens on (E2B envd: 49983). */
+  readonly envdPort: number;
 }
 
 /**
@@ -44,9 +51,10 @@ export class Decider {
       token = req.headers[h];
       if (token !== undefined) break;
     }
+    const envdToken = a.envdTokenHeader === '' ? undefined : req.headers[a.envdTokenHeader];
     if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0) return undefined;
     const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(req.headers[a.apiKeyHeader]);
-    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token);
+    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, { token: envdToken, port: a.envdTokenHeader === '' ? 0 : a.envdPort });
   }
 
   /** Decides at once. When `shouldWait(d)`, the door calls wait() and answers with its result instead. */
@@ -158,8 +166,20 @@ export class Decider {
       d = resumeFailed(`still paused after ${this.readinessWaitMs} ms`);
     }
     this.metrics.wait(outcome);
+    // Denials made here (busy, resume failed) read to an E2B client as the ones decide() makes.
+    if (!d.allow) d = this.answer(req, d);
     this.settle(door, d, req, undefined);
     return d;
+  }
+
+  /**
+   * A denial made after decide() (waiting, or by a door reaching the sandbox: relay busy, …) as the
+   * client must read it: E2B-addressed requests get the E2B SDK's statuses (domain/e2b-answers.ts).
+   */
+  answer(req: RouteRequest, d: Deny): Deny {
+    if (this.route.e2bAnswers === false) return d;
+    const t = parseRoute(req, this.route);
+    return typeof t === 'object' ? answerFor(t, d) : d;
   }
 
   private settle(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {

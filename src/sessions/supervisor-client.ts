@@ -50,6 +50,12 @@ export interface SupervisorClientOptions {
 }
 
 export interface RelayClientOptions {
+  /**
+   * The loopback address relayed streams are dialled on (default 127.0.0.1). Only a loopback address is
+   * accepted: a supervisor reaches its own sandbox, never another host. Lets one machine run several
+   * sandboxes' daemons on the same port (envd's 49983) on distinct 127.0.0.0/8 addresses.
+   */
+  readonly host?: string;
   /** Ports the gateway may reach; default any. */
   readonly allowPorts?: readonly number[];
   /** Connecting to a port; past it the stream is refused with `timeout`. Default 10000. */
@@ -62,6 +68,13 @@ export interface RelayClientOptions {
 
 /** The relay host: only ever this sandbox's own loopback. */
 const RELAY_HOST = '127.0.0.1';
+/** 127.0.0.0/8 or ::1, written as an address (never a name a resolver could point elsewhere). */
+function isLoopback(host: string): boolean {
+  if (host === '::1') return true;
+  const m = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(host);
+  return m !== null && m.slice(1).every((o) => Number(o) <= 255);
+}
+
 /** DATA size when the gateway does not say how large a frame it accepts. */
 const FALLBACK_FRAME_BYTES = 16 * 1024;
 
@@ -119,6 +132,7 @@ export class SupervisorClient extends EventEmitter {
   private readonly random: () => number;
   private readonly backoff: { readonly initialMs: number; readonly maxMs: number };
   private readonly allowPorts: ReadonlySet<number> | undefined;
+  private readonly relayHost: string;
   /** The current session's relay streams (undefined between sessions). */
   relay: RelayMux | undefined;
 
@@ -130,6 +144,9 @@ export class SupervisorClient extends EventEmitter {
     this.now = opts.now ?? Date.now;
     this.backoff = opts.backoff ?? { initialMs: 100, maxMs: 10_000 };
     this.allowPorts = opts.relay === false || opts.relay?.allowPorts === undefined ? undefined : new Set(opts.relay.allowPorts);
+    const host = opts.relay === false ? undefined : opts.relay?.host;
+    if (host !== undefined && !isLoopback(host)) throw new TypeError(`relay host ${JSON.stringify(host)} is not a loopback address`);
+    this.relayHost = host ?? RELAY_HOST;
   }
 
   start(): this {
@@ -271,7 +288,7 @@ export class SupervisorClient extends EventEmitter {
     const relay = this.opts.relay === false ? undefined : this.opts.relay;
     if (this.allowPorts !== undefined && !this.allowPorts.has(s.port)) return s.refuse(OPEN_FAIL.notAllowed);
     if ((this.relay?.size ?? 0) > (relay?.maxStreams ?? 1024)) return s.refuse(OPEN_FAIL.busy);
-    const sock = connect({ host: RELAY_HOST, port: s.port, noDelay: true, allowHalfOpen: true });
+    const sock = connect({ host: this.relayHost, port: s.port, noDelay: true, allowHalfOpen: true });
     let connected = false;
     const timer = setTimeout(() => {
       sock.destroy();

@@ -165,7 +165,7 @@ export class SandboxView implements RouteTable {
     return this.entries.size;
   }
 
-  /** Sandboxes that require a traffic token (when none do and no key store is set, requests skip the access check). */
+  /** Sandboxes with a traffic or envd token (when none has and no key store is set, requests skip the access check). */
   get tokenSandboxes(): number {
     return this.tokenCount;
   }
@@ -357,6 +357,7 @@ export class SandboxView implements RouteTable {
       ports: s.ports === undefined ? undefined : new Set(s.ports),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
       accessToken: accessTokenOf(s, claims.length === inUse.length ? NONE : claims.filter((id) => !inUse.includes(id)), this.opts.deriveToken),
+      envdAccessToken: s.envdAccessToken,
       snapshot: s,
       presence,
       driver,
@@ -364,8 +365,8 @@ export class SandboxView implements RouteTable {
       idClaims: claims.length === 0 ? NONE : claims,
       refusedIds,
     };
-    if (held?.accessToken !== undefined) this.tokenCount--;
-    if (entry.accessToken !== undefined) this.tokenCount++;
+    if (held !== undefined && (held.accessToken !== undefined || held.envdAccessToken !== undefined)) this.tokenCount--;
+    if (entry.accessToken !== undefined || entry.envdAccessToken !== undefined) this.tokenCount++;
     this.countRefusals(held, -1);
     this.countRefusals(entry, 1);
     this.entries.set(key, entry);
@@ -402,7 +403,7 @@ export class SandboxView implements RouteTable {
 
   private remove(key: string, held: ViewEntry): void {
     this.entries.delete(key);
-    if (held.accessToken !== undefined) this.tokenCount--;
+    if (held.accessToken !== undefined || held.envdAccessToken !== undefined) this.tokenCount--;
     this.expiring.delete(key);
     this.countRefusals(held, -1);
     const others = held.idClaims.length > 0 ? this.ids.update({ key, namespace: held.namespace, name: held.name, createdAt: held.snapshot.createdAt }, held.idClaims, NONE) : undefined;

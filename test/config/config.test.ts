@@ -73,6 +73,19 @@ describe('configuration', () => {
     expect(JSON.parse(redacted(c).presenceRedisOptions as string)).toEqual({ sentinelPassword: '[redacted]', sentinels: [{ host: 's1', port: 26379 }], name: 'm' });
   });
 
+  it("gives E2B's headers E2B's meaning by default, and lets each be changed", () => {
+    expect(resolveConfig()).toMatchObject({
+      trafficTokenHeaders: ['e2b-traffic-access-token'],
+      stripCredentials: ['authorization', 'x-api-key', 'e2b-traffic-access-token'],
+      envdTokenHeader: 'x-access-token',
+      envdPort: 49983,
+      e2bAnswers: true,
+    });
+    expect(resolveConfig({ argv: ['--envd-token-header=', '--no-e2b-answers'] })).toMatchObject({ envdTokenHeader: '', e2bAnswers: false });
+    rejects(() => resolveConfig({ argv: ['--envd-token-header', 'X-Access-Token'] }), /header name "X-Access-Token"/);
+    rejects(() => resolveConfig({ argv: ['--envd-port', '0'] }), /--envd-port/);
+  });
+
   it('docs/configuration.md holds the generated option table', () => {
     const doc = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
     expect(doc).toContain(configMarkdown());

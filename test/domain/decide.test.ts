@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED } from '../../src/domain/access.js';
 import { decide, NOT_FOUND } from '../../src/domain/decide.js';
 import type { RouteOptions } from '../../src/domain/route-key.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
@@ -20,12 +21,15 @@ function world() {
     snapshot({ name: 'expired', uid: 'u8', shutdownTime: 1 }),
     snapshot({ name: 'relay', uid: 'u9', sessionModel: 'none', endpoint: { kind: 'relay' } }),
     snapshot({ name: 'updating', uid: 'u10', state: 'starting', conditions: [cond('Ready', 'False', 'InplaceUpdating')] }),
+    snapshot({ name: 'envd', uid: 'u11', ids: ['sbx-envd'], sessionModel: 'none', envdAccessToken: 'envd-secret', accessToken: 'traffic' }),
   ]);
   view.setPresence('team-a', 'session', presence());
   return view;
 }
 
 const h = (name: string, port = '8000') => ({ headers: { 'x-sandbox-namespace': 'team-a', 'x-sandbox-id': name, 'x-sandbox-port': port }, host: undefined, path: undefined });
+
+const e = (id: string, port = '8000') => ({ headers: { 'e2b-sandbox-id': id, 'e2b-sandbox-port': port }, host: undefined, path: undefined });
 
 describe('decide()', () => {
   const view = world();
@@ -36,7 +40,13 @@ describe('decide()', () => {
     ['any port when no allow-list', h('any-port', '1234'), 200, 'ok'],
     ['port outside the allow-list', h('ready', '22'), 403, 'port_not_allowed'],
     ['unknown sandbox', h('nope'), 404, 'sandbox_not_found'],
-    ['unknown id', { headers: { 'e2b-sandbox-id': 'sbx-404' }, host: undefined, path: undefined }, 404, 'sandbox_not_found'],
+    // E2B-addressed requests get the statuses the E2B SDK reads (domain/e2b-answers.ts).
+    ['E2B: unknown id (headers) reads as not running', e('sbx-404'), 502, 'sandbox_not_found'],
+    ['E2B: unknown id (host) reads as not running', { headers: {}, host: '49983-sbx-404.localhost', path: '/' }, 502, 'sandbox_not_found'],
+    ['E2B: paused reads as not running', e('team-a--paused'), 502, 'sandbox_paused'],
+    ['E2B: deleting reads as not running', e('team-a--deleting'), 502, 'sandbox_gone'],
+    ['E2B: no supervisor yet is retryable', e('team-a--nosession'), 429, 'sandbox_not_ready'],
+    ['E2B: the port allow-list keeps its status', e('sbx-1', '22'), 403, 'port_not_allowed'],
     ['paused', h('paused'), 409, 'sandbox_paused'],
     ['deleting', h('deleting'), 410, 'sandbox_gone'],
     ['expired', h('expired'), 410, 'sandbox_gone'],
@@ -50,6 +60,46 @@ describe('decide()', () => {
     const d = decide(view, opts, req);
     if (d.allow) expect([200, 'ok']).toEqual([status, code]);
     else expect([d.status, d.code]).toEqual([status, code]);
+  });
+
+  it.each([
+    ['right envd token on the envd port', 'envd-secret', 49983, 'ok'],
+    ['wrong envd token on the envd port', 'not-it', 49983, 'envd_token_invalid'],
+    ['no envd token: left to envd', undefined, 49983, 'ok'],
+    ['a user port needs the traffic token, whatever the envd token', 'envd-secret', 8000, 'token_required'],
+  ] as const)('envd token at the edge: %s', (_n, token, port, code) => {
+    const d = decide(view, opts, e('sbx-envd', String(port)), accessFor(ANONYMOUS, NO_KEYS_REQUIRED, undefined, { token, port: 49983 }));
+    expect(d.allow ? 'ok' : d.code).toBe(code);
+  });
+
+  it('without envd semantics (port 0) the envd port needs the traffic token too', () => {
+    const d = decide(view, opts, e('sbx-envd', '49983'), accessFor(ANONYMOUS, NO_KEYS_REQUIRED, undefined, { token: 'envd-secret', port: 0 }));
+    expect(d.allow ? 'ok' : d.code).toBe('token_required');
+    const ok = decide(view, opts, e('sbx-envd', '8000'), accessFor(ANONYMOUS, NO_KEYS_REQUIRED, 'traffic', { token: 'not-it', port: 49983 }));
+    expect(ok.allow ? 'ok' : ok.code).toBe('ok');
+  });
+
+  it('--e2b-answers false keeps sandgate statuses for E2B-addressed requests', () => {
+    const plain = { ...opts, e2bAnswers: false };
+    const d = decide(view, plain, e('sbx-404'));
+    expect([!d.allow && d.status, !d.allow && d.code]).toEqual([404, 'sandbox_not_found']);
+    expect(d).toBe(NOT_FOUND);
+    const p = decide(view, plain, e('team-a--paused'));
+    expect([!p.allow && p.status, !p.allow && p.message]).toEqual([409, 'The sandbox is paused']);
+  });
+
+  it('E2B paused answer tells the SDK user how to resume', () => {
+    const d = decide(view, opts, e('team-a--paused'));
+    expect(!d.allow && d.message).toContain('Sandbox.connect()');
+  });
+
+  it('an unsynced gateway is retryable for an E2B client and 503 for others', () => {
+    const cold = new SandboxView();
+    cold.registerDriver('d');
+    const a = decide(cold, opts, e('sbx-1'));
+    const b = decide(cold, opts, h('ready'));
+    expect([!a.allow && a.status, !a.allow && a.code]).toEqual([429, 'gateway_not_ready']);
+    expect([!b.allow && b.status, !b.allow && b.code]).toEqual([503, 'gateway_not_ready']);
   });
 
   it('allow carries the upstream from the view, IPv6 bracketed', () => {

@@ -61,6 +61,11 @@ describe('sandboxes file format', () => {
     expect(s).toMatchObject({ state: 'ready', sessionModel: 'required', endpoint: { kind: 'relay' }, ports: undefined });
   });
 
+  it('reads envdAccessToken (the in-sandbox daemon\'s token) apart from accessToken (the traffic token)', () => {
+    const [s] = parseSandboxesFile('sandboxes:\n  - {namespace: a, name: b, accessToken: t1, envdAccessToken: e1}');
+    expect(s).toMatchObject({ accessToken: 't1', envdAccessToken: 'e1' });
+  });
+
   it.each([
     ['not a list', 'sandboxes: 3', /top-level "sandboxes" list/],
     ['unknown key', 'sandboxes:\n  - {namespace: a, name: b, adress: 1.2.3.4}', /unknown key "adress"/],
@@ -71,6 +76,7 @@ describe('sandboxes file format', () => {
     ['duplicate', 'sandboxes:\n  - {namespace: a, name: b}\n  - {namespace: a, name: b}', /listed twice/],
     ['duplicate id', 'sandboxes:\n  - {namespace: a, name: b, id: x}\n  - {namespace: a, name: c, id: x}', /used twice/],
     ['yaml syntax', 'sandboxes: [', /does not parse/],
+    ['empty envd token', 'sandboxes:\n  - {namespace: a, name: b, envdAccessToken: ""}', /envdAccessToken must not be empty/],
   ])('rejects %s with sandboxes_file_invalid', (_n, text, pattern) => {
     let caught: unknown;
     try {

@@ -256,6 +256,7 @@ describe('sandbox codec', () => {
       shutdownTime: Date.parse('2030-06-01T12:00:00.5Z'),
       revision: { desired: 'r2', current: 'r1' },
       createdAt: Date.parse('2030-01-01T00:00:00.125Z'),
+      envdAccessToken: 'envd-token-1',
     };
     expect(snapshotFromWire(snapshotToWire(s))).toEqual(s);
     for (const endpoint of [{ kind: 'relay' }, { kind: 'address', addresses: ['fd00::7', '10.0.0.7'] }] as const) {

@@ -122,7 +122,7 @@ describe('tenancy and traffic auth', () => {
       case 'revoked key':
         return { 'x-api-key': keys.revoked! };
       case 'wrong token':
-        return { 'x-api-key': keys['team-a']!, 'x-access-token': 'not-the-token' };
+        return { 'x-api-key': keys['team-a']!, 'e2b-traffic-access-token': 'not-the-token' };
       case 'right token':
         return { 'x-api-key': keys['team-a']!, 'e2b-traffic-access-token': TOKEN };
       case 'no token':
@@ -160,14 +160,16 @@ describe('tenancy and traffic auth', () => {
     }
   }
 
-  it('credentials never reach the sandbox (proxy) and are removed by the Envoy doors', async () => {
+  it('gateway credentials never reach the sandbox (proxy) and are removed by the Envoy doors; the envd token is forwarded', async () => {
     seen = [];
-    const r = await viaProxy(t.gw.proxyPort!, { host: host('team-a', 'locked'), headers: { 'x-api-key': keys['team-a']!, 'x-access-token': TOKEN, authorization: 'Bearer abc' } });
+    const sent = { 'x-api-key': keys['team-a']!, 'e2b-traffic-access-token': TOKEN, 'x-access-token': 'envd-token', authorization: 'Bearer abc' };
+    const r = await viaProxy(t.gw.proxyPort!, { host: host('team-a', 'locked'), headers: sent });
     expect(r.status).toBe(200);
     await text(r);
-    for (const h of ['x-api-key', 'x-access-token', 'authorization', 'e2b-traffic-access-token']) expect(seen[0]![h], h).toBeUndefined();
-    const res = await check(authz, envoyCheckRequest({ host: host('team-a', 'locked'), headers: { 'x-api-key': keys['team-a']!, 'x-access-token': TOKEN, authorization: 'Bearer abc' } }));
-    expect(res.ok_response.headers_to_remove.sort()).toEqual(['authorization', 'x-access-token', 'x-api-key']);
+    for (const h of ['x-api-key', 'authorization', 'e2b-traffic-access-token']) expect(seen[0]![h], h).toBeUndefined();
+    expect(seen[0]!['x-access-token']).toBe('envd-token');
+    const res = await check(authz, envoyCheckRequest({ host: host('team-a', 'locked'), headers: sent }));
+    expect(res.ok_response.headers_to_remove.sort()).toEqual(['authorization', 'e2b-traffic-access-token', 'x-api-key']);
   });
 
   it('never logs a key, a token or the pepper', () => {

@@ -356,6 +356,7 @@ export function contractProblems(file: string, doc: unknown): string[] {
     need(service.path_prefix === AUTHZ_PREFIX, `http_service.path_prefix must be ${AUTHZ_PREFIX}`);
     const allowed = exactPatterns(decision.allowed_headers);
     need([...ROUTING_HEADERS, 'accept'].every((h) => allowed.includes(h)), 'HTTP ext_authz must forward the route-key headers and accept');
+    need(['x-api-key', 'e2b-traffic-access-token', 'x-access-token'].every((h) => allowed.includes(h)), 'HTTP ext_authz must forward the credentials sandgate checks');
     const upstream = exactPatterns(obj(service.authorization_response).allowed_upstream_headers);
     need(GATEWAY_HEADERS.every((h) => upstream.includes(h)), 'HTTP ext_authz must copy sandgate’s headers onto the request');
   } else {

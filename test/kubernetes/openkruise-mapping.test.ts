@@ -146,6 +146,15 @@ describe('mapOpenKruiseSandbox', () => {
     expect(view.get('team-b', 'evil')!.refusedIds).toEqual(['e2b-4hq8w2', `${owner.metadata.namespace}--${owner.metadata.name}`]);
   });
 
+  it('reads agents.kruise.io/runtime-access-token as envd\'s token, not as a traffic token', () => {
+    const o = fixture(FIXTURES, 'running');
+    o.metadata.annotations = { 'agents.kruise.io/runtime-access-token': 'rt-token' };
+    const s = mapOpenKruiseSandbox(o, OPTS)!;
+    expect([s.envdAccessToken, s.accessToken]).toEqual(['rt-token', undefined]);
+    o.metadata.annotations = { 'agents.kruise.io/runtime-access-token': 'rt-token', 'sandgate.dev/access-token': 'derived' };
+    expect(mapOpenKruiseSandbox(o, OPTS)!.accessToken).toEqual({ derived: true });
+  });
+
   it('does not add the legacy <namespace>--<name> id (the view resolves it)', () => {
     expect(mapOpenKruiseSandbox(fixture(FIXTURES, 'pending'), OPTS)!.ids).toEqual([]);
   });

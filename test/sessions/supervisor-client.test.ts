@@ -31,6 +31,12 @@ function once<T>(c: SupervisorClient, event: string): Promise<T> {
 }
 
 describe('reference supervisor client', () => {
+  it('relays only to a loopback address', () => {
+    const make = (host: string) => () => new SupervisorClient({ gateway: 'ws://127.0.0.1:1', token: 't', namespace: 'team-a', name: 'web', instanceId: 'i', relay: { host } });
+    for (const bad of ['10.0.0.1', 'localhost', 'example.com', '127.0.0.256', '::ffff:10.0.0.1', '']) expect(make(bad), bad).toThrow(/not a loopback address/);
+    for (const good of ['127.0.0.1', '127.64.3.9', '::1']) expect(make(good), good).not.toThrow();
+  });
+
   it('builds the endpoint URL and bounded full-jitter backoff', () => {
     expect(supervisorUrl('ws://gw:8081')).toBe('ws://gw:8081/v1/supervisor');
     expect(supervisorUrl('wss://gw/custom')).toBe('wss://gw/custom');

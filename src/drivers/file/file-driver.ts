@@ -20,6 +20,7 @@ import type { Driver, DriverSink } from '../driver.js';
  *       state: ready           # starting | ready | paused | failed | deleting
  *       supervisor: none       # required (default) | none
  *       accessToken: s3cret    # optional traffic token requests must present; `derived` = HMAC(secret, id)
+ *       envdAccessToken: t0k   # optional: the in-sandbox daemon's token (E2B X-Access-Token), checked if presented
  *       resume: on-traffic     # optional: resume when traffic arrives while paused | manual
  */
 
@@ -39,7 +40,7 @@ const READY_BY_STATE: Readonly<Record<BackendState, Omit<Condition, 'type'>>> = 
   deleting: { status: 'False', reason: 'Deleting', message: 'The sandbox is being deleted' },
 };
 
-const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'resume']);
+const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume']);
 
 /** A parsed entry, before it gets a uid and a resourceVersion. */
 export type FileSandbox = Omit<BackendSnapshot, 'uid' | 'resourceVersion'>;
@@ -101,12 +102,15 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
   }
   const token = str('accessToken', false);
   if (token !== undefined && token.length === 0) throw fail(`${at}.accessToken must not be empty`);
+  const envdToken = str('envdAccessToken', false);
+  if (envdToken !== undefined && envdToken.length === 0) throw fail(`${at}.envdAccessToken must not be empty`);
   const resume = str('resume', false);
   if (resume !== undefined && resume !== 'on-traffic' && resume !== 'manual') throw fail(`${at}.resume must be on-traffic or manual`);
   return {
     namespace,
     name,
     accessToken: token === 'derived' ? { derived: true } : token,
+    envdAccessToken: envdToken,
     resumeOnTraffic: resume === undefined ? undefined : resume === 'on-traffic',
     instanceId: str('instanceId', false) ?? `${namespace}/${name}`,
     ids,

@@ -117,6 +117,7 @@ export interface WireSandbox {
   readonly shutdown_time?: WireTimestamp | null;
   readonly revision?: { readonly desired?: string; readonly current?: string } | null;
   readonly created_at?: WireTimestamp | null;
+  readonly envd_access_token?: string;
 }
 
 export interface WireDeleted {

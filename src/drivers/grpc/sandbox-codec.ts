@@ -206,6 +206,7 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     shutdownTime: o.shutdown_time === undefined || o.shutdown_time === null ? undefined : timestampMs(o.shutdown_time, at + 'shutdown_time'),
     revision,
     createdAt: o.created_at === undefined || o.created_at === null ? undefined : timestampMs(o.created_at, at + 'created_at'),
+    envdAccessToken: text(o, 'envd_access_token', at, LIMITS.idLength, false) || undefined,
   };
 }
 
@@ -255,6 +256,7 @@ export function snapshotToWire(s: BackendSnapshot): WireSandbox {
     shutdown_time: s.shutdownTime === undefined ? undefined : msToTimestamp(s.shutdownTime),
     revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },
     created_at: s.createdAt === undefined ? undefined : msToTimestamp(s.createdAt),
+    envd_access_token: s.envdAccessToken ?? '',
   };
 }
 

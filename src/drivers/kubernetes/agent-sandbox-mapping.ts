@@ -98,6 +98,7 @@ export function mapAgentSandbox(obj: unknown, opts: MapOptions): BackendSnapshot
     sessionModel: ann.sessionModel,
     ports: ann.ports,
     accessToken: ann.accessToken,
+    envdAccessToken: ann.envdAccessToken,
     resumeOnTraffic: ann.resumeOnTraffic,
     shutdownTime: readTime(spec?.shutdownTime),
   };

@@ -117,6 +117,7 @@ export function mapOpenKruiseSandbox(obj: unknown, opts: MapOptions): BackendSna
     sessionModel: ann.sessionModel,
     ports: ann.ports,
     accessToken: ann.accessToken,
+    envdAccessToken: ann.envdAccessToken,
     resumeOnTraffic: ann.resumeOnTraffic,
     shutdownTime: readTime(spec?.shutdownTime),
     // Revisions repeat across every sandbox of a template: one copy each.

@@ -159,6 +159,8 @@ export interface Annotated {
   readonly ports: readonly number[] | undefined;
   readonly id: string | undefined;
   readonly accessToken: string | { readonly derived: true } | undefined;
+  /** OpenKruise's runtime (envd) token: the in-sandbox daemon's own credential, not the gateway's. */
+  readonly envdAccessToken: string | undefined;
   readonly resumeOnTraffic: boolean | undefined;
 }
 
@@ -196,7 +198,7 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   }
   let accessToken: Annotated['accessToken'];
   const runtimeToken = a?.[ANNOTATION_RUNTIME_TOKEN];
-  if (typeof runtimeToken === 'string' && runtimeToken !== '') accessToken = runtimeToken;
+  const envdAccessToken = typeof runtimeToken === 'string' && runtimeToken !== '' ? runtimeToken : undefined;
   const tokenMode = a?.[ANNOTATION_ACCESS_TOKEN];
   if (tokenMode !== undefined) {
     if (tokenMode === 'derived') accessToken = { derived: true };
@@ -208,5 +210,5 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
     if (resume === 'true' || resume === 'false') resumeOnTraffic = resume === 'true';
     else opts.onWarning?.(`${where}: annotation ${ANNOTATION_RESUME}=${JSON.stringify(resume)} is not "true" or "false"; ignored`);
   }
-  return { sessionModel, ports, id: extraId, accessToken, resumeOnTraffic };
+  return { sessionModel, ports, id: extraId, accessToken, envdAccessToken, resumeOnTraffic };
 }

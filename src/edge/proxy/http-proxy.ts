@@ -122,7 +122,7 @@ export class EmbeddedProxy {
 
   private refuse(res: ServerResponse, d: Deny, route: RouteRequest): void {
     if (res.headersSent || res.destroyed) return;
-    const r = renderDenial(d, route.headers.accept);
+    const r = renderDenial(this.decider.answer(route, d), route.headers.accept);
     for (const [k, v] of r.headers) res.setHeader(k, v);
     res.writeHead(r.status).end(r.body);
   }
