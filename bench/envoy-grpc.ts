@@ -1,4 +1,4 @@
-import { alternate, compareCost, compareRate, costData, costNotes, costRows, costTarget, pairsFor } from './lib/cost.js';
+import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, pairsFor } from './lib/cost.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import type { GrpcKind } from './lib/grpc-load-worker.js';
 import { warmUp } from './lib/interleave.js';
@@ -42,6 +42,7 @@ export const envoyGrpc: Section = {
     const notes: string[] = [];
     const targets: TargetResult[] = [];
     const data: Record<string, unknown> = {};
+    notes.push(await idleNote('Check and Process', RATE, { sandgate: gw, 'bare grpc-js': bare }, ctx.quick ? 1000 : 3000));
     for (const { kind, label } of KINDS) {
       const at = (tgt: Target, inFlight: number, rate?: number) => (w: Timing) =>
         measured(tgt, w, () => load.run({ target: tgt.grpcTarget, kind, inFlight, ...w, sandboxes: SANDBOXES, rate }));

@@ -1,4 +1,4 @@
-import { alternate, compareCost, compareRate, costData, costNotes, costRows, costTarget, pairsFor } from './lib/cost.js';
+import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, pairsFor } from './lib/cost.js';
 import { httpLoad } from './lib/http-load.js';
 import { warmUp } from './lib/interleave.js';
 import { loadRows, measured, paired, runData, runProblems } from './lib/measure.js';
@@ -41,6 +41,7 @@ export const httpAuthz: Section = {
 
     ctx.log('http authz: warming both up');
     await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
+    notes.push(await idleNote(`@ ${JUDGED_AT} conn`, RATE, { sandgate: gw, 'bare http': bare }, ctx.quick ? 1000 : 3000));
     ctx.log(`http authz: CPU per request at ${RATE} req/s, ${pairs} pairs`);
     const cost = compareCost(RATE, await alternate(pairs, tCost, at(gw, JUDGED_AT, RATE), at(bare, JUDGED_AT, RATE)), { a: 'sandgate', b: 'bare http' });
     ctx.log(`http authz: req/s at the limit @ ${JUDGED_AT} connections, ${pairs} pairs`);

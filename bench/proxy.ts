@@ -1,6 +1,6 @@
 import { splitCpus } from './lib/cpu-pin.js';
 import { httpLoad, type HttpRequestSpec } from './lib/http-load.js';
-import { alternate, compareCost, cpuPerRequest, compareRate, costData, costNotes, costRows, costTarget, pairsFor, type CostComparison, type RateComparison } from './lib/cost.js';
+import { alternate, compareCost, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, pairsFor, type CostComparison, type RateComparison } from './lib/cost.js';
 import { interleaved, warmUp, type Arm } from './lib/interleave.js';
 import { loopbackHost, probe, proxyRequests, UPSTREAM_BODY, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
 import { measured, round2, runData, runProblems, SATURATED_CORES, type Measured } from './lib/measure.js';
@@ -190,6 +190,7 @@ export const proxy: Section = {
     try {
       ctx.log('proxy: warming every arm up');
       await warmUp(armsAt(JUDGED_AT), ctx.quick ? 1500 : 4000);
+      notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gw, forwarder: started.forwarder }, ctx.quick ? 1000 : 3000));
       for (const c of CONNECTIONS) {
         ctx.log(`proxy: embedded proxy vs forwarder @ ${c} connections, CPU per request at ${RATE} req/s and req/s at the limit, ${pairs} pairs each`);
         const cost: CostComparison = compareCost(RATE, await alternate(pairs, tCost, proxyArm('sandgate', c, RATE), proxyArm('forwarder', c, RATE)), { a: 'embedded proxy', b: 'forwarder' });

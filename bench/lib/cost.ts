@@ -1,7 +1,9 @@
 import type { Arm } from './interleave.js';
 import { round2, runData, type Measured } from './measure.js';
 import { row, target, type JudgedFigure, type Row, type TargetResult } from './report.js';
+import { sleep } from './processes.js';
 import type { BenchContext, Timing } from './section.js';
+import type { Target } from './targets.js';
 
 /**
  * Cost, not just rate. A req/s ratio between two servers on a shared 2-core machine moves ±15 % from run
@@ -35,6 +37,22 @@ export function spread(values: readonly number[]): Spread {
   if (n === 0) return { median: Number.NaN, min: Number.NaN, max: Number.NaN, values };
   const median = n % 2 === 1 ? sorted[(n - 1) / 2]! : (sorted[n / 2 - 1]! + sorted[n / 2]!) / 2;
   return { median, min: sorted[0]!, max: sorted[n - 1]!, values };
+}
+
+/**
+ * A note on what each process spends with no load at all (timers, monitors, runtime threads), measured over
+ * `ms` before the trials: at a fixed offered rate it is part of every request's figure, `cores × 1e6 ÷ rate`
+ * µs of it, and a gateway does more of it than a bare server.
+ */
+export async function idleNote(label: string, rate: number, processes: Readonly<Record<string, Target>>, ms: number): Promise<string> {
+  const before = await Promise.all(Object.values(processes).map((p) => p.cpuMicros()));
+  await sleep(ms);
+  const after = await Promise.all(Object.values(processes).map((p) => p.cpuMicros()));
+  const parts = Object.keys(processes).map((name, k) => {
+    const cores = (after[k]! - before[k]!) / 1000 / ms;
+    return `${name} ${cores.toFixed(4)} cores (${((cores * 1e6) / rate).toFixed(2)} µs per request at ${rate.toLocaleString('en-US')} req/s)`;
+  });
+  return `${label}: CPU with no load, over ${ms / 1000} s before the trials: ${parts.join(', ')}`;
 }
 
 /** Runs A then B, `pairs` times over; trial k of A and trial k of B are pair k. */
