@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { churn } from './churn.js';
@@ -6,7 +6,7 @@ import { envoyGrpc } from './envoy-grpc.js';
 import { httpAuthz } from './http-authz.js';
 import { machineFacts, ROOT } from './lib/machine.js';
 import { ProcessGroup } from './lib/processes.js';
-import { runMarkdown, sectionMarkdown, targetLines, type RunResult, type SectionResult } from './lib/report.js';
+import { agreementLines, runMarkdown, sectionMarkdown, skippedLines, targetLines, type RunResult, type SectionResult } from './lib/report.js';
 import type { BenchContext, Section } from './lib/section.js';
 import type { GrpcClientKind } from './lib/grpc-load-worker.js';
 import { proxy } from './proxy.js';
@@ -16,9 +16,11 @@ import { sessions } from './sessions.js';
 import { workers } from './workers.js';
 
 /**
- * `npm run bench [-- --quick] [-- --only id,id] [-- --cpu-prof] [-- --load-procs N]`: runs every section in
- * order, each against servers in their own processes on loopback, then writes bench/results/<date>.json,
- * prints the tables and the PASS/FAIL lines, and (when every section ran) regenerates BENCHMARKS.md.
+ * `npm run bench [-- --quick] [-- --only id,id] [-- --cpu-prof] [-- --load-procs N] [-- --install-missing]`:
+ * runs every section in order, each against servers in their own processes on loopback, prints the tables,
+ * the PASS/FAIL lines and what was skipped. A full run of every section is the canonical one: it replaces
+ * bench/results/latest.json (and every older result there) and regenerates BENCHMARKS.md. A --quick or
+ * --only run is kept in bench/results/runs/ (not committed) and compared with latest.json.
  *
  * A section is one module exporting a Section; adding one is that module plus one line below.
  */
@@ -40,9 +42,13 @@ interface Args {
   readonly cpuProf: boolean;
   readonly loadProcesses: number;
   readonly grpcClient: GrpcClientKind;
+  readonly installMissing: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--cpu-prof] [--load-procs N] [--grpc-client grpc-js|h2]`;
+const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--cpu-prof] [--load-procs N] [--grpc-client grpc-js|h2] [--install-missing]`;
+
+/** The canonical result, written only by a full run of every section. */
+const LATEST = 'latest.json';
 
 function parseArgs(argv: readonly string[]): Args {
   let quick = false;
@@ -50,10 +56,12 @@ function parseArgs(argv: readonly string[]): Args {
   let cpuProf = false;
   let loadProcesses = 1;
   let grpcClient: GrpcClientKind = 'h2';
+  let installMissing = false;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === '--quick') quick = true;
     else if (a === '--cpu-prof') cpuProf = true;
+    else if (a === '--install-missing') installMissing = true;
     else if (a === '--only' && argv[i + 1] !== undefined) only = argv[++i]!.split(',');
     else if (a === '--load-procs' && /^[1-8]$/.test(argv[i + 1] ?? '')) loadProcesses = Number(argv[++i]);
     else if (a === '--grpc-client' && (argv[i + 1] === 'grpc-js' || argv[i + 1] === 'h2')) grpcClient = argv[++i] as GrpcClientKind;
@@ -70,7 +78,7 @@ function parseArgs(argv: readonly string[]): Args {
     console.error(`bench: unknown section ${unknown.join(', ')}\n${USAGE}`);
     process.exit(2);
   }
-  return { quick, only, cpuProf, loadProcesses, grpcClient };
+  return { quick, only, cpuProf, loadProcesses, grpcClient, installMissing };
 }
 
 function stamp(d: Date): string {
@@ -108,7 +116,7 @@ async function main(): Promise<number> {
   try {
     for (const s of SECTIONS) {
       if (args.only !== undefined && !args.only.includes(s.id)) continue;
-      const r = await runSection(s, { quick: args.quick, tmp, targetOptions: { profileDir }, loadProcesses: args.loadProcesses, grpcClient: args.grpcClient, log });
+      const r = await runSection(s, { quick: args.quick, tmp, targetOptions: { profileDir }, loadProcesses: args.loadProcesses, grpcClient: args.grpcClient, installMissing: args.installMissing, log });
       sections.push(r);
       process.stdout.write(sectionMarkdown(r) + '\n');
     }
@@ -116,13 +124,32 @@ async function main(): Promise<number> {
     rmSync(tmp, { recursive: true, force: true });
   }
   const result: RunResult = { mode: args.quick ? 'quick' : 'full', machine, seconds: (performance.now() - t0) / 1000, sections };
-  mkdirSync(resultsDir, { recursive: true });
-  const jsonPath = join(resultsDir, `${stamp(started)}.json`);
-  writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
-  const markdown = runMarkdown(result);
-  if (args.only === undefined) writeFileSync(join(ROOT, 'BENCHMARKS.md'), markdown);
-  process.stdout.write(['### Targets', '', ...targetLines(sections), ''].join('\n') + '\n');
-  log(`results: ${jsonPath}${args.only === undefined ? ', BENCHMARKS.md' : ' (BENCHMARKS.md is only rewritten by a run of every section)'}`);
+  const canonical = !args.quick && args.only === undefined && sections.every((s) => s.error === undefined);
+  const latestPath = join(resultsDir, LATEST);
+  const latest = !canonical && existsSync(latestPath) ? (JSON.parse(readFileSync(latestPath, 'utf8')) as RunResult) : undefined;
+  let jsonPath: string;
+  if (canonical) {
+    // Superseded results go: the folder holds the one run BENCHMARKS.md was made from.
+    mkdirSync(resultsDir, { recursive: true });
+    for (const f of readdirSync(resultsDir)) if (f.endsWith('.json')) rmSync(join(resultsDir, f));
+    jsonPath = latestPath;
+    writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
+    writeFileSync(join(ROOT, 'BENCHMARKS.md'), runMarkdown(result));
+  } else {
+    mkdirSync(join(resultsDir, 'runs'), { recursive: true });
+    jsonPath = join(resultsDir, 'runs', `${stamp(started)}-${result.mode}.json`);
+    writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
+  }
+  const out = ['### Targets', '', ...targetLines(sections), ''];
+  const skipped = skippedLines(sections);
+  if (skipped.length > 0) out.push('### Skipped', '', ...skipped, '');
+  if (latest !== undefined) out.push(`### Against the canonical ${latest.mode} run of ${latest.machine.date} (${LATEST})`, '', ...agreementLines(sections, latest.sections), '');
+  process.stdout.write(out.join('\n') + '\n');
+  log(
+    canonical
+      ? `results: ${jsonPath}, BENCHMARKS.md`
+      : `results: ${jsonPath} (not committed; only a full run of every section without errors replaces ${LATEST} and BENCHMARKS.md)`,
+  );
   if (profileDir !== undefined) log(`CPU profiles: ${profileDir} (open in Chrome DevTools, or: node dist/bench/lib/profile-summary.js FILE)`);
   return sections.some((s) => s.error !== undefined) ? 1 : 0;
 }

@@ -256,8 +256,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const sinkFor = (d: Driver): DriverSink => {
     // Bound once: a busy driver's events must not format label sets one by one.
-    const applied = metrics.driverEvents.labels(d.id, 'applied');
-    const stale = metrics.driverEvents.labels(d.id, 'stale');
+    const applied = metrics.driverEventCounter(d.id, 'applied');
+    const stale = metrics.driverEventCounter(d.id, 'stale');
     return {
       replace(snapshots) {
         view.replace(d.id, snapshots);

@@ -33,6 +33,11 @@ export interface GrpcRunArgs {
   readonly sandboxes: number;
   /** Seed offset, so two workers do not send the same sequence. */
   readonly seed: number;
+  /**
+   * Calls per second offered, evenly paced, with at most `inFlight` open at once (a call that would exceed
+   * it is not sent, and the shortfall shows as fewer completed than offered); without it, closed loop.
+   */
+  readonly rate?: number;
 }
 
 export interface GrpcRunResult {
@@ -210,18 +215,7 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
   };
 
   const issue = session !== undefined ? h2call : a.kind === 'check' ? unary : stream;
-  await new Promise<void>((resolve) => {
-    let running = a.inFlight;
-    const drain = setTimeout(resolve, a.warmupMs + a.durationMs + DRAIN_MS);
-    const loop = (again: boolean): void => {
-      if (again) return issue(loop);
-      if (--running === 0) {
-        clearTimeout(drain);
-        resolve();
-      }
-    };
-    for (let k = 0; k < a.inFlight; k++) loop(true);
-  });
+  await (a.rate === undefined ? closedLoop(issue, a) : paced(issue, a, a.rate, t0));
   client?.close();
   session?.close();
   const cpu = cpuAtEnd ?? process.cpuUsage(cpuAtStart);
@@ -235,6 +229,59 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
     cpuCores: (cpu.user + cpu.system) / 1000 / a.durationMs,
     firstError,
   };
+}
+
+type Issue = (next: (again: boolean) => void) => void;
+
+/** `inFlight` calls open at all times until the window has passed. */
+function closedLoop(issue: Issue, a: GrpcRunArgs): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let running = a.inFlight;
+    const drain = setTimeout(resolve, a.warmupMs + a.durationMs + DRAIN_MS);
+    const loop = (again: boolean): void => {
+      if (again) return issue(loop);
+      if (--running === 0) {
+        clearTimeout(drain);
+        resolve();
+      }
+    };
+    for (let k = 0; k < a.inFlight; k++) loop(true);
+  });
+}
+
+/** `rate` calls per second, sent every millisecond as they fall due, until the window has passed. */
+function paced(issue: Issue, a: GrpcRunArgs, rate: number, t0: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const end = t0 + a.warmupMs + a.durationMs;
+    let open = 0;
+    let sent = 0;
+    let over = false;
+    const drain = setTimeout(resolve, a.warmupMs + a.durationMs + DRAIN_MS);
+    const settle = (): void => {
+      clearTimeout(drain);
+      resolve();
+    };
+    const finished = (): void => {
+      open--;
+      if (over && open === 0) settle();
+    };
+    const timer = setInterval(() => {
+      const now = performance.now();
+      if (now >= end) {
+        over = true;
+        clearInterval(timer);
+        if (open === 0) settle();
+        return;
+      }
+      const due = Math.floor(((now - t0) / 1000) * rate);
+      while (sent < due && open < a.inFlight) {
+        sent++;
+        open++;
+        issue(finished);
+      }
+      if (sent < due) sent = due;
+    }, 1);
+  });
 }
 
 exitWithParent();

@@ -15,6 +15,8 @@ export interface GrpcLoadRun {
   readonly warmupMs: number;
   readonly durationMs: number;
   readonly sandboxes: number;
+  /** Calls per second offered in all, evenly paced (split between the load processes); else closed loop. */
+  readonly rate?: number;
 }
 
 export interface LoadResult {
@@ -50,7 +52,8 @@ export class GrpcLoad {
     const shares = used.map((_, k) => Math.floor(r.inFlight / used.length) + (k < r.inFlight % used.length ? 1 : 0));
     const results = await Promise.all(
       used.map((w, k) => {
-        const args: GrpcRunArgs = { target: r.target, kind: r.kind, client: this.client, inFlight: shares[k]!, warmupMs: r.warmupMs, durationMs: r.durationMs, sandboxes: r.sandboxes, seed: k };
+        const rate = r.rate === undefined ? undefined : (r.rate * shares[k]!) / r.inFlight;
+        const args: GrpcRunArgs = { target: r.target, kind: r.kind, client: this.client, inFlight: shares[k]!, warmupMs: r.warmupMs, durationMs: r.durationMs, sandboxes: r.sandboxes, seed: k, rate };
         return w.request<GrpcRunResult>('run', args, r.warmupMs + r.durationMs + 60_000);
       }),
     );

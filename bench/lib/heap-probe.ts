@@ -8,7 +8,8 @@ import { exitWithParent, serveIpc } from './ipc.js';
  *
  * - `heap`: two full GCs, then process.memoryUsage() — heap used after GC is what "bytes per sandbox" and
  *   "bytes per session" are computed from.
- * - `cpu`: CPU time used so far (µs), so the runner can report how busy the target was during a window.
+ *
+ * CPU time is not asked here: the runner reads it from /proc (proc-stat.ts), which costs the process nothing.
  */
 
 export interface HeapFacts {
@@ -32,9 +33,6 @@ if (process.send !== undefined && !cluster.isWorker) {
         gc();
         const m = process.memoryUsage();
         return { heapUsed: m.heapUsed, heapTotal: m.heapTotal, rss: m.rss, external: m.external, arrayBuffers: m.arrayBuffers };
-      },
-      cpu(): NodeJS.CpuUsage {
-        return process.cpuUsage();
       },
     },
     false,

@@ -6,8 +6,8 @@ import { ProcessTreeTarget } from './proc-cpu.js';
 import { freePort, sleep, type ProcessGroup } from './processes.js';
 
 /**
- * nginx as the proxy a team would put in front of sandboxes without Envoy: found on the PATH, or
- * installed from the Debian package by the bench itself (bounded in time), then run in the foreground with
+ * nginx as the proxy a team would put in front of sandboxes without Envoy: found on the PATH, or, with
+ * `--install-missing` only, installed from the Debian package by the bench itself (bounded in time), then run in the foreground with
  * a generated config in a private prefix, and stopped with its section.
  */
 
@@ -64,9 +64,11 @@ async function install(log: (m: string) => void): Promise<string | undefined> {
 }
 
 /** Finds nginx, installing it when missing; `skipped` says why there is none. */
-export async function findNginx(log: (m: string) => void): Promise<NginxFound> {
+export async function findNginx(log: (m: string) => void, installMissing: boolean): Promise<NginxFound> {
   let bin = await locate();
   if (bin === undefined) {
+    // Installing a system package is the operator's call, never a side effect of a benchmark run.
+    if (!installMissing) return { skipped: 'nginx is not installed (run with --install-missing to let the bench apt-get install it)' };
     const failed = await install(log);
     if (failed !== undefined) return { skipped: failed };
     bin = await locate();

@@ -1,46 +1,12 @@
-import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
+import { processCpuMicros, readStat, type Stat } from './proc-stat.js';
 import { Target } from './targets.js';
 
 /**
- * CPU time of processes the heap probe cannot ask: programs that are not Node (nginx) and the workers a
- * gateway forks with `--workers` (the probe in the primary sees only the primary). Read from Linux's
- * /proc/<pid>/stat — utime and stime, in clock ticks — for a process and every descendant alive now.
+ * CPU time of a whole process tree — a `--workers` gateway's primary and its workers, nginx's master and
+ * workers — and of several processes measured as one tier: every process alive now, each read from /proc
+ * (proc-stat.ts).
  */
-
-let ticksPerSecond: number | undefined;
-
-function clockTicks(): number {
-  if (ticksPerSecond === undefined) {
-    let n = Number.NaN;
-    try {
-      n = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
-    } catch {
-      // getconf missing: Linux has used 100 ticks per second on every common architecture for decades.
-    }
-    ticksPerSecond = Number.isFinite(n) && n > 0 ? n : 100;
-  }
-  return ticksPerSecond;
-}
-
-interface Stat {
-  readonly ppid: number;
-  /** utime + stime, in ticks. */
-  readonly ticks: number;
-}
-
-function readStat(pid: number): Stat | undefined {
-  let text: string;
-  try {
-    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return undefined;
-  }
-  // The command name (field 2) is in parentheses and may hold spaces: count fields after the last ')'.
-  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  // f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
-  return { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) };
-}
 
 /** `root` and its descendants alive now, with their stats. */
 function processTree(root: number): Map<number, Stat> {
@@ -69,9 +35,9 @@ function processTree(root: number): Map<number, Stat> {
 
 /** CPU used so far, in microseconds, by `root` and every descendant that is still running. */
 export function processTreeCpuMicros(root: number): number {
-  let ticks = 0;
-  for (const s of processTree(root).values()) ticks += s.ticks;
-  return (ticks / clockTicks()) * 1e6;
+  let micros = 0;
+  for (const pid of processTree(root).keys()) micros += processCpuMicros(pid) ?? 0;
+  return micros;
 }
 
 /** How many processes descend from `root` now (a cluster primary's workers). */

@@ -29,10 +29,19 @@ export interface TargetResult {
   readonly target: string;
   /** What was measured, or why it was skipped. */
   readonly detail: string;
+  /** The judged figure as the median of paired trials with its spread, to compare a quick run with a full one. */
+  readonly judged?: JudgedFigure | undefined;
 }
 
-export function target(name: string, pass: boolean | undefined, detail: string): TargetResult {
-  return { verdict: pass === undefined ? 'SKIP' : pass ? 'PASS' : 'FAIL', target: name, detail };
+export interface JudgedFigure {
+  readonly median: number;
+  readonly min: number;
+  readonly max: number;
+  readonly unit: string;
+}
+
+export function target(name: string, pass: boolean | undefined, detail: string, judged?: JudgedFigure): TargetResult {
+  return { verdict: pass === undefined ? 'SKIP' : pass ? 'PASS' : 'FAIL', target: name, detail, judged };
 }
 
 export interface SectionOutput {
@@ -100,6 +109,39 @@ export function sectionMarkdown(s: SectionResult): string {
 export function targetLines(sections: readonly SectionResult[]): string[] {
   const out: string[] = [];
   for (const s of sections) for (const t of s.targets) out.push(`${t.verdict.padEnd(4)}  ${t.target}: ${t.detail}`);
+  return out;
+}
+
+/** Everything a section could not run, and why (its "skipped: …" notes and SKIP targets). */
+export function skippedLines(sections: readonly SectionResult[]): string[] {
+  const out: string[] = [];
+  for (const s of sections) {
+    if (s.error !== undefined) out.push(`- ${s.title}: the section failed: ${s.error.split('\n')[0]}`);
+    for (const n of s.notes) if (/skipped/i.test(n)) out.push(`- ${s.title}: ${n}`);
+    for (const t of s.targets) if (t.verdict === 'SKIP') out.push(`- ${t.target}: ${t.detail}`);
+  }
+  return out;
+}
+
+/**
+ * Each judged figure of this run beside the same target's in an earlier run: they agree when each median
+ * lies within the other's spread (a --quick run and a full one must).
+ */
+export function agreementLines(now: readonly SectionResult[], before: readonly SectionResult[]): string[] {
+  const earlier = new Map<string, JudgedFigure>();
+  for (const s of before) for (const t of s.targets) if (t.judged !== undefined) earlier.set(t.target, t.judged);
+  const out: string[] = [];
+  for (const s of now) {
+    for (const t of s.targets) {
+      const a = t.judged;
+      const b = earlier.get(t.target);
+      if (a === undefined || b === undefined) continue;
+      const agree = (a.median >= b.min && a.median <= b.max) || (b.median >= a.min && b.median <= a.max);
+      const f = (j: JudgedFigure): string => `${j.median.toFixed(2)} ${j.unit} (${j.min.toFixed(2)} … ${j.max.toFixed(2)})`;
+      out.push(`${agree ? 'agree ' : 'DIFFER'}  ${t.target}: now ${f(a)}, then ${f(b)}`);
+    }
+  }
+  if (out.length === 0) out.push('no judged figure in common');
   return out;
 }
 

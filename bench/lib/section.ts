@@ -19,6 +19,8 @@ export interface BenchContext {
   /** Load-generator processes for gRPC load, and the client they use. */
   readonly loadProcesses: number;
   readonly grpcClient: GrpcClientKind;
+  /** `--install-missing`: a section may install a system package it needs (nginx); else it skips and says why. */
+  readonly installMissing: boolean;
   /** Progress line on stderr. */
   log(message: string): void;
 }

@@ -2,12 +2,13 @@ import { execFileSync } from 'node:child_process';
 import { pathToFileURL } from 'node:url';
 import type { HeapFacts } from './heap-probe.js';
 import { benchScript, CLI } from './machine.js';
+import { processCpuMicros } from './proc-stat.js';
 import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
 
 /**
  * The processes under test: the gateway started from its CLI exactly as an operator starts it, and the
  * bare baselines. Every one carries the heap probe (heap-probe.ts) so the runner can ask it for heap after
- * GC and CPU time, and, with `--cpu-prof`, writes a V8 CPU profile when it exits.
+ * GC; its CPU time is read from /proc (proc-stat.ts); and, with `--cpu-prof`, writes a V8 CPU profile when it exits.
  */
 
 export interface TargetOptions {
@@ -48,10 +49,12 @@ export class Target {
     return this.child.request<HeapFacts>('heap', {}, 60_000);
   }
 
-  /** CPU time used so far, in microseconds. */
+  /** CPU time used so far by the process (every thread), in microseconds, read from /proc. */
   async cpuMicros(): Promise<number> {
-    const c = await this.child.request<NodeJS.CpuUsage>('cpu');
-    return c.user + c.system;
+    const pid = this.child.proc.pid;
+    const us = pid === undefined ? undefined : processCpuMicros(pid);
+    if (us === undefined) throw new Error(`${this.name} is not running`);
+    return us;
   }
 
   stop(): Promise<void> {

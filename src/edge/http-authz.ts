@@ -31,14 +31,16 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
   const answer = (res: ServerResponse, d: Decision, req: RouteRequest): void => {
     if (res.destroyed) return;
     if (d.allow) {
-      res.setHeader(opts.upstreamHeader, d.upstream);
+      // One flat list handed to writeHead: with no setHeader() before it, Node writes the list as it is
+      // instead of building its header map entry by entry (a measurable share of this door's own cost).
+      const head: string[] = [opts.upstreamHeader, d.upstream];
       const remove = presentHeaders(req.headers, opts.removeHeaders);
-      if (remove !== undefined) res.setHeader(ENVOY_REMOVE_HEADER, remove.join(','));
-      res.setHeader(SANDBOX_HEADER, d.entry.key);
-      if (d.target.path !== undefined) res.setHeader(PATH_HEADER, d.target.path);
-      for (const [k, v] of relayHeaders(d, opts.relaySecret)) res.setHeader(k, v);
-      res.setHeader('content-length', '0');
-      res.writeHead(200).end();
+      if (remove !== undefined) head.push(ENVOY_REMOVE_HEADER, remove.join(','));
+      head.push(SANDBOX_HEADER, d.entry.key);
+      if (d.target.path !== undefined) head.push(PATH_HEADER, d.target.path);
+      for (const [k, v] of relayHeaders(d, opts.relaySecret)) head.push(k, v);
+      head.push('content-length', '0');
+      res.writeHead(200, head).end();
       return;
     }
     const r = renderDenial(d, req.headers.accept);

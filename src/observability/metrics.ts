@@ -31,6 +31,7 @@ export class GatewayMetrics {
   private readonly latency: IndexedHistogram;
   private readonly waits: Counter<'outcome'>;
   readonly driverEvents: Counter<'driver' | 'result'>;
+  private readonly driverEventTallies: { readonly child: { inc(n: number): void }; count: number }[] = [];
   readonly driverErrors: Counter<'driver'>;
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
   readonly refusedIds: Counter<'driver' | 'reason'>;
@@ -63,11 +64,20 @@ export class GatewayMetrics {
       labelNames: ['outcome'],
       registers,
     });
+    const tallies = this.driverEventTallies;
     this.driverEvents = new Counter({
       name: 'sandgate_drivers_events_total',
       help: `Driver events by driver (its id: file, kubernetes/<kind>, grpc/<name>) and result (${DRIVER_RESULTS.join(', ')})`,
       labelNames: ['driver', 'result'],
       registers,
+      // Events counted on the hot path (driverEventCounter) reach the counter when it is read.
+      collect() {
+        for (const t of tallies) {
+          if (t.count === 0) continue;
+          t.child.inc(t.count);
+          t.count = 0;
+        }
+      },
     });
     this.driverErrors = new Counter({
       name: 'sandgate_drivers_errors_total',
@@ -206,6 +216,21 @@ export class GatewayMetrics {
     const d = DOOR_INDEX[door];
     this.decisions.inc(d * SLOTS_PER_DOOR + (code === undefined ? 0 : 1 + (CODE_INDEX.get(code) ?? 0)));
     if (seconds !== undefined) this.latency.observe(d, seconds);
+  }
+
+  /**
+   * A counter of one driver's events with one result, for the hot path: `inc()` adds to a plain number,
+   * and the sum reaches sandgate_drivers_events_total when it is read. prom-client's own `inc()` hashes
+   * the label set on every call, a measurable share of applying an update at 10k updates/s.
+   */
+  driverEventCounter(driver: string, result: string): { inc(): void } {
+    const tally = { child: this.driverEvents.labels(driver, result), count: 0 };
+    this.driverEventTallies.push(tally);
+    return {
+      inc() {
+        tally.count++;
+      },
+    };
   }
 
   observeLatency(door: Door, seconds: number): void {

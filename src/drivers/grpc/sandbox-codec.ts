@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import { isDnsLabel } from '../../domain/labels.js';
+import { isoTime } from '../../lib/iso-time.js';
 import type { BackendSnapshot, BackendState, Condition, ConditionStatus, DriverEvent, Endpoint } from '../../domain/sandbox.js';
 import { DriverError } from './driver-error.js';
 import type { WireBackendState, WireCondition, WireConditionStatus, WireDeleted, WireSandbox, WireTimestamp } from './driver-proto.js';
@@ -123,7 +124,7 @@ function conditionFromWire(v: unknown, at: string): Condition {
     status,
     reason: text(c, 'reason', at + '.', LIMITS.wordLength, false),
     message: text(c, 'message', at + '.', LIMITS.messageLength, false),
-    lastTransitionTime: lt === undefined || lt === null ? undefined : new Date(timestampMs(lt, at + '.last_transition_time')).toISOString(),
+    lastTransitionTime: lt === undefined || lt === null ? undefined : isoTime(timestampMs(lt, at + '.last_transition_time')),
   };
 }
 

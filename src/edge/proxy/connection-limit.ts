@@ -8,6 +8,11 @@ export class ConnectionLimit {
   /** `max` 0 means no cap. */
   constructor(private readonly max: number) {}
 
+  /** False without a cap: acquire() always succeeds and release() does nothing, so callers may skip both. */
+  get limited(): boolean {
+    return this.max > 0;
+  }
+
   /** Takes a slot for `key`; false when the sandbox is at its cap. */
   acquire(key: string): boolean {
     if (this.max === 0) return true;

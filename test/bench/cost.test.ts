@@ -1,0 +1,76 @@
+import { spawn } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { compareCost, cpuPerRequest, spread } from '../../bench/lib/cost.js';
+import { Histogram, summarise } from '../../bench/lib/histogram.js';
+import type { Measured } from '../../bench/lib/measure.js';
+import { processCpuMicros } from '../../bench/lib/proc-stat.js';
+import { agreementLines, type SectionResult } from '../../bench/lib/report.js';
+
+function trial(completed: number, targetCpuCores: number, durationMs = 2000, errors = 0): Measured {
+  const histogram = new Histogram();
+  return {
+    rps: completed / (durationMs / 1000),
+    latency: summarise(histogram),
+    histogram,
+    durationMs,
+    completed,
+    errors,
+    notAllowed: 0,
+    loadCpuCores: 0,
+    targetCpuCores,
+    firstError: undefined,
+  };
+}
+
+describe('bench cost figures', () => {
+  it('takes the median and the spread of the values', () => {
+    expect(spread([3, 1, 2])).toMatchObject({ median: 2, min: 1, max: 3 });
+    expect(spread([4, 1, 2, 3])).toMatchObject({ median: 2.5, min: 1, max: 4 });
+  });
+
+  it('divides the CPU of the window by the requests answered in it', () => {
+    // 0.2 cores for 2 s = 400 ms of CPU over 10,000 requests = 40 µs each.
+    expect(cpuPerRequest(trial(10_000, 0.2))).toBeCloseTo(40, 6);
+    expect(cpuPerRequest(trial(0, 0.2))).toBeNaN();
+  });
+
+  it('judges the median of per-pair differences and names the trials that fell short of the offered rate', () => {
+    const a = [trial(10_000, 0.21), trial(10_000, 0.3), trial(10_000, 0.22)];
+    const b = [trial(10_000, 0.2), trial(10_000, 0.2), trial(9_000, 0.2)];
+    const c = compareCost(5000, { a, b }, { a: 'door', b: 'baseline' });
+    // Pairs: 42−40 = 2, 60−40 = 20, 44−44.4 = −0.44: the outlier pair does not move the median.
+    expect(c.diffUs.median).toBeCloseTo(2, 6);
+    expect(c.diffUs.min).toBeCloseTo(44 - 400 / 9, 6);
+    expect(c.diffUs.max).toBeCloseTo(20, 6);
+    expect(c.shortfalls).toEqual(['baseline trial 3: 4500 of 5000 req/s']);
+  });
+
+  it('says whether a run agrees with an earlier one within the spreads', () => {
+    const section = (median: number, min: number, max: number): SectionResult => ({
+      id: 's',
+      title: 's',
+      seconds: 1,
+      baseline: '',
+      rows: [],
+      notes: [],
+      targets: [{ verdict: 'PASS', target: 't', detail: '', judged: { median, min, max, unit: 'µs' } }],
+    });
+    expect(agreementLines([section(1.5, 1, 2)], [section(1.8, 1.2, 2.4)])[0]).toMatch(/^agree/);
+    expect(agreementLines([section(5, 4.5, 5.5)], [section(1.8, 1.2, 2.4)])[0]).toMatch(/^DIFFER/);
+  });
+
+  it('reads the CPU of another process from /proc, without its help', async () => {
+    // The child burns CPU until it has used 200 ms by its own count, prints that count, then waits.
+    const script = 'while (true) { const c = process.cpuUsage(); if (c.user + c.system >= 200000) { console.log(c.user + c.system); break; } } setTimeout(() => {}, 60000)';
+    const child = spawn(process.execPath, ['-e', script]);
+    try {
+      const own = await new Promise<number>((resolve) => child.stdout.once('data', (d: Buffer) => resolve(Number(d.toString()))));
+      const read = processCpuMicros(child.pid!)!;
+      // The same kernel counter (getrusage in the child, schedstat or stat here), read after the child's.
+      expect(read).toBeGreaterThanOrEqual(own * 0.95);
+    } finally {
+      child.kill('SIGKILL');
+    }
+    expect(processCpuMicros(2 ** 22 + 12_345)).toBeUndefined();
+  });
+});
