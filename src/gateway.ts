@@ -20,6 +20,7 @@ import { removedHeaders, type DoorOptions } from './edge/headers.js';
 import { AUTHZ_PREFIX, createHttpAuthz } from './edge/http-authz.js';
 import { EmbeddedProxy } from './edge/proxy/http-proxy.js';
 import { resolveRelayAddress } from './edge/relay/relay-config.js';
+import { RelayCredentials } from './edge/relay/relay-credential.js';
 import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn } from './lib/http-listen.js';
@@ -151,6 +152,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const tokenSecret = secretBytes(config.trafficTokenSecret, config.trafficTokenSecretFile, 'traffic-token-secret');
   const keys = opts.supervisorKeys ?? supervisorKeysFromConfig(config);
   const relaySecret = relaySecretFromConfig(config);
+  // The secret stays in this process: every relay hop carries a credential bound to one target.
+  const relayCredentials = new RelayCredentials(relaySecret.secret, config.relayCredentialTtlMs);
   redisPresenceOptions(config);
   if (config.relayAdvertiseAddress !== '') resolveRelayAddress(config.relayAdvertiseAddress, config.listenHost, 0);
   const authLog = log.child({ part: 'auth' });
@@ -186,7 +189,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     },
     resumer,
   );
-  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relaySecret: relaySecret.secret };
+  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
   const host = config.listenHost;
   const sessionLog = log.child({ part: 'sessions' });
   let shuttingDown = false;
@@ -206,7 +209,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const relay = new RelayListener(
     sessionStreams,
-    { host, port: config.relayPort, secret: relaySecret.secret, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
+    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
     log.child({ part: 'relay' }),
   );
   const readiness: Readiness = {
@@ -248,7 +251,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           connectTimeoutMs: config.proxyConnectTimeoutMs,
           headersTimeoutMs: config.proxyHeadersTimeoutMs,
           idleTimeoutMs: config.proxyIdleTimeoutMs,
-          relay: { gatewayId, secret: relaySecret.secret, streams: keys === undefined ? undefined : sessionStreams },
+          relay: { gatewayId, credentials: relayCredentials, streams: keys === undefined ? undefined : sessionStreams },
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
         },
         log.child({ part: 'proxy' }),

@@ -29,7 +29,7 @@ export const ERROR_CODES = {
   upstream_timeout: { status: 504, message: 'The sandbox did not answer in time' },
   // The relay (sandboxes reached over their supervisor session).
   relay_busy: { status: 503, message: 'Too many relay streams to this sandbox or through this gateway' },
-  relay_unauthorized: { status: 401, message: 'The relay listener needs a valid relay secret' },
+  relay_unauthorized: { status: 401, message: 'The relay listener needs a valid relay credential' },
   // Supervisor sessions: sent in a `rejected` frame before the WebSocket close code (docs/supervisor-protocol.md).
   session_expired: { status: 401, message: 'The session token expired and was not refreshed (close 4440)' },
   signing_key_revoked: { status: 401, message: 'The key that signed the session token was removed (close 4441)' },

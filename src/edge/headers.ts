@@ -1,4 +1,5 @@
 import { ROUTING_HEADERS, type HeaderMap } from '../domain/route-key.js';
+import type { RelayCredentials } from './relay/relay-credential.js';
 
 /** Header handling shared by the front doors. */
 
@@ -41,8 +42,8 @@ export interface DoorOptions {
   readonly upstreamHeader: string;
   /** Lower-case request headers never forwarded to a sandbox: the routing headers plus credentials. */
   readonly removeHeaders: readonly string[];
-  /** Presented to relay listeners on a relay decision (docs/relay.md). */
-  readonly relaySecret: string;
+  /** Mints the target-bound credential a relay decision carries to a relay listener (docs/relay.md). */
+  readonly relay: RelayCredentials;
 }
 
 /** The routing headers, plus `credentials`: what a door removes before a request reaches the sandbox. */

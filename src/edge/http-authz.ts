@@ -38,7 +38,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
       if (remove !== undefined) head.push(ENVOY_REMOVE_HEADER, remove.join(','));
       head.push(SANDBOX_HEADER, d.entry.key);
       if (d.target.path !== undefined) head.push(PATH_HEADER, d.target.path);
-      for (const [k, v] of relayHeaders(d, opts.relaySecret)) head.push(k, v);
+      for (const [k, v] of relayHeaders(d, opts.relay)) head.push(k, v);
       head.push('content-length', '0');
       res.writeHead(200, head).end();
       return;

@@ -1,12 +1,21 @@
+import { Metadata } from '@grpc/grpc-js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { connect, createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
 import { newApiKey } from '../../src/auth/api-keys.js';
+import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
+import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
+import { mintSupervisorToken } from '../../src/sessions/supervisor-token.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
-import { json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * The hostile tenant (issue 10): what a team holding its own key, or no key at all, can try against the
@@ -163,5 +172,167 @@ describe('finding 3: the decision door and the operator surface on separate list
     // The door is not on the ops port.
     const door = await fetch(`${ops}/authz/`, { headers: { 'x-sandbox-namespace': 'team-a', 'x-sandbox-id': 'web' } });
     expect([door.status, (await json(door)).code]).toEqual([404, 'not_found']);
+  });
+});
+
+/** A reference supervisor for `ns/name`, relaying to 127.0.0.1 inside "its sandbox"; resolves once accepted. */
+async function supervisor(port: number, ns: string, name: string): Promise<SupervisorClient> {
+  const token = await mintSupervisorToken(KEYS, ns, name, 3600);
+  const c = new SupervisorClient({ gateway: `ws://127.0.0.1:${port}`, token, namespace: ns, name, instanceId: 'inst-1', backoff: { initialMs: 20, maxMs: 200 }, relay: {} });
+  await new Promise((resolve) => c.once('accepted', resolve).start());
+  return c;
+}
+
+/** The relay headers an Envoy door hands over, from an ext_authz ok_response or an ext_proc mutation. */
+function headerValues(list: { header: { key: string; value?: string; raw_value?: Buffer } }[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const h of list) out[h.header.key] = h.header.raw_value !== undefined && h.header.raw_value.length > 0 ? Buffer.from(h.header.raw_value).toString('latin1') : (h.header.value ?? '');
+  return out;
+}
+
+describe('finding 1: the relay secret never leaves the gateway; a relay credential reaches one target, briefly', () => {
+  let t: TestGateway;
+  let up: Awaited<ReturnType<typeof startUpstream>>;
+  let sups: SupervisorClient[];
+  let keys: Awaited<ReturnType<typeof teamKeys>>['keys'];
+  let authz: ReturnType<typeof authzClient>;
+  let proc: ReturnType<typeof extProcClient>;
+  const relayHost = (ns: string, name: string) => `${up.port}-${name}.${ns}.localhost`;
+  const target = (ns: string, name: string) => `${ns}/${name}:${up.port}`;
+
+  beforeAll(async () => {
+    up = await startUpstream((_req, res) => res.end('inside the sandbox'));
+    const k = await teamKeys();
+    keys = k.keys;
+    const box = (ns: string, name: string) => ({ ...relaySandbox(name), namespace: ns, uid: `${ns}-${name}` });
+    t = await startTestGateway([new TestDriver([box('team-a', 'relaya'), box('team-b', 'relayb')])], { apiKeys: k.keysFile, keyPepperFile: k.pepperFile, relaySecret: RELAY_SECRET, readinessWaitMs: 5000 }, { supervisorKeys: KEYS });
+    sups = [await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya'), await supervisor(t.gw.supervisorPort!, 'team-b', 'relayb')];
+    await until(() => t.gw.view.get('team-b', 'relayb')?.status.phase === 'Ready' && t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 'both relay sandboxes Ready');
+    authz = authzClient(t.grpcTarget);
+    proc = extProcClient(t.grpcTarget);
+  });
+  afterAll(async () => {
+    authz.close();
+    proc.close();
+    for (const s of sups) s.stop();
+    await t.close();
+    await up.close();
+  });
+
+  /** Replays a relay credential a team obtained against another team's sandbox, straight at the relay listener. */
+  async function replayAgainstTeamB(credential: string): Promise<[number, string]> {
+    const r = await viaRelay(t.gw.relayAddress, { headers: { host: relayHost('team-b', 'relayb'), 'x-sandgate-relay-auth': credential, 'x-sandgate-relay-target': target('team-b', 'relayb') } });
+    const body = await text(r);
+    return [r.status, r.status === 200 ? body : JSON.parse(body).code];
+  }
+
+  /** What each door hands team-a for its own relay sandbox: every header it sets. */
+  const doors: Record<string, () => Promise<Record<string, string>>> = {
+    http_authz: () =>
+      new Promise((resolve, reject) => {
+        const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers: { host: relayHost('team-a', 'relaya'), 'x-api-key': keys['team-a'] } }, (res) => {
+          res.resume();
+          expect(res.statusCode).toBe(200);
+          resolve(res.headers as Record<string, string>);
+        });
+        req.on('error', reject);
+        req.end();
+      }),
+    ext_authz: async () => {
+      const r = await check(authz, envoyCheckRequest({ host: relayHost('team-a', 'relaya'), headers: { 'x-api-key': keys['team-a'] } }));
+      expect(r.http_response).toBe('ok_response');
+      return headerValues(r.ok_response.headers);
+    },
+    ext_proc: async () => {
+      const s = (proc.Process as (m: Metadata) => any)(new Metadata());
+      const msg = await new Promise<any>((resolve, reject) => {
+        s.once('data', resolve);
+        s.once('error', reject);
+        s.write(envoyRequestHeaders({ ':authority': relayHost('team-a', 'relaya'), ':path': '/', ':method': 'GET', 'x-api-key': keys['team-a'] }));
+      });
+      s.end();
+      return headerValues(msg.request_headers.response.header_mutation.set_headers);
+    },
+  };
+
+  for (const [door, ask] of Object.entries(doors)) {
+    it(`${door}: the answer carries a credential for team-a's own target only, never the secret; replayed at team-b it is refused`, async () => {
+      const headers = await ask();
+      for (const v of Object.values(headers)) expect(String(v)).not.toContain(RELAY_SECRET);
+      const credential = headers['x-sandgate-relay-auth']!;
+      expect(headers['x-sandgate-relay-target']).toBe(target('team-a', 'relaya'));
+      expect(RELAY_CREDENTIALS.verify(credential, target('team-a', 'relaya'))).toBe('ok');
+      expect(await replayAgainstTeamB(credential)).toEqual([401, 'relay_unauthorized']);
+      // The legitimate use still works: the credential on its own target.
+      const own = await viaRelay(t.gw.relayAddress, { headers: { host: relayHost('team-a', 'relaya'), 'x-sandgate-relay-auth': credential, 'x-sandgate-relay-target': target('team-a', 'relaya') } });
+      expect([own.status, await text(own)]).toEqual([200, 'inside the sandbox']);
+    });
+  }
+
+  it('relay listener: the raw secret, a forged and an expired credential are all 401 relay_unauthorized', async () => {
+    expect(await replayAgainstTeamB(RELAY_SECRET)).toEqual([401, 'relay_unauthorized']);
+    const forged = new RelayCredentials('another-deployments-secret-0123456789abcdef', 10_000).mint(target('team-b', 'relayb'));
+    expect(await replayAgainstTeamB(forged)).toEqual([401, 'relay_unauthorized']);
+    const expired = new RelayCredentials(RELAY_SECRET, 1000, () => Date.now() - 60_000).mint(target('team-b', 'relayb'));
+    const r = await viaRelay(t.gw.relayAddress, { headers: { 'x-sandgate-relay-auth': expired, 'x-sandgate-relay-target': target('team-b', 'relayb') } });
+    const body = JSON.parse(await text(r));
+    expect([r.status, body.code]).toEqual([401, 'relay_unauthorized']);
+    expect(body.message).toMatch(/expired/);
+    // A fresh one for the same target is served: the refusals above are about the credential alone.
+    expect(await replayAgainstTeamB(RELAY_CREDENTIALS.mint(target('team-b', 'relayb')))).toEqual([200, 'inside the sandbox']);
+  });
+
+  it('the secret appears in no log line', () => {
+    expect(t.logs.raw.join('')).not.toContain(RELAY_SECRET);
+  });
+});
+
+describe('finding 1: owner forwarding between two gateways carries a bound credential, not the secret', () => {
+  let redis: RedisServer;
+  let a: RelayStack;
+  let b: RelayStack;
+  let sup: SupervisorClient;
+  let up: Awaited<ReturnType<typeof startUpstream>>;
+  let tap: NetServer;
+  const seen: Buffer[] = [];
+
+  beforeAll(async () => {
+    redis = await startRedisServer();
+    up = await startUpstream((_req, res) => res.end('served by B'));
+    const common = { sandboxes: [relaySandbox('box')], presence: redis.url, keyPrefix: 'hostile-forward' };
+    a = await startRelayStack({ gatewayId: 'gw-a', ...common });
+    b = await startRelayStack({ gatewayId: 'gw-b', ...common });
+    sup = await startSupervisor(b.supervisorUrl, 'box');
+    await until(() => a.view.get('team-a', 'box')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, "A to see B's session");
+    // A wiretap between A and B's relay listener: what crosses the network between gateways.
+    tap = createNetServer((client) => {
+      const [host, port] = b.relayAddress.split(':');
+      const peer = connect(Number(port), host);
+      client.on('data', (c: Buffer) => seen.push(c));
+      client.pipe(peer).pipe(client);
+      client.on('error', () => peer.destroy());
+      peer.on('error', () => client.destroy());
+    });
+    await new Promise<void>((r) => tap.listen(0, '127.0.0.1', () => r()));
+    const tapped = `127.0.0.1:${(tap.address() as AddressInfo).port}`;
+    a.view.setRelayResolver((id) => (id === 'gw-b' ? tapped : id === 'gw-a' ? a.relayAddress : undefined));
+  });
+  afterAll(async () => {
+    sup.stop();
+    tap.close();
+    await Promise.all([a.close(), b.close()]);
+    await up.close();
+    await redis.stop();
+  });
+
+  it("A's proxy reaches B with a credential bound to the target; B refuses it for any other target", async () => {
+    const r = await viaProxy(a.proxy.port, { host: `${up.port}-box.team-a.localhost`, path: '/x' });
+    expect([r.status, await text(r)]).toEqual([200, 'served by B']);
+    const wire = Buffer.concat(seen).toString('latin1');
+    expect(wire).not.toContain(RELAY_SECRET);
+    const credential = /x-sandgate-relay-auth: ([^\r]+)\r\n/i.exec(wire)![1]!;
+    expect(RELAY_CREDENTIALS.verify(credential, `team-a/box:${up.port}`)).toBe('ok');
+    const other = await viaRelay(b.relayAddress, { headers: { 'x-sandgate-relay-auth': credential, 'x-sandgate-relay-target': `team-a/other:${up.port}` } });
+    expect([other.status, JSON.parse(await text(other)).code]).toEqual([401, 'relay_unauthorized']);
   });
 });

@@ -6,6 +6,7 @@ import type { RouteOptions } from '../../src/domain/route-key.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { Decider } from '../../src/edge/decider.js';
 import { EmbeddedProxy, type ProxyOptions } from '../../src/edge/proxy/http-proxy.js';
+import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { RelayListener } from '../../src/edge/relay/relay-listener.js';
 import { GatewayMetrics } from '../../src/observability/metrics.js';
 import { MemoryPresence } from '../../src/sessions/presence/memory-presence.js';
@@ -26,6 +27,8 @@ import type { ProxyResponse } from './upstream.js';
  */
 
 export const RELAY_SECRET = 'relay-test-secret-0123456789abcdef-0123456789';
+/** What Envoy presents to a relay listener: credentials minted under the shared secret, bound to one target. */
+export const RELAY_CREDENTIALS = new RelayCredentials(RELAY_SECRET, 10_000);
 export const KEYS: SupervisorKeys = { keys: [{ kid: 'k', secret: new TextEncoder().encode('s'.repeat(32)) }], audience: 'sandgate-supervisor' };
 export const ROUTE: RouteOptions = { order: ['headers', 'e2b-headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 49983, pathPrefix: '' };
 
@@ -85,7 +88,7 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
   // The listener starts first so its address can go into the gateway lease; it reaches the sessions late-bound.
   const listener = new RelayListener(
     { openRelayStream: (ns, name, port, signal) => late.supervisors!.openRelayStream(ns, name, port, signal) },
-    { host: '127.0.0.1', port: 0, secret: RELAY_SECRET, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000 },
+    { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000 },
     log,
   );
   const relayAddress = `127.0.0.1:${await listener.start()}`;
@@ -119,7 +122,7 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
       connectTimeoutMs: 2000,
       headersTimeoutMs: 5000,
       idleTimeoutMs: 30_000,
-      relay: { gatewayId: o.gatewayId, secret: RELAY_SECRET, streams: supervisors },
+      relay: { gatewayId: o.gatewayId, credentials: RELAY_CREDENTIALS, streams: supervisors },
       ...o.proxy,
     },
     log,

@@ -4,10 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import type { Allow } from '../../src/domain/decide.js';
 import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
+import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { relayHeaders } from '../../src/edge/relay/relay-headers.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { relaySandbox, RELAY_SECRET, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { relaySandbox, RELAY_CREDENTIALS, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 // Two gateways in one process sharing presence through a real redis-server. The supervisor holds its
@@ -82,7 +83,7 @@ describe('relay across two gateways (Redis presence)', () => {
 
   it('Envoy with A as its decision service sends the request straight to B', async () => {
     const d = a.decider.decide('ext_authz', { headers: {}, host: host(), path: '/envoy' }) as Allow;
-    const r = await viaRelay(d.upstream, { path: '/envoy', headers: { host: host(), ...Object.fromEntries(relayHeaders(d, RELAY_SECRET)) } });
+    const r = await viaRelay(d.upstream, { path: '/envoy', headers: { host: host(), ...Object.fromEntries(relayHeaders(d, RELAY_CREDENTIALS)) } });
     expect([r.status, await text(r)]).toEqual([200, 'ok /envoy']);
   });
 
@@ -106,7 +107,7 @@ describe('relay across two gateways (Redis presence)', () => {
   it("a peer with the wrong secret gets B's 401 relay_unauthorized; an unreachable peer is 502 sandbox_unreachable", async () => {
     const wrong = new EmbeddedProxy(
       a.decider,
-      { host: '127.0.0.1', port: 0, upstreamHeader: 'x-sandgate-upstream', stripHeaders: [], stripOriginOnUpgrade: false, connectTimeoutMs: 1000, headersTimeoutMs: 1000, idleTimeoutMs: 1000, relay: { gatewayId: 'gw-a', secret: 'not-the-shared-secret-0123456789abcdef', streams: a.supervisors } },
+      { host: '127.0.0.1', port: 0, upstreamHeader: 'x-sandgate-upstream', stripHeaders: [], stripOriginOnUpgrade: false, connectTimeoutMs: 1000, headersTimeoutMs: 1000, idleTimeoutMs: 1000, relay: { gatewayId: 'gw-a', credentials: new RelayCredentials('not-the-shared-secret-0123456789abcdef', 10_000), streams: a.supervisors } },
       pino({ level: 'silent' }),
     );
     await wrong.start();

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { relaySecretFromConfig } from '../../src/config/secrets.js';
 import { resolveRelayAddress } from '../../src/edge/relay/relay-config.js';
-import { formatRelayTarget, parseRelayTarget, relaySecretMatches } from '../../src/edge/relay/relay-headers.js';
+import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
+import { formatRelayTarget, parseRelayTarget } from '../../src/edge/relay/relay-headers.js';
 
 const SECRET = 'a-shared-relay-secret-of-32-bytes-or-more';
 
@@ -49,9 +50,24 @@ describe('relay configuration and headers', () => {
     }
   });
 
-  it('checks the presented secret exactly', () => {
-    expect(relaySecretMatches(SECRET, SECRET)).toBe(true);
-    for (const bad of [undefined, '', SECRET + 'x', SECRET.slice(1), [SECRET, SECRET]]) expect(relaySecretMatches(SECRET, bad)).toBe(false);
-    expect(relaySecretMatches('', '')).toBe(false);
+  it('a relay credential is bound to one target, to the secret and to its expiry', () => {
+    let now = 1_000_000;
+    const creds = new RelayCredentials(SECRET, 10_000, () => now);
+    const c = creds.mint('team-a/web:80');
+    expect(c).not.toContain(SECRET);
+    expect(creds.verify(c, 'team-a/web:80')).toBe('ok');
+    // Another target, another deployment's secret, a tampered field, the secret itself: refused.
+    expect(creds.verify(c, 'team-b/web:80')).toBe('invalid');
+    expect(creds.verify(c, 'team-a/web:81')).toBe('invalid');
+    expect(new RelayCredentials(SECRET + 'x', 10_000, () => now).verify(c, 'team-a/web:80')).toBe('invalid');
+    const [v, exp, nonce, mac] = c.split('.') as [string, string, string, string];
+    const later = String(Number(exp) + 60_000);
+    for (const bad of [undefined, '', SECRET, [c, c], `${v}.${later}.${nonce}.${mac}`, `${v}.${exp}.${nonce}x.${mac}`, `${v}.${exp}.${nonce}.${mac.slice(1)}`, `v2.${exp}.${nonce}.${mac}`, `${c}.x`]) {
+      expect(creds.verify(bad, 'team-a/web:80'), String(bad)).toBe('invalid');
+    }
+    now += 10_000;
+    expect(creds.verify(c, 'team-a/web:80')).toBe('ok');
+    now += 1;
+    expect(creds.verify(c, 'team-a/web:80')).toBe('expired');
   });
 });

@@ -6,7 +6,7 @@ import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
 import { relayHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER } from '../../src/edge/relay/relay-headers.js';
 import type { Allow } from '../../src/domain/decide.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { relaySandbox, RELAY_SECRET, silentSupervisor, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, silentSupervisor, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { startUpstream, text, viaProxy, type ProxyResponse } from '../helpers/upstream.js';
 import { pino } from 'pino';
 
@@ -31,7 +31,7 @@ async function denial(r: ProxyResponse): Promise<[number, string, string | undef
 }
 
 function relayTo(name: string, port: number, extra: Record<string, string> = {}, path = '/'): Promise<ProxyResponse> {
-  return viaRelay(g.relayAddress, { path, headers: { host: host(name, port), [RELAY_AUTH_HEADER]: RELAY_SECRET, [RELAY_TARGET_HEADER]: `team-a/${name}:${port}`, ...extra } });
+  return viaRelay(g.relayAddress, { path, headers: { host: host(name, port), [RELAY_AUTH_HEADER]: RELAY_CREDENTIALS.mint(`team-a/${name}:${port}`), [RELAY_TARGET_HEADER]: `team-a/${name}:${port}`, ...extra } });
 }
 
 beforeAll(async () => {
@@ -110,12 +110,12 @@ describe('relay failures', () => {
     await text(again);
   });
 
-  it('the relay listener: no or wrong secret → 401 relay_unauthorized; a bad target → 400 invalid_route; no session here → 502 sandbox_unreachable', async () => {
+  it('the relay listener: no or wrong credential → 401 relay_unauthorized; a bad target → 400 invalid_route; no session here → 502 sandbox_unreachable', async () => {
     const target = { [RELAY_TARGET_HEADER]: `team-a/box:${up.port}` };
     expect(await denial(await viaRelay(g.relayAddress, { headers: target }))).toEqual([401, 'relay_unauthorized', undefined]);
-    expect(await denial(await viaRelay(g.relayAddress, { headers: { ...target, [RELAY_AUTH_HEADER]: RELAY_SECRET + 'x' } }))).toEqual([401, 'relay_unauthorized', undefined]);
+    expect(await denial(await viaRelay(g.relayAddress, { headers: { ...target, [RELAY_AUTH_HEADER]: RELAY_SECRET } }))).toEqual([401, 'relay_unauthorized', undefined]);
     for (const bad of ['', 'team-a/box', 'team-a/box:0', 'team-a/box:080', 'team-a/box:65536', 'Team-A/box:80', 'team-a/box:80/x', '../box:80']) {
-      expect(await denial(await viaRelay(g.relayAddress, { headers: { [RELAY_AUTH_HEADER]: RELAY_SECRET, [RELAY_TARGET_HEADER]: bad } })), bad).toEqual([400, 'invalid_route', undefined]);
+      expect(await denial(await viaRelay(g.relayAddress, { headers: { [RELAY_AUTH_HEADER]: RELAY_CREDENTIALS.mint(`team-a/box:${up.port}`), [RELAY_TARGET_HEADER]: bad } })), bad).toEqual([400, 'invalid_route', undefined]);
     }
     expect(await denial(await relayTo('nosession', up.port))).toEqual([502, 'sandbox_unreachable', undefined]);
     const ws = new WebSocket(`ws://${g.relayAddress}/`, { headers: target });
@@ -136,7 +136,7 @@ describe('relay failures', () => {
     it(`a client abort mid-upload reaches the sandbox as an abort (${via})`, async () => {
       const port = via === 'proxy' ? g.proxy.port : Number(g.relayAddress.split(':')[1]);
       const d = g.decider.decide('ext_authz', { headers: {}, host: host('box'), path: '/sink' }) as Allow;
-      const extra = via === 'proxy' ? {} : Object.fromEntries(relayHeaders(d, RELAY_SECRET));
+      const extra = via === 'proxy' ? {} : Object.fromEntries(relayHeaders(d, RELAY_CREDENTIALS));
       const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/sink', headers: { host: host('box'), 'content-length': String(10 * 1024 * 1024), ...extra } });
       req.on('error', () => {});
       req.write(Buffer.alloc(1024 * 1024));

@@ -5,7 +5,7 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { relayHeaders } from '../../src/edge/relay/relay-headers.js';
 import type { Allow } from '../../src/domain/decide.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { relaySandbox, RELAY_SECRET, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy, type ProxyResponse } from '../helpers/upstream.js';
 
 // One gateway: a relay-only sandbox whose supervisor session this gateway holds. Every request rides the
@@ -31,7 +31,7 @@ const host = (name = 'box') => `${up.port}-${name}.team-a.localhost`;
 function asEnvoy(path: string, extra: Record<string, string> = {}, method = 'GET', body?: Readable | Buffer): Promise<ProxyResponse> {
   const d = g.decider.decide('ext_authz', { headers: {}, host: host(), path });
   if (!d.allow) throw new Error(`denied: ${d.code}`);
-  return viaRelay(d.upstream, { path, method, body, headers: { host: host(), ...Object.fromEntries(relayHeaders(d, RELAY_SECRET)), ...extra } });
+  return viaRelay(d.upstream, { path, method, body, headers: { host: host(), ...Object.fromEntries(relayHeaders(d, RELAY_CREDENTIALS)), ...extra } });
 }
 
 /** The gateway side of the session's streams. */
@@ -74,10 +74,12 @@ describe('relay through one gateway', () => {
   it('decides relay-only sandboxes to this gateway\'s relay listener', () => {
     const d = g.decider.decide('proxy', { headers: {}, host: host(), path: '/' }) as Allow;
     expect(d).toMatchObject({ allow: true, relay: true, upstream: g.relayAddress });
-    expect(relayHeaders(d, RELAY_SECRET)).toEqual([
-      ['x-sandgate-relay-auth', RELAY_SECRET],
-      ['x-sandgate-relay-target', `team-a/box:${up.port}`],
-    ]);
+    const headers = relayHeaders(d, RELAY_CREDENTIALS);
+    expect(headers.map(([k]) => k)).toEqual(['x-sandgate-relay-auth', 'x-sandgate-relay-target']);
+    expect(headers[1]![1]).toBe(`team-a/box:${up.port}`);
+    // A credential for this target, never the relay secret itself.
+    expect(headers[0]![1]).not.toContain(RELAY_SECRET);
+    expect(RELAY_CREDENTIALS.verify(headers[0]![1], `team-a/box:${up.port}`)).toBe('ok');
   });
 
   it('carries a small request through the proxy and through the relay listener; no gateway header reaches the sandbox', async () => {
@@ -216,7 +218,7 @@ describe('relay through one gateway', () => {
 
   it('carries a WebSocket (echo, subprotocol, 1 MiB binary message) through the proxy and through the relay listener', async () => {
     const d = g.decider.decide('ext_authz', { headers: {}, host: host(), path: '/ws' }) as Allow;
-    const viaEnvoy = { url: `ws://${d.upstream}/ws`, headers: { host: host(), ...Object.fromEntries(relayHeaders(d, RELAY_SECRET)) } };
+    const viaEnvoy = { url: `ws://${d.upstream}/ws`, headers: { host: host(), ...Object.fromEntries(relayHeaders(d, RELAY_CREDENTIALS)) } };
     const viaEmbedded = { url: `ws://127.0.0.1:${g.proxy.port}/ws`, headers: { host: host() } };
     for (const target of [viaEmbedded, viaEnvoy]) {
       const ws = new WebSocket(target.url, ['chat.v1'], { headers: target.headers });

@@ -60,7 +60,7 @@ export function checkRequestToRoute(req: CheckRequest): RouteRequest {
 export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   const headers = [set(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
-  for (const [k, v] of relayHeaders(d, opts.relaySecret)) headers.push(set(k, v));
+  for (const [k, v] of relayHeaders(d, opts.relay)) headers.push(set(k, v));
   return {
     status: { code: GRPC_STATUS.allow },
     ok_response: { headers, headers_to_remove: presentHeaders(req.headers, opts.removeHeaders) ?? [] },

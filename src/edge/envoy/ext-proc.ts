@@ -58,7 +58,7 @@ export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteR
 function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   const set_headers = [rawSet(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
-  for (const [k, v] of relayHeaders(d, opts.relaySecret)) set_headers.push(rawSet(k, v));
+  for (const [k, v] of relayHeaders(d, opts.relay)) set_headers.push(rawSet(k, v));
   return {
     request_headers: {
       response: {

@@ -10,6 +10,7 @@ import type { RelayOpener } from '../../sessions/relay-streams.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { renderDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial } from '../relay/relay-exchange.js';
+import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure } from '../forwarding/failure-codes.js';
@@ -23,7 +24,7 @@ import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forw
  * arrive (SSE and chunked responses are not buffered), WebSocket upgrades tunnelled byte for byte.
  *
  * A relay decision (a sandbox with no inbound network) goes to the relay listener of the gateway
- * holding the sandbox's supervisor session, with the relay secret and target headers; when that gateway
+ * holding the sandbox's supervisor session, with a credential bound to the target and the target header; when that gateway
  * is this one, the request rides the local session's relay stream directly, with no network hop.
  */
 
@@ -31,8 +32,8 @@ import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forw
 export interface ProxyRelay {
   /** This gateway's id: a relay decision whose session is held here uses `streams` directly. */
   readonly gatewayId: string;
-  /** Presented to peers' relay listeners. */
-  readonly secret: string;
+  /** Mints the target-bound credential presented to a peer's relay listener. */
+  readonly credentials: RelayCredentials;
   /** This gateway's supervisor sessions (undefined when its supervisor endpoint is off). */
   readonly streams: RelayOpener | undefined;
 }
@@ -140,7 +141,7 @@ export class EmbeddedProxy {
         this.refuse(res, relayDenial(err, d.entry), this.route(req));
       });
     }
-    for (const [k, v] of relayHeaders(d, this.opts.relay!.secret)) headers.push(k, v);
+    for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
     this.send(req, res, d, headers, (err) => forwardFailure('peer_gateway', err));
   }
 
@@ -207,7 +208,7 @@ export class EmbeddedProxy {
       const local = this.localRelay(d);
       if (local === 'unreachable') return writeDenial(socket, deny('sandbox_unreachable', undefined, d.entry), route);
       if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => writeDenial(socket, relayDenial(err, d.entry), route));
-      for (const [k, v] of relayHeaders(d, this.opts.relay!.secret)) headers.push(k, v);
+      for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
       spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route));
     });

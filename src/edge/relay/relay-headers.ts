@@ -1,13 +1,13 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Allow } from '../../domain/decide.js';
 import { isDnsLabel } from '../../domain/labels.js';
+import type { RelayCredentials } from './relay-credential.js';
 
 /**
- * The two headers that carry a relay request to a gateway's relay listener (docs/relay.md): the shared
- * secret that proves the sender is Envoy or a peer gateway, and the target, which must travel
- * explicitly because the routing headers were removed after the decision. Any front door whose decision
- * is a relay sets both (OVERWRITE at the Envoy doors); the relay listener checks and strips both, and
- * the Envoy configs strip client copies before anything reads them.
+ * The two headers that carry a relay request to a gateway's relay listener (docs/relay.md): a
+ * short-lived credential bound to the target (relay-credential.ts — never the relay secret itself), and
+ * the target, which must travel explicitly because the routing headers were removed after the decision.
+ * Any front door whose decision is a relay sets both (OVERWRITE at the Envoy doors); the relay listener
+ * checks and strips both, and every door strips client copies of every `x-sandgate-*` header.
  */
 
 export const RELAY_AUTH_HEADER = 'x-sandgate-relay-auth';
@@ -42,27 +42,18 @@ export function relayTargetOf(d: Allow): RelayTarget {
   return { namespace: d.entry.namespace, name: d.entry.name, port: d.target.port };
 }
 
-/**
- * The headers a front door adds to a relay decision so the relay listener at `d.upstream` accepts and
- * routes the request; none for a decision that is not a relay.
- */
 /** What a direct (non-relay) decision adds: nothing, without an allocation per request. */
 const NO_RELAY_HEADERS: readonly (readonly [string, string])[] = Object.freeze([]);
 
-export function relayHeaders(d: Allow, secret: string): readonly (readonly [string, string])[] {
+/**
+ * The headers a front door adds to a relay decision so the relay listener at `d.upstream` accepts and
+ * routes the request — a fresh credential for this target — and none for a decision that is not a relay.
+ */
+export function relayHeaders(d: Allow, credentials: RelayCredentials): readonly (readonly [string, string])[] {
   if (!d.relay) return NO_RELAY_HEADERS;
+  const target = formatRelayTarget(relayTargetOf(d));
   return [
-    [RELAY_AUTH_HEADER, secret],
-    [RELAY_TARGET_HEADER, formatRelayTarget(relayTargetOf(d))],
+    [RELAY_AUTH_HEADER, credentials.mint(target)],
+    [RELAY_TARGET_HEADER, target],
   ];
-}
-
-function digest(s: string): Buffer {
-  return createHash('sha256').update(s).digest();
-}
-
-/** Constant-time check of a presented secret (digests first, so lengths leak nothing either). */
-export function relaySecretMatches(secret: string, presented: string | string[] | undefined): boolean {
-  if (typeof presented !== 'string' || secret === '') return false;
-  return timingSafeEqual(digest(secret), digest(presented));
 }

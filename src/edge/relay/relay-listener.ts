@@ -9,16 +9,19 @@ import { renderDenial, writeDenial } from '../denial.js';
 import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.js';
 import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
 import { exchange, relayDenial } from './relay-exchange.js';
-import { GATEWAY_HEADER_PREFIX, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relaySecretMatches, type RelayTarget } from './relay-headers.js';
+import type { RelayCredentials } from './relay-credential.js';
+import { formatRelayTarget, GATEWAY_HEADER_PREFIX, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
 
 /**
  * The relay listener (`--relay-port`, default 8082): where Envoy, or a peer gateway's embedded proxy,
  * sends a request for a relay-only sandbox whose supervisor session this gateway holds. The caller has
- * already decided; the listener only checks the shared secret (`x-sandgate-relay-auth`, constant time),
- * reads the target (`x-sandgate-relay-target: <namespace>/<name>:<port>`), strips every `x-sandgate-*`
- * header, and carries the request — or the WebSocket upgrade — over a relay stream of the local session.
+ * already decided; the listener reads the target (`x-sandgate-relay-target: <namespace>/<name>:<port>`),
+ * checks that `x-sandgate-relay-auth` is a live credential minted for exactly that target
+ * (relay-credential.ts, constant time), strips every `x-sandgate-*` header, and carries the request — or
+ * the WebSocket upgrade — over a relay stream of the local session.
  *
- * Answers of its own: 401 `relay_unauthorized`, 400 `invalid_route` (no or bad target), 502
+ * Answers of its own: 401 `relay_unauthorized` (no, forged, other-target or expired credential; the
+ * relay secret itself is not accepted), 400 `invalid_route` (no or bad target), 502
  * `sandbox_unreachable` (no session for the target here: it moved; the caller's next decision follows
  * it), 503 `relay_busy`, and the usual 502/504 when the sandbox refuses or does not answer.
  */
@@ -26,13 +29,15 @@ import { GATEWAY_HEADER_PREFIX, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGE
 export interface RelayListenerOptions {
   readonly host: string;
   readonly port: number;
-  readonly secret: string;
+  /** Verifies the bound credentials Envoy and peer gateways present. */
+  readonly credentials: RelayCredentials;
   readonly headersTimeoutMs: number;
   readonly idleTimeoutMs: number;
 }
 
 const DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
 const UNAUTHORIZED_MESSAGE = 'The relay listener accepts only requests from this deployment\'s gateways and Envoy';
+const EXPIRED_MESSAGE = 'The relay credential has expired: decide again';
 
 export class RelayListener {
   private readonly server: Server;
@@ -58,12 +63,13 @@ export class RelayListener {
 
   /** Authenticates and reads the target, or says why not. */
   private admit(req: IncomingMessage): RelayTarget | Deny {
-    if (!relaySecretMatches(this.opts.secret, req.headers[RELAY_AUTH_HEADER])) {
-      this.log.warn({ source: req.socket.remoteAddress }, 'relay request without a valid relay secret');
-      return deny('relay_unauthorized', UNAUTHORIZED_MESSAGE);
-    }
     const target = parseRelayTarget(singleValue(req.headers[RELAY_TARGET_HEADER]));
-    return target ?? deny('invalid_route', `${RELAY_TARGET_HEADER} must be <namespace>/<name>:<port>`);
+    // The syntax of a target is public (docs/relay.md): a malformed one reveals nothing worth a secret.
+    if (target === undefined) return deny('invalid_route', `${RELAY_TARGET_HEADER} must be <namespace>/<name>:<port>`);
+    const check = this.opts.credentials.verify(req.headers[RELAY_AUTH_HEADER], formatRelayTarget(target));
+    if (check === 'ok') return target;
+    this.log.warn({ source: req.socket.remoteAddress, check }, 'relay request without a valid relay credential');
+    return deny('relay_unauthorized', check === 'expired' ? EXPIRED_MESSAGE : UNAUTHORIZED_MESSAGE);
   }
 
   private request(req: IncomingMessage, res: ServerResponse): void {
