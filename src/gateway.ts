@@ -23,7 +23,7 @@ import { resolveRelayAddress } from './edge/relay/relay-config.js';
 import { RelayCredentials } from './edge/relay/relay-credential.js';
 import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
-import { closeGracefully, listenOn } from './lib/http-listen.js';
+import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
@@ -107,6 +107,7 @@ function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise
     });
   });
   server.keepAliveTimeout = 65_000;
+  refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
   return server;
 }
 

@@ -59,3 +59,20 @@ export function presentHeaders(headers: HeaderMap, names: readonly string[]): st
   }
   return out;
 }
+
+/** Every request header with this prefix is the gateways' own namespace: never passed on from a client (docs/tenancy.md). */
+export const GATEWAY_HEADER_PREFIX = 'x-sandgate-';
+
+/**
+ * The request headers a door tells Envoy to remove before the sandbox sees the request: those of `names`
+ * present (routing headers, credentials), plus every client-sent `x-sandgate-*` header — a sandbox may
+ * trust the gateways' namespace — except the ones this answer sets itself (`set`, which it overwrites).
+ * No allocation when there is nothing to remove.
+ */
+export function headersToRemove(headers: HeaderMap, names: readonly string[], set: readonly string[]): string[] | undefined {
+  let out = presentHeaders(headers, names);
+  for (const k in headers) {
+    if (k.startsWith(GATEWAY_HEADER_PREFIX) && !set.includes(k) && out?.includes(k) !== true) (out ??= []).push(k);
+  }
+  return out;
+}

@@ -1,10 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Decision } from '../domain/decide.js';
+import type { Decision, Deny } from '../domain/decide.js';
 import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
 import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
-import { presentHeaders, type DoorOptions } from './headers.js';
+import { headersToRemove, type DoorOptions } from './headers.js';
 import { relayHeaders } from './relay/relay-headers.js';
+import { isDeny, originForm, requestTarget } from './request-target.js';
 
 /**
  * HTTP authz: the same decision for Envoy's ext_authz `http_service` and nginx `auth_request`. Any path
@@ -27,18 +28,36 @@ export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
   return { headers, host: headers['x-forwarded-host'] ?? headers.host, path };
 }
 
+/**
+ * The route, or the 400 `invalid_route` a malformed request gets: two Host headers, or an absolute-form
+ * original URI (nginx's `$request_uri` keeps it) whose authority disagrees with the host (request-target.ts).
+ */
+function checkedRoute(req: IncomingMessage): { route: RouteRequest; bad?: Deny } {
+  const route = httpAuthzRoute(req);
+  const hosts = requestTarget(undefined, req.rawHeaders);
+  if (isDeny(hosts)) return { route, bad: hosts };
+  const path = route.path ?? '/';
+  // Only an absolute-form URI needs reading; origin-form (what Envoy's path_prefix yields) passes as is.
+  if (path.startsWith('/') || !path.includes('://')) return { route };
+  const t = originForm(path, route.host);
+  if (isDeny(t)) return { route, bad: t };
+  return { route: { headers: route.headers, host: t.host, path: t.path } };
+}
+
 export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
   const answer = (res: ServerResponse, d: Decision, req: RouteRequest): void => {
     if (res.destroyed) return;
     if (d.allow) {
       // One flat list handed to writeHead: with no setHeader() before it, Node writes the list as it is
       // instead of building its header map entry by entry (a measurable share of this door's own cost).
-      const head: string[] = [opts.upstreamHeader, d.upstream];
-      const remove = presentHeaders(req.headers, opts.removeHeaders);
-      if (remove !== undefined) head.push(ENVOY_REMOVE_HEADER, remove.join(','));
-      head.push(SANDBOX_HEADER, d.entry.key);
+      const head: string[] = [opts.upstreamHeader, d.upstream, SANDBOX_HEADER, d.entry.key];
       if (d.target.path !== undefined) head.push(PATH_HEADER, d.target.path);
       for (const [k, v] of relayHeaders(d, opts.relay)) head.push(k, v);
+      // The headers this answer sets are overwritten upstream (allowed_upstream_headers); every other
+      // client-sent x-sandgate-* header is removed. `head` serves as the list of names set here: its
+      // values (an address, ns/name, a path, a credential, a target) never start with x-sandgate-.
+      const remove = headersToRemove(req.headers, opts.removeHeaders, head);
+      if (remove !== undefined) head.push(ENVOY_REMOVE_HEADER, remove.join(','));
       head.push('content-length', '0');
       res.writeHead(200, head).end();
       return;
@@ -48,7 +67,8 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
     res.writeHead(r.status).end(r.body);
   };
   return function handleAuthz(req: IncomingMessage, res: ServerResponse): void {
-    const route = httpAuthzRoute(req);
+    const { route, bad } = checkedRoute(req);
+    if (bad !== undefined) return answer(res, bad, route);
     void decider.decideAndAnswer('http_authz', route, () => abortOnClose(res), (d) => answer(res, d, route));
   };
 }

@@ -336,3 +336,177 @@ describe('finding 1: owner forwarding between two gateways carries a bound crede
     expect([other.status, JSON.parse(await text(other)).code]).toEqual([401, 'relay_unauthorized']);
   });
 });
+
+/** Sends raw bytes to a listener and reads everything until the server closes (Connection: close). */
+function raw(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const sock = connect(port, '127.0.0.1');
+    let got = '';
+    sock.on('data', (c) => (got += c.toString('latin1')));
+    sock.on('end', () => resolve(got));
+    sock.on('error', reject);
+    sock.write(text);
+  });
+}
+
+/** Status and typed error code of a raw HTTP/1.1 answer. */
+function answerOf(response: string): [number, string | undefined] {
+  const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(response)?.[1] ?? 0);
+  // The body may be chunked: the JSON object is what lies between its first and last brace.
+  const body = response.slice(response.indexOf('\r\n\r\n') + 4);
+  return [status, status === 200 ? undefined : (JSON.parse(body.slice(body.indexOf('{'), body.lastIndexOf('}') + 1)) as { code: string }).code];
+}
+
+describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed requests at every door', () => {
+  let t: TestGateway;
+  let up: Awaited<ReturnType<typeof startUpstream>>;
+  let sup: SupervisorClient;
+  let authz: ReturnType<typeof authzClient>;
+  let proc: ReturnType<typeof extProcClient>;
+  const seen: { url: string; host: string | undefined; headers: Record<string, unknown> }[] = [];
+  const webHost = (ns: string) => `${up.port}-web.${ns}.localhost`;
+  const relayHost = () => `${up.port}-relaya.team-a.localhost`;
+  const relayTarget = () => `team-a/relaya:${up.port}`;
+  const CLIENT_GATEWAY_HEADERS = { 'x-sandgate-sandbox': 'team-b/web', 'x-sandgate-path': '/admin', 'x-sandgate-trusted-user': 'root' };
+  /** HTTP authz as nginx or Envoy calls it (fetch cannot set Host). */
+  const authzAnswer = (headers: Record<string, string>): Promise<{ status: number; headers: Record<string, unknown>; body: string }> =>
+    new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers }, (res) => {
+        let body = '';
+        res.on('data', (c) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  const gatewayHeadersSeen = () => seen.flatMap((s) => Object.keys(s.headers).filter((k) => k.startsWith('x-sandgate-')));
+
+  beforeAll(async () => {
+    up = await startUpstream((req, res) => {
+      seen.push({ url: req.url ?? '', host: req.headers.host, headers: req.headers });
+      res.end('ok');
+    });
+    const at = { kind: 'address' as const, addresses: ['127.0.0.1'] };
+    t = await startTestGateway(
+      [
+        new TestDriver([
+          snapshot({ namespace: 'team-a', name: 'web', uid: 'a1', sessionModel: 'none', endpoint: at }),
+          snapshot({ namespace: 'team-b', name: 'web', uid: 'b1', sessionModel: 'none', endpoint: at }),
+          { ...relaySandbox('relaya'), uid: 'ra' },
+        ]),
+      ],
+      { relaySecret: RELAY_SECRET, readinessWaitMs: 5000, opsPort: 0 },
+      { supervisorKeys: KEYS },
+    );
+    sup = await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya');
+    await until(() => t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 'the relay sandbox Ready');
+    authz = authzClient(t.grpcTarget);
+    proc = extProcClient(t.grpcTarget);
+  });
+  afterAll(async () => {
+    authz.close();
+    proc.close();
+    sup.stop();
+    await t.close();
+    await up.close();
+  });
+
+  describe('finding 5: every client x-sandgate-* header is stripped', () => {
+    it('embedded proxy, direct and over the local relay: the sandbox sees none', async () => {
+      seen.length = 0;
+      for (const host of [webHost('team-a'), relayHost()]) {
+        const r = await viaProxy(t.gw.proxyPort!, { host, headers: CLIENT_GATEWAY_HEADERS });
+        expect([host, r.status, await text(r)]).toEqual([host, 200, 'ok']);
+      }
+      expect(seen).toHaveLength(2);
+      expect(gatewayHeadersSeen()).toEqual([]);
+    });
+
+    it('relay listener: the sandbox sees none', async () => {
+      seen.length = 0;
+      const r = await viaRelay(t.gw.relayAddress, { headers: { host: relayHost(), ...CLIENT_GATEWAY_HEADERS, 'x-sandgate-relay-auth': RELAY_CREDENTIALS.mint(relayTarget()), 'x-sandgate-relay-target': relayTarget() } });
+      expect([r.status, await text(r)]).toEqual([200, 'ok']);
+      expect(gatewayHeadersSeen()).toEqual([]);
+    });
+
+    it('ext_authz: headers_to_remove names them all, except what the answer sets', async () => {
+      const r = await check(authz, envoyCheckRequest({ host: webHost('team-a'), headers: { ...CLIENT_GATEWAY_HEADERS, 'x-sandgate-upstream': '10.9.9.9:1' } }));
+      expect(r.http_response).toBe('ok_response');
+      expect([...r.ok_response.headers_to_remove].sort()).toEqual(Object.keys(CLIENT_GATEWAY_HEADERS).sort());
+      expect(headerValues(r.ok_response.headers)['x-sandgate-upstream']).toBe(`127.0.0.1:${up.port}`);
+    });
+
+    it('ext_proc: remove_headers names them all, except what the mutation sets', async () => {
+      const s = (proc.Process as (m: Metadata) => any)(new Metadata());
+      const msg = await new Promise<any>((resolve, reject) => {
+        s.once('data', resolve);
+        s.once('error', reject);
+        s.write(envoyRequestHeaders({ ':authority': webHost('team-a'), ':path': '/', ':method': 'GET', ...CLIENT_GATEWAY_HEADERS, 'x-sandgate-upstream': '10.9.9.9:1' }));
+      });
+      s.end();
+      const mutation = msg.request_headers.response.header_mutation;
+      expect([...mutation.remove_headers].sort()).toEqual(Object.keys(CLIENT_GATEWAY_HEADERS).sort());
+      expect(headerValues(mutation.set_headers)['x-sandgate-upstream']).toBe(`127.0.0.1:${up.port}`);
+    });
+
+    it('HTTP authz: x-envoy-auth-headers-to-remove names them all, except what the answer sets', async () => {
+      const r = await authzAnswer({ host: webHost('team-a'), ...CLIENT_GATEWAY_HEADERS });
+      expect(r.status).toBe(200);
+      expect(r.headers['x-sandgate-sandbox']).toBe('team-a/web');
+      expect(String(r.headers['x-envoy-auth-headers-to-remove']).split(',').sort()).toEqual(['x-sandgate-path', 'x-sandgate-trusted-user']);
+    });
+  });
+
+  describe('finding 6: an absolute-form target routes on its authority and is forwarded origin-form', () => {
+    it('embedded proxy: same authority → routed, forwarded as /path?query', async () => {
+      seen.length = 0;
+      const res = await raw(t.gw.proxyPort!, `GET http://${webHost('team-a')}/abs?q=1 HTTP/1.1\r\nHost: ${webHost('team-a')}\r\nConnection: close\r\n\r\n`);
+      expect(answerOf(res)).toEqual([200, undefined]);
+      expect(seen.map((s) => [s.url, s.host])).toEqual([['/abs?q=1', webHost('team-a')]]);
+    });
+
+    it("embedded proxy: another sandbox's authority with this Host → 400 invalid_route, nothing forwarded", async () => {
+      seen.length = 0;
+      const res = await raw(t.gw.proxyPort!, `GET http://${webHost('team-b')}/ HTTP/1.1\r\nHost: ${webHost('team-a')}\r\nConnection: close\r\n\r\n`);
+      expect(answerOf(res)).toEqual([400, 'invalid_route']);
+      const upgrade = await raw(t.gw.proxyPort!, `GET http://${webHost('team-b')}/ HTTP/1.1\r\nHost: ${webHost('team-a')}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`);
+      expect(answerOf(upgrade)).toEqual([400, 'invalid_route']);
+      expect(seen).toEqual([]);
+    });
+
+    it('relay listener: forwarded origin-form', async () => {
+      seen.length = 0;
+      const auth = `x-sandgate-relay-auth: ${RELAY_CREDENTIALS.mint(relayTarget())}\r\nx-sandgate-relay-target: ${relayTarget()}\r\n`;
+      const res = await raw(t.gw.relayPort, `GET http://${relayHost()}/abs HTTP/1.1\r\nHost: ${relayHost()}\r\n${auth}Connection: close\r\n\r\n`);
+      expect(answerOf(res)).toEqual([200, undefined]);
+      expect(seen.map((s) => s.url)).toEqual(['/abs']);
+    });
+
+    it("HTTP authz: an absolute X-Original-URI naming another sandbox than the Host → 400 invalid_route", async () => {
+      const r = await authzAnswer({ host: webHost('team-a'), 'x-original-uri': `http://${webHost('team-b')}/` });
+      expect([r.status, JSON.parse(r.body).code]).toEqual([400, 'invalid_route']);
+      const same = await authzAnswer({ host: webHost('team-a'), 'x-original-uri': `http://${webHost('team-a')}/x` });
+      expect([same.status, same.headers['x-sandgate-sandbox']]).toEqual([200, 'team-a/web']);
+    });
+  });
+
+  describe('finding 7: malformed requests get a typed answer', () => {
+    it('two Host headers → 400 invalid_route at the proxy, the relay listener and HTTP authz; nothing forwarded', async () => {
+      seen.length = 0;
+      const twoHosts = `Host: ${webHost('team-a')}\r\nHost: ${webHost('team-b')}\r\n`;
+      expect(answerOf(await raw(t.gw.proxyPort!, `GET / HTTP/1.1\r\n${twoHosts}Connection: close\r\n\r\n`))).toEqual([400, 'invalid_route']);
+      const auth = `x-sandgate-relay-auth: ${RELAY_CREDENTIALS.mint(relayTarget())}\r\nx-sandgate-relay-target: ${relayTarget()}\r\n`;
+      expect(answerOf(await raw(t.gw.relayPort, `GET / HTTP/1.1\r\n${twoHosts}${auth}Connection: close\r\n\r\n`))).toEqual([400, 'invalid_route']);
+      expect(answerOf(await raw(t.gw.adminPort, `GET /authz/ HTTP/1.1\r\n${twoHosts}Connection: close\r\n\r\n`))).toEqual([400, 'invalid_route']);
+      expect(seen).toEqual([]);
+    });
+
+    it('CONNECT → 405 method_not_allowed with the typed body on the proxy, relay, admin and ops listeners', async () => {
+      for (const [listener, port] of [['proxy', t.gw.proxyPort!], ['relay', t.gw.relayPort], ['admin', t.gw.adminPort], ['ops', t.gw.opsPort!]] as const) {
+        const res = await raw(port, `CONNECT ${webHost('team-a')}:443 HTTP/1.1\r\nHost: ${webHost('team-a')}:443\r\n\r\n`);
+        expect([listener, ...answerOf(res)]).toEqual([listener, 405, 'method_not_allowed']);
+        expect(res).toMatch(/\r\nallow: /i);
+      }
+    });
+  });
+});

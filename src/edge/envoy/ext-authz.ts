@@ -5,7 +5,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { lowerCaseHeaders, presentHeaders, type DoorOptions } from '../headers.js';
+import { headersToRemove, lowerCaseHeaders, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
@@ -61,9 +61,10 @@ export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): o
   const headers = [set(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
   for (const [k, v] of relayHeaders(d, opts.relay)) headers.push(set(k, v));
+  const remove = headersToRemove(req.headers, opts.removeHeaders, headers.map((h) => h.header.key));
   return {
     status: { code: GRPC_STATUS.allow },
-    ok_response: { headers, headers_to_remove: presentHeaders(req.headers, opts.removeHeaders) ?? [] },
+    ok_response: { headers, headers_to_remove: remove ?? [] },
     dynamic_metadata: { fields: { upstream: { stringValue: d.upstream } } },
   };
 }

@@ -4,7 +4,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { addHeader, presentHeaders, type DoorOptions } from '../headers.js';
+import { addHeader, headersToRemove, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
@@ -58,12 +58,14 @@ export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteR
 function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   const set_headers = [rawSet(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
-  for (const [k, v] of relayHeaders(d, opts.relay)) set_headers.push(rawSet(k, v));
+  const relay = relayHeaders(d, opts.relay);
+  for (const [k, v] of relay) set_headers.push(rawSet(k, v));
+  const remove = headersToRemove(req.headers, opts.removeHeaders, relay.length === 0 ? [opts.upstreamHeader] : [opts.upstreamHeader, ...relay.map(([k]) => k)]);
   return {
     request_headers: {
       response: {
         status: 'CONTINUE',
-        header_mutation: { set_headers, remove_headers: presentHeaders(req.headers, opts.removeHeaders) ?? [] },
+        header_mutation: { set_headers, remove_headers: remove ?? [] },
         clear_route_cache: true,
       },
     },

@@ -1,10 +1,12 @@
 import { ROUTING_HEADERS } from '../../domain/route-key.js';
+import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 
 /**
  * The headers the embedded proxy forwards. Removed: hop-by-hop headers (RFC 9110 §7.6.1 — `Connection`
  * and every header it names, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
- * `Upgrade`), the routing headers and the upstream header (a client never speaks to the sandbox with
- * them), and any configured credential headers. Set: `X-Forwarded-For` (appended), `-Proto`, `-Host`.
+ * `Upgrade`), the routing headers, the upstream header and every `x-sandgate-*` header (the gateways'
+ * own namespace: a sandbox may trust them, so a client never speaks to it with them), and any configured
+ * credential headers. Set: `X-Forwarded-For` (appended), `-Proto`, `-Host`.
  */
 
 export const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'proxy-authenticate', 'proxy-authorization'];
@@ -56,7 +58,7 @@ export function forwardRequestHeaders(raw: readonly string[], drop: ReadonlySet<
       xff = xff === undefined ? raw[i + 1] : xff + ', ' + raw[i + 1];
       continue;
     }
-    if ((drop.has(lower) || named?.has(lower) === true) && keep?.has(lower) !== true) continue;
+    if ((drop.has(lower) || named?.has(lower) === true || lower.startsWith(GATEWAY_HEADER_PREFIX)) && keep?.has(lower) !== true) continue;
     out.push(name, raw[i + 1]!);
   }
   out.push('x-forwarded-for', xff === undefined ? ctx.clientIp : xff + ', ' + ctx.clientIp);

@@ -12,6 +12,7 @@ import { renderDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
+import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
 import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure } from '../forwarding/failure-codes.js';
 import { dropSet, forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
@@ -90,9 +91,10 @@ export class EmbeddedProxy {
     await this.agent.close();
   }
 
-  private route(req: IncomingMessage): RouteRequest {
+  /** The request as the decision reads it: absolute-form routed on its authority (request-target.ts). */
+  private route(req: IncomingMessage, t?: RequestTarget): RouteRequest {
     const headers = req.headers as RouteRequest['headers'];
-    return { headers, host: headers.host, path: req.url };
+    return t === undefined ? { headers, host: headers.host, path: req.url } : { headers, host: t.host, path: t.path };
   }
 
   private context(req: IncomingMessage): ForwardContext {
@@ -105,11 +107,13 @@ export class EmbeddedProxy {
   }
 
   private request(req: IncomingMessage, res: ServerResponse): void {
-    const route = this.route(req);
+    const t = requestTarget(req.url, req.rawHeaders);
+    if (isDeny(t)) return this.refuse(res, t, this.route(req));
+    const route = this.route(req, t);
     this.decideFor(route, res, (d) => {
       if (!d.allow) return this.refuse(res, d, route);
       if (!this.take(d, res)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
-      this.forward(req, res, d);
+      this.forward(req, res, d, route);
     });
   }
 
@@ -129,20 +133,22 @@ export class EmbeddedProxy {
     res.writeHead(r.status).end(r.body);
   }
 
-  private forward(req: IncomingMessage, res: ServerResponse, d: Allow): void {
+  private forward(req: IncomingMessage, res: ServerResponse, d: Allow, route: RouteRequest): void {
     const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
-    if (!d.relay) return this.send(req, res, d, headers, (err) => forwardFailure('sandbox', err));
+    // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
+    const path = d.target.path ?? route.path ?? '/';
+    if (!d.relay) return this.send(req, res, d, path, headers, (err) => forwardFailure('sandbox', err), route);
     const local = this.localRelay(d);
-    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), this.route(req));
+    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route);
     if (local !== undefined) {
       const timeouts = { headersTimeoutMs: this.opts.headersTimeoutMs, idleTimeoutMs: this.opts.idleTimeoutMs };
-      return exchange(req, res, d.target.path ?? req.url ?? '/', headers, local, timeouts, (err) => {
+      return exchange(req, res, path, headers, local, timeouts, (err) => {
         this.log.debug({ err, sandbox: d.entry.namespace + '/' + d.entry.name }, 'relay failed before the response');
-        this.refuse(res, relayDenial(err, d.entry), this.route(req));
+        this.refuse(res, relayDenial(err, d.entry), route);
       });
     }
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    this.send(req, res, d, headers, (err) => forwardFailure('peer_gateway', err));
+    this.send(req, res, d, path, headers, (err) => forwardFailure('peer_gateway', err), route);
   }
 
   /**
@@ -159,7 +165,7 @@ export class EmbeddedProxy {
   }
 
   /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
-  private send(req: IncomingMessage, res: ServerResponse, d: Allow, headers: string[], failure: (err: unknown) => ErrorCode): void {
+  private send(req: IncomingMessage, res: ServerResponse, d: Allow, path: string, headers: string[], failure: (err: unknown) => ErrorCode, route: RouteRequest): void {
     // The client went away before the response finished: abort the upstream request too. undici takes any
     // EventEmitter that emits 'abort' as its signal; using the response itself spares an AbortController
     // per request, which was the proxy's largest own cost in the profile. The listener and the response
@@ -169,7 +175,7 @@ export class EmbeddedProxy {
     this.agent.stream(
       {
         origin: 'http://' + d.upstream,
-        path: d.target.path ?? req.url ?? '/',
+        path,
         method: req.method as 'GET',
         headers,
         body: hasBody ? req : null,
@@ -183,7 +189,7 @@ export class EmbeddedProxy {
           if (res.destroyed) return;
           const code = failure(err);
           this.log.debug({ err, upstream: d.upstream, code }, 'upstream failed before the response');
-          return this.refuse(res, deny(code, undefined, d.entry), this.route(req));
+          return this.refuse(res, deny(code, undefined, d.entry), route);
         }
         // Reset mid-response: the client must see a broken response, not a hang or a silent truncation.
         res.destroy();
@@ -193,13 +199,15 @@ export class EmbeddedProxy {
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     socket.on('error', () => socket.destroy());
-    const route = this.route(req);
+    const t = requestTarget(req.url, req.rawHeaders);
+    if (isDeny(t)) return writeDenial(socket, t, this.route(req));
+    const route = this.route(req, t);
     this.decideFor(route, socket, (d) => {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
       if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
       const headers = upgradeHeaders(req, this.drop, this.context(req), this.opts.stripOriginOnUpgrade);
-      const path = d.target.path ?? req.url ?? '/';
+      const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
       if (!d.relay) {
         const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);

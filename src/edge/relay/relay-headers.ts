@@ -12,8 +12,6 @@ import type { RelayCredentials } from './relay-credential.js';
 
 export const RELAY_AUTH_HEADER = 'x-sandgate-relay-auth';
 export const RELAY_TARGET_HEADER = 'x-sandgate-relay-target';
-/** Every request header with this prefix is the gateways' own: the relay listener never passes one on. */
-export const GATEWAY_HEADER_PREFIX = 'x-sandgate-';
 
 export interface RelayTarget {
   readonly namespace: string;

@@ -8,9 +8,11 @@ import type { RelayOpener } from '../../sessions/relay-streams.js';
 import { renderDenial, writeDenial } from '../denial.js';
 import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.js';
 import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
+import { GATEWAY_HEADER_PREFIX } from '../headers.js';
+import { isDeny, requestTarget } from '../request-target.js';
 import { exchange, relayDenial } from './relay-exchange.js';
 import type { RelayCredentials } from './relay-credential.js';
-import { formatRelayTarget, GATEWAY_HEADER_PREFIX, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
+import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
 
 /**
  * The relay listener (`--relay-port`, default 8082): where Envoy, or a peer gateway's embedded proxy,
@@ -73,10 +75,12 @@ export class RelayListener {
   }
 
   private request(req: IncomingMessage, res: ServerResponse): void {
+    const rt = requestTarget(req.url, req.rawHeaders);
+    if (isDeny(rt)) return refuse(res, rt, req);
     const t = this.admit(req);
     if ('allow' in t) return refuse(res, t, req);
     const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX);
-    exchange(req, res, req.url ?? '/', headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.opts, (err) => {
+    exchange(req, res, rt.path, headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.opts, (err) => {
       this.log.debug({ err, target: t }, 'relay failed before the response');
       refuse(res, relayDenial(err), req);
     });
@@ -84,12 +88,14 @@ export class RelayListener {
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     socket.on('error', () => socket.destroy());
-    const t = this.admit(req);
     const route: RouteRequest = { headers: req.headers as RouteRequest['headers'], host: req.headers.host, path: req.url };
+    const rt = requestTarget(req.url, req.rawHeaders);
+    if (isDeny(rt)) return writeDenial(socket, rt, route);
+    const t = this.admit(req);
     if ('allow' in t) return writeDenial(socket, t, route);
     const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX, KEEP_ON_UPGRADE);
     const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
-    spliceUpgrade(req, socket, head, req.url ?? '/', headers, open, this.opts.idleTimeoutMs, (err) => writeDenial(socket, relayDenial(err), route));
+    spliceUpgrade(req, socket, head, rt.path, headers, open, this.opts.idleTimeoutMs, (err) => writeDenial(socket, relayDenial(err), route));
   }
 }
 
