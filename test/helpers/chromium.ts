@@ -1,30 +1,15 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_CANDIDATES } from '../../bench/lib/chromium.js';
 
-/**
- * Debian's Chromium driven by playwright-core (no browser download). Tests that need it skip with the
- * reason in their name when it is missing; `.ci/run` installs it.
- */
+/** Browser tests skip with the reason in their name when no Chromium is installed; `.ci/run` installs it. */
 
-const CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'];
-
-/** The Chromium executable, or undefined when none is installed. */
-export const CHROMIUM = CANDIDATES.find((p): p is string => p !== undefined && p !== '' && existsSync(p));
+export { CHROMIUM, launchChromium } from '../../bench/lib/chromium.js';
 
 /** `name`, or `name` with why it is skipped when there is no Chromium. */
 export function needsChromium(name: string): string {
-  return CHROMIUM === undefined ? `${name} (skipped: no Chromium at ${CANDIDATES.filter(Boolean).join(' or ')}; .ci/run installs the chromium package)` : name;
-}
-
-export function launchChromium(): Promise<Browser> {
-  if (CHROMIUM === undefined) throw new Error('no Chromium installed');
-  // playwright gives each launch a fresh temporary profile (--user-data-dir) and removes it on close.
-  return chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage'],
-  });
+  return CHROMIUM === undefined ? `${name} (skipped: no Chromium at ${CHROMIUM_CANDIDATES.join(' or ')}; .ci/run installs the chromium package)` : name;
 }
 
 /** The directory a test writes its artifacts (screenshots) to: test-results/<name>/, ignored by git. */
