@@ -22,7 +22,7 @@ export default tseslint.config(
     languageOptions: {
       sourceType: 'module',
       globals: Object.fromEntries(
-        ['window', 'document', 'sessionStorage', 'fetch', 'AbortController', 'TextDecoderStream', 'requestAnimationFrame', 'ResizeObserver', 'setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'console', 'HTMLInputElement', 'HTMLSelectElement', 'Node', 'Option', 'uPlot'].map((g) => [g, 'readonly']),
+        ['window', 'document', 'sessionStorage', 'fetch', 'AbortController', 'TextDecoderStream', 'requestAnimationFrame', 'ResizeObserver', 'setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'console', 'HTMLInputElement', 'HTMLSelectElement', 'Node', 'Option', 'URLSearchParams', 'uPlot'].map((g) => [g, 'readonly']),
       ),
     },
   },

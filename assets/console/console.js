@@ -50,12 +50,30 @@ table.onRendered = (n) => {
   $('shown').textContent = `${n.toLocaleString()} of ${store.rows.size.toLocaleString()} shown${store.synced ? '' : ' (loading…)'}`;
 };
 
+// The open sandbox's phase changes, fetched when it is opened and again whenever its row changes.
+const changes = { key: undefined, row: undefined, items: undefined };
+
 function openDetail(key) {
   const s = store.rows.get(key);
   if (s === undefined) return closeDetail();
   state.open = key;
   detail.hidden = false;
-  renderDetail(detail, s, { rules: state.rules, history: store.history.get(key), onClose: closeDetail });
+  if (changes.key !== key) changes.items = undefined;
+  if (changes.key !== key || changes.row !== s) {
+    changes.key = key;
+    changes.row = s;
+    const q = new URLSearchParams({ namespace: s.namespace, name: s.name });
+    getJson(`/console/api/phase-changes?${q}`)
+      .then((r) => {
+        if (changes.row !== s) return;
+        changes.items = r.items;
+        if (state.open === key) renderDetail(detail, s, { rules: state.rules, changes: changes.items, onClose: closeDetail });
+      })
+      .catch((err) => {
+        if (err instanceof Unauthorized) askForKey(err.message);
+      });
+  }
+  renderDetail(detail, s, { rules: state.rules, changes: changes.items, onClose: closeDetail });
 }
 
 function closeDetail() {
@@ -125,7 +143,7 @@ function startWatch() {
           store.reset();
           break;
         case 'upsert':
-          store.upsert(JSON.parse(data), Date.now());
+          store.upsert(JSON.parse(data));
           break;
         case 'delete': {
           const d = JSON.parse(data);

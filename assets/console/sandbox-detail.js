@@ -1,6 +1,7 @@
 // One sandbox in full: its phase and why (the composition rule in words), conditions with their times,
-// the session and who holds it, and the phase changes this page has seen. Re-rendered when the sandbox
-// changes while open. Everything is set as text, never as HTML: names and messages come from tenants.
+// the session and who holds it, and its recent phase changes as the gateway recorded them. Re-rendered
+// when the sandbox changes while open. Everything is set as text, never as HTML: names and messages come
+// from tenants.
 
 import { endpointText } from './sandbox-table.js';
 
@@ -40,7 +41,7 @@ export function explainRule(rules, s) {
   return `${s.phase} by rule “${r.name}”: ${r.when}.`;
 }
 
-export function renderDetail(aside, s, { rules, history, onClose }) {
+export function renderDetail(aside, s, { rules, changes, onClose }) {
   aside.replaceChildren();
   const close = el('button', 'Close (Esc)');
   close.type = 'button';
@@ -94,12 +95,17 @@ export function renderDetail(aside, s, { rules, history, onClose }) {
   table.append(body);
   aside.append(table);
   aside.append(el('h3', 'Recent phase changes'));
-  if (history === undefined) aside.append(el('p', `No change seen since this page loaded (${s.phase}).`));
+  if (changes === undefined) aside.append(el('p', 'Loading…'));
+  else if (changes.length === 0) aside.append(el('p', 'None recorded by this gateway.'));
   else {
-    const ol = el('ol');
-    for (const h of history) {
+    const ol = el('ol', undefined, 'changes');
+    for (const c of changes) {
       const li = el('li');
-      li.append(el('span', h.at === undefined ? 'before ' : `${new Date(h.at).toLocaleTimeString()} `), badge(h.phase), el('span', ` ${h.reason}`));
+      li.append(el('span', `${new Date(c.at).toLocaleTimeString()} `));
+      if (c.from === null) li.append(el('span', 'appeared as '), badge(c.to));
+      else if (c.to === null) li.append(badge(c.from), el('span', ' → left the view'));
+      else li.append(badge(c.from), el('span', ' → '), badge(c.to));
+      if (c.to !== null) li.append(el('span', ` ${c.reason} (${c.rule})`));
       ol.append(li);
     }
     aside.append(ol);

@@ -1,8 +1,6 @@
 // The page's copy of the sandboxes it may see, fed by the watch: upserts and deletes by key, a sorted key
-// list for the table, counts per phase and namespace, and the recent phase changes of each sandbox seen
-// changing since the page loaded. Rendering is the table's business; the store only says what changed.
-
-const HISTORY = 10;
+// list for the table, and counts per phase and namespace. Rendering is the table's business; the store
+// only says what changed.
 
 function compareKeys(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
@@ -28,7 +26,6 @@ export class SandboxStore {
     this.synced = false;
     this.phaseCounts = new Map();
     this.namespaceCounts = new Map();
-    this.history = new Map();
     /** Bumped on every change; views compare it to know when to re-filter. */
     this.generation = 0;
     /** Bumped when the set of namespaces changes (the namespace filter's options). */
@@ -51,7 +48,7 @@ export class SandboxStore {
     this.generation++;
   }
 
-  upsert(s, now) {
+  upsert(s) {
     const key = s.namespace + '/' + s.name;
     const prev = this.rows.get(key);
     const gw = s.session === null ? '' : s.session.gatewayId;
@@ -68,12 +65,6 @@ export class SandboxStore {
       }
     } else {
       this.count(this.phaseCounts, prev.phase, -1);
-      if (prev.phase !== s.phase) {
-        let h = this.history.get(key);
-        if (h === undefined) this.history.set(key, (h = [{ phase: prev.phase, reason: prev.reason, at: undefined }]));
-        h.push({ phase: s.phase, reason: s.reason, at: now });
-        if (h.length > HISTORY) h.splice(0, h.length - HISTORY);
-      }
     }
     this.count(this.phaseCounts, s.phase, 1);
     this.generation++;

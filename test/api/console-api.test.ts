@@ -31,7 +31,7 @@ function raw(port: number, path: string, headers: Record<string, string> = {}, m
   });
 }
 
-const DATA_ROUTES = ['/console/table', '/console/api/overview', '/console/api/gateways', '/console/api/stats'];
+const DATA_ROUTES = ['/console/table', '/console/api/overview', '/console/api/gateways', '/console/api/stats', '/console/api/phase-changes?namespace=team-a&name=web'];
 
 describe('console routes', () => {
   let t: TestGateway;
@@ -147,6 +147,46 @@ describe('console routes', () => {
     expect(overview).toMatchObject({ gatewayId: 'gw-test', synced: true });
     expect(overview.rules.find((r: any) => r.name === 'supervisor-not-connected')).toMatchObject({ phase: 'Provisioning' });
   });
+  it("a team key gets 404 for another team's sandbox, exactly as for a missing one", async () => {
+    const phase = JSON.parse((await raw(port, '/console/api/phase-changes?namespace=team-b&name=agent', teamA)).body);
+    const missing = JSON.parse((await raw(port, '/console/api/phase-changes?namespace=team-a&name=nope', teamA)).body);
+    expect(phase.code).toBe('sandbox_not_found');
+    expect(missing.code).toBe('sandbox_not_found');
+    expect((await raw(port, '/console/api/phase-changes?namespace=team-b&name=agent', admin)).status).toBe(200);
+  });
+});
+
+describe('console phase changes', () => {
+  it("a sandbox's recent phase changes, newest first, with reason and rule; other tenants' and missing sandboxes are 404; bad names 400", async () => {
+    const driver = new TestDriver([snapshot({ name: 'notebook' }), snapshot({ namespace: 'team-b', name: 'agent', uid: 'u2' })]);
+    const t = await startTestGateway([driver]);
+    try {
+      t.gw.view.setPresence('team-a', 'notebook', presence());
+      t.gw.view.setPresence('team-a', 'notebook', presence({ epoch: 2, sessionId: 's-2' }));
+      t.gw.view.setPresence('team-a', 'notebook', undefined);
+      const r = await raw(t.gw.adminPort, '/console/api/phase-changes?namespace=team-a&name=notebook');
+      const items = JSON.parse(r.body).items;
+      // The second session replaced the first without a phase change: not recorded.
+      expect(items.map((c: any) => [c.from, c.to, c.rule])).toEqual([
+        ['Ready', 'Provisioning', 'supervisor-not-connected'],
+        ['Provisioning', 'Ready', 'ready-with-session'],
+        [null, 'Provisioning', 'supervisor-not-connected'],
+      ]);
+      expect(items[0].reason).toBe('SupervisorNotConnected');
+      expect(Date.parse(items[0].at)).toBeGreaterThanOrEqual(Date.parse(items[2].at));
+      for (const q of ['namespace=team-a&name=nope', 'namespace=team-c&name=notebook']) {
+        const missing = await raw(t.gw.adminPort, `/console/api/phase-changes?${q}`);
+        expect([q, missing.status, JSON.parse(missing.body).code]).toEqual([q, 404, 'sandbox_not_found']);
+      }
+      for (const q of ['namespace=team-a', 'name=notebook', 'namespace=Team-A&name=notebook', 'namespace=team-a&name=a%2Fb']) {
+        const bad = await raw(t.gw.adminPort, `/console/api/phase-changes?${q}`);
+        expect([q, bad.status, JSON.parse(bad.body).code]).toEqual([q, 400, 'invalid_request']);
+      }
+    } finally {
+      await t.close();
+    }
+  });
+
 });
 
 describe('console off', () => {

@@ -8,6 +8,7 @@ import { authorizeApi, type ApiAuth } from '../api-access.js';
 import { sendError, sendJson } from '../respond.js';
 import type { ConsoleAssets } from './console-assets.js';
 import { statsSnapshot } from './console-stats.js';
+import { PhaseHistory } from './phase-history.js';
 import { renderTable } from './console-table.js';
 
 /**
@@ -15,6 +16,7 @@ import { renderTable } from './console-table.js';
  *
  * - `/console`: the page (no data in it), and `/console/assets/<name>`: its scripts and styles;
  * - `/console/api/overview`, `/console/api/gateways`, `/console/api/stats`: JSON the page polls;
+ * - `/console/api/phase-changes?namespace=&name=`: one sandbox's recent phase changes (its detail view);
  * - `/console/table`: the same sandboxes as a static HTML table, for clients without JavaScript.
  *
  * The sandboxes themselves reach the page through `/v1/sandboxes/watch`. Every data route runs the
@@ -56,6 +58,7 @@ export function createConsole(deps: ConsoleDeps) {
   const { view, gatewayId } = deps;
   const now = deps.now ?? Date.now;
   const rules = RULES.map((r) => ({ name: r.name, phase: r.phase, when: r.when }));
+  const history = new PhaseHistory(view, now);
 
   function gateways(sees: (ns: string) => boolean) {
     const sessions = new Map<string, number>();
@@ -90,6 +93,16 @@ export function createConsole(deps: ConsoleDeps) {
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff', 'content-security-policy': "default-src 'none'" }).end(html);
   }
 
+  function phaseChanges(url: URL, res: ServerResponse, sees: (ns: string) => boolean): void {
+    const namespace = url.searchParams.get('namespace');
+    const name = url.searchParams.get('name');
+    if (namespace === null || name === null || !isDnsLabel(namespace) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
+    // Another tenant's sandbox gets the very answer a missing one gets.
+    const items = sees(namespace) ? history.of(`${namespace}/${name}`) : [];
+    if (items.length === 0 && (!sees(namespace) || view.get(namespace, name) === undefined)) return sendError(res, 'sandbox_not_found', `No sandbox ${namespace}/${name}`);
+    sendJson(res, 200, { items: items.map((c) => ({ ...c, at: new Date(c.at).toISOString() })) });
+  }
+
   /** Answers a `/console…` request (GET or HEAD; the caller has checked the method). */
   return async function handleConsole(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
     const path = url.pathname;
@@ -100,7 +113,7 @@ export function createConsole(deps: ConsoleDeps) {
       if (a === undefined) return sendError(res, 'not_found', `No console asset ${m[1]!}`);
       return deps.assets.send(req, res, a);
     }
-    const routes = ['/console/table', '/console/api/overview', '/console/api/gateways', '/console/api/stats'];
+    const routes = ['/console/table', '/console/api/overview', '/console/api/gateways', '/console/api/stats', '/console/api/phase-changes'];
     if (!routes.includes(path)) return sendError(res, 'not_found', `No route ${path}`);
     const scope = authorizeApi(deps.auth, req.headers, res);
     if (scope === undefined) return;
@@ -113,6 +126,8 @@ export function createConsole(deps: ConsoleDeps) {
         return sendJson(res, 200, gateways(scope.sees));
       case '/console/api/stats':
         return sendJson(res, 200, await statsSnapshot(deps.registry, now()));
+      case '/console/api/phase-changes':
+        return phaseChanges(url, res, scope.sees);
     }
   };
 }
