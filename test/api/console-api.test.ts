@@ -189,6 +189,22 @@ describe('console phase changes', () => {
 
 });
 
+describe('console with --ops-port', () => {
+  it('is served on the ops port only; the decision door (admin port) answers 404 for it', async () => {
+    const t = await startTestGateway([new TestDriver([snapshot()])], { opsPort: 0, opsListenHost: '127.0.0.1' });
+    try {
+      expect((await raw(t.gw.opsPort!, '/console')).status).toBe(200);
+      expect((await raw(t.gw.opsPort!, '/console/table')).body).toContain('<td>web</td>');
+      for (const path of ['/console', '/console/assets/console.js', '/console/table', '/console/api/stats']) {
+        const r = await raw(t.gw.adminPort, path);
+        expect([path, r.status, JSON.parse(r.body).code]).toEqual([path, 404, 'not_found']);
+      }
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('console off', () => {
   it('--no-console: /console is 404 and the API is unchanged', async () => {
     const t = await startTestGateway([new TestDriver([snapshot()])], { console: false });
