@@ -42,6 +42,7 @@ export function followEvents({ url, headers, onEvent, onState }) {
       let type = '';
       let data = [];
       let id;
+      let afterCR = false;
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
@@ -49,15 +50,17 @@ export function followEvents({ url, headers, onEvent, onState }) {
         quiet = setTimeout(() => controller.abort(new Error('no data from the watch for 45 s')), QUIET_MS);
         buf += value;
         let start = 0;
+        // A CR that ended the previous chunk ended a line; an LF right after it is the rest of a CRLF.
+        if (afterCR && buf[0] === '\n') start = 1;
+        afterCR = false;
         for (;;) {
           LINE_END.lastIndex = start;
           const m = LINE_END.exec(buf);
           if (m === null) break;
           const end = m.index;
-          // A CR at the very end of a chunk may be half of a CRLF: wait for the next chunk.
-          if (buf[end] === '\r' && end + 1 === buf.length) break;
           const line = buf.slice(start, end);
-          start = end + (buf[end] === '\r' && buf[end + 1] === '\n' ? 2 : 1);
+          start = end + m[0].length;
+          if (m[0] === '\r' && start === buf.length) afterCR = true;
           if (line === '') {
             if (id !== undefined) lastEventId = id;
             if (data.length > 0) onEvent(type === '' ? 'message' : type, data.join('\n'), lastEventId);
