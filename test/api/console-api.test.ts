@@ -4,6 +4,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConsoleAssets } from '../../src/api/console/console-assets.js';
 import { newApiKey } from '../../src/auth/api-keys.js';
 import { presence, snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
@@ -202,6 +203,12 @@ describe('console with --ops-port', () => {
     } finally {
       await t.close();
     }
+  });
+});
+
+describe('console files', () => {
+  it('a package without its console files refuses to start with config_invalid, naming --no-console', () => {
+    expect(() => new ConsoleAssets(join(tmpdir(), 'no-such-console-dir'), 'x-api-key')).toThrow(expect.objectContaining({ code: 'config_invalid', message: expect.stringContaining('--no-console') }));
   });
 });
 

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { SandgateError } from '../../domain/errors.js';
 import { escapeHtml } from './console-table.js';
 
 /**
@@ -41,14 +42,21 @@ export class ConsoleAssets {
   private readonly assets = new Map<string, Asset>();
   readonly page: Asset;
 
-  /** `dir` is assets/console; `apiKeyHeader` is written into the page so its requests carry the key there. */
+  /**
+   * `dir` is assets/console; `apiKeyHeader` is written into the page so its requests carry the key there.
+   * A package missing its console files refuses to start (config_invalid) rather than serve a broken page.
+   */
   constructor(dir: string, apiKeyHeader: string) {
-    for (const name of OWN_FILES) this.assets.set(name, asset(readFileSync(join(dir, name)), name));
-    const uplot = join(dirname(createRequire(import.meta.url).resolve('uplot/package.json')), 'dist');
-    this.assets.set('uplot.min.js', asset(readFileSync(join(uplot, 'uPlot.iife.min.js')), 'uplot.min.js'));
-    this.assets.set('uplot.min.css', asset(readFileSync(join(uplot, 'uPlot.min.css')), 'uplot.min.css'));
-    const html = readFileSync(join(dir, 'index.html'), 'utf8').replace('%API_KEY_HEADER%', escapeHtml(apiKeyHeader));
-    this.page = asset(Buffer.from(html), 'index.html');
+    try {
+      for (const name of OWN_FILES) this.assets.set(name, asset(readFileSync(join(dir, name)), name));
+      const uplot = join(dirname(createRequire(import.meta.url).resolve('uplot/package.json')), 'dist');
+      this.assets.set('uplot.min.js', asset(readFileSync(join(uplot, 'uPlot.iife.min.js')), 'uplot.min.js'));
+      this.assets.set('uplot.min.css', asset(readFileSync(join(uplot, 'uPlot.min.css')), 'uplot.min.css'));
+      const html = readFileSync(join(dir, 'index.html'), 'utf8').replace('%API_KEY_HEADER%', escapeHtml(apiKeyHeader));
+      this.page = asset(Buffer.from(html), 'index.html');
+    } catch (err) {
+      throw new SandgateError('config_invalid', `the console's files are missing (${(err as Error).message}): reinstall the package, or turn the console off with --no-console`, { cause: err });
+    }
   }
 
   get(name: string): Asset | undefined {
