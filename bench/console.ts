@@ -37,7 +37,8 @@ const SEARCH = `new Promise((resolve) => {
 async function measure(browser: Browser, gw: Target, size: number): Promise<PageFigures> {
   const page: Page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   try {
-    await page.goto(`${gw.adminUrl}/console`);
+    // The console is on the operator surface: the ops port when the target has one (every listener flag gets a port).
+    await page.goto(`http://127.0.0.1:${gw.ports.ops ?? gw.port('admin')}/console`);
     await page.waitForSelector('.row[data-key]', { timeout: 120_000 });
     const firstRowMs = (await page.evaluate('performance.now()')) as number;
     await page.waitForSelector('body[data-synced="true"]', { timeout: 300_000 });
