@@ -24,6 +24,8 @@ COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY examples ./examples
 COPY proto ./proto
+# The operator console's page, scripts and styles (uPlot comes from node_modules).
+COPY assets ./assets
 USER node
 # ext_authz / ext_proc / gRPC health, admin (HTTP authz, API, metrics)
 EXPOSE 9001 9090

@@ -17,6 +17,16 @@ export default tseslint.config(
     rules: { '@typescript-eslint/no-explicit-any': 'off' },
   },
   {
+    // The console's browser scripts (plain ES modules, no build step).
+    files: ['assets/console/**/*.js'],
+    languageOptions: {
+      sourceType: 'module',
+      globals: Object.fromEntries(
+        ['window', 'document', 'sessionStorage', 'fetch', 'AbortController', 'TextDecoderStream', 'requestAnimationFrame', 'ResizeObserver', 'setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'console', 'HTMLInputElement', 'HTMLSelectElement', 'Node', 'Option', 'URLSearchParams', 'uPlot'].map((g) => [g, 'readonly']),
+      ),
+    },
+  },
+  {
     files: ['src/cli/**', 'bench/**', 'examples/**'],
     rules: { 'no-console': 'off' },
   },

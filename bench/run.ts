@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { churn } from './churn.js';
+import { consoleBench } from './console.js';
 import { envoyGrpc } from './envoy-grpc.js';
 import { httpAuthz } from './http-authz.js';
 import { machineFacts, ROOT } from './lib/machine.js';
@@ -34,6 +35,7 @@ const SECTIONS: readonly Section[] = [
   sessions,
   workers,
   redisHa,
+  consoleBench,
 ];
 
 interface Args {

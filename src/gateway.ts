@@ -1,14 +1,19 @@
 import { createHmac } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { hostname } from 'node:os';
+import { join } from 'node:path';
 import { setLogger } from '@grpc/grpc-js';
 import type { DestinationStream } from 'pino';
 import { createAdminApi, type Readiness } from './api/admin-api.js';
+import type { ApiAuth } from './api/api-access.js';
+import { ConsoleAssets } from './api/console/console-assets.js';
+import { createConsole, type GatewayLease, type GatewaysSource } from './api/console/console-api.js';
 import { sendError } from './api/respond.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
 import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
+import { packageRoot } from './config/paths.js';
 import type { Config } from './config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from './config/secrets.js';
 import { listenFailed, startFailed } from './config/start-errors.js';
@@ -40,6 +45,9 @@ import { SandboxView } from './view/sandbox-view.js';
  * first and close last (traffic keeps flowing through the supervisors' hand-over), and a failure at any
  * step stops whatever had started. Every stop shares one deadline, `--shutdown-timeout-ms`.
  */
+
+/** The console's page, scripts and styles, shipped in the package. */
+const CONSOLE_ASSETS = join(packageRoot(), 'assets', 'console');
 
 export interface GatewayOptions {
   readonly config: Config;
@@ -109,6 +117,22 @@ function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise
   server.keepAliveTimeout = 65_000;
   refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
   return server;
+}
+
+/**
+ * The console's gateways view: the live leases of the presence store (read when asked: the store is made
+ * by its component's start), this gateway's own always listed.
+ */
+function consoleGateways(kind: 'memory' | 'redis', current: () => PresenceStore | undefined, gatewayId: string, relayAddress: () => string): GatewaysSource {
+  return {
+    presence: kind,
+    leases() {
+      const leases: GatewayLease[] = (current()?.gatewayLeases?.() ?? []).map((l) => ({ gatewayId: l.gatewayId, relay: l.info.relay, expiresInMs: l.expiresInMs }));
+      if (!leases.some((l) => l.gatewayId === gatewayId)) leases.push({ gatewayId, relay: relayAddress(), expiresInMs: undefined });
+      return leases;
+    },
+    degraded: () => current()?.degraded() ?? [],
+  };
 }
 
 function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {
@@ -223,6 +247,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   metrics.watchReadiness({ notReady: () => readiness.notReady(), presenceDegraded: () => presence?.degraded() ?? [], keysDegraded: () => keyStore?.degraded() ?? [] });
   const watch = new SandboxWatch(view);
+  // The operator API and its console see through the same principals as the doors (docs/tenancy.md).
+  const auth: ApiAuth | undefined = apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy };
   const apiDeps = {
     view,
     registry: metrics.registry,
@@ -230,7 +256,17 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     watch,
     gatewayId,
     log: log.child({ part: 'api' }),
-    auth: apiKeys === undefined ? undefined : { principal: (key: string | undefined) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy },
+    auth,
+    console: config.console
+      ? createConsole({
+          view,
+          registry: metrics.registry,
+          gatewayId,
+          auth,
+          assets: new ConsoleAssets(CONSOLE_ASSETS, config.apiKeyHeader),
+          gateways: consoleGateways(config.presence === 'memory' ? 'memory' : 'redis', () => presence, gatewayId, () => relayAddress),
+        })
+      : undefined,
   };
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door);

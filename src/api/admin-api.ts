@@ -30,6 +30,8 @@ export interface AdminApiDeps {
   readonly log: Logger;
   /** The API key principals (api-access.ts); undefined without a key store: everything is visible. */
   readonly auth?: ApiAuth;
+  /** The operator console under `/console` (console/console-api.ts), on the operator surface; undefined when it is off. */
+  readonly console?: (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void>;
 }
 
 /**
@@ -75,6 +77,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
       }
     }
     if (surface === 'health') return sendError(res, 'not_found', `No route ${path}`);
+    if (deps.console !== undefined && (path === '/console' || path.startsWith('/console/'))) return deps.console(req, res, url);
     switch (path) {
       case '/metrics': {
         const text = await registry.metrics();

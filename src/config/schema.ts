@@ -40,6 +40,7 @@ export const SCHEMA = {
     description: 'Operator surface (sandbox API, watch, /metrics, /healthz, /readyz) on its own listener, apart from the decision door on the admin port (0 = any free port; -1 = off: served on the admin port). Recommended in production: the door reachable by Envoy/nginx only, the ops port by operators only (docs/tenancy.md).',
   },
   opsListenHost: { kind: 'string', default: '', description: 'Address the ops port binds (default: `--listen-host`), e.g. 127.0.0.1 or an internal interface.' },
+  console: { kind: 'bool', default: true, description: 'Serve the operator console at `/console` on the operator surface (the ops port when `--ops-port` is set, else the admin port), with the sandbox API\'s authorization (docs/console.md).' },
   proxyPort: port(8080, 'Embedded proxy: carries HTTP and WebSocket traffic to sandboxes itself, with the same decision as the Envoy doors (0 = any free port).'),
   proxy: { kind: 'bool', default: true, description: 'Run the embedded proxy (turn off when Envoy is the only data plane).' },
   proxyConnectTimeoutMs: { kind: 'int', default: 5000, min: 1, max: 600_000, description: 'Embedded proxy: connecting to a sandbox (past it: 504 upstream_timeout).' },

@@ -51,8 +51,8 @@ export const ID_CONFLICT = 'IdConflict';
 const MAX_IDS_IN_MESSAGE = 8;
 const NONE: readonly string[] = Object.freeze([]);
 
-/** Called after every change: `entry` is undefined when the sandbox left the view. */
-export type ChangeListener = (key: string, entry: ViewEntry | undefined, version: number) => void;
+/** Called after every change: `entry` is undefined when the sandbox left the view, `previous` when it was not in it. */
+export type ChangeListener = (key: string, entry: ViewEntry | undefined, version: number, previous: ViewEntry | undefined) => void;
 
 export interface ViewOptions {
   /** Epoch milliseconds. */
@@ -372,7 +372,7 @@ export class SandboxView implements RouteTable {
     this.entries.set(key, entry);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
     else this.expiring.delete(key);
-    this.emit(key, entry, version);
+    this.emit(key, entry, version, held);
     for (const id of inUse) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'in_use');
     for (const id of foreign) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'names_another_sandbox');
     if (others !== undefined) this.restatus(others, now);
@@ -407,13 +407,13 @@ export class SandboxView implements RouteTable {
     this.expiring.delete(key);
     this.countRefusals(held, -1);
     const others = held.idClaims.length > 0 ? this.ids.update({ key, namespace: held.namespace, name: held.name, createdAt: held.snapshot.createdAt }, held.idClaims, NONE) : undefined;
-    this.emit(key, undefined, ++this.changeCounter);
+    this.emit(key, undefined, ++this.changeCounter, held);
     // The next claimant of each id this sandbox held takes it over.
     if (others !== undefined) this.restatus(others, this.opts.now());
   }
 
-  private emit(key: string, entry: ViewEntry | undefined, version: number): void {
-    for (const l of this.listeners) l(key, entry, version);
+  private emit(key: string, entry: ViewEntry | undefined, version: number, previous: ViewEntry | undefined): void {
+    for (const l of this.listeners) l(key, entry, version, previous);
     this.waiters.notify(key);
   }
 }

@@ -67,6 +67,9 @@ describe('sandgate serve', () => {
       expect(decision.status).toBe(200);
       const notebook = JSON.parse((await get(admin, 'x', '/v1/sandboxes/team-a/notebook')).body);
       expect(notebook).toMatchObject({ phase: 'Ready', session: { instanceId: 'demo-notebook' } });
+      // The README's one URL to open after npm start: the console, and its static table.
+      expect((await get(admin, 'x', '/console')).status).toBe(200);
+      expect((await get(admin, 'x', '/console/table')).body).toContain('<td>notebook</td>');
       expect((await get(proxy, '8888-notebook.team-a.localhost')).status).toBe(200);
     } finally {
       g.proc.kill('SIGTERM');

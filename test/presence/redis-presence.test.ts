@@ -86,6 +86,11 @@ describe('RedisPresence between two gateways', () => {
     expect([...a.list()]).toEqual([rec]);
     expect(seen).toEqual([rec]);
     expect(a.gatewayInfo('B')).toEqual({ relay: '10.0.0.2:7000' });
+    // The console's gateways view: B's live lease with what it published and how long it has left.
+    const leaseB = a.gatewayLeases().find((l) => l.gatewayId === 'B');
+    expect(leaseB?.info).toEqual({ relay: '10.0.0.2:7000' });
+    expect(leaseB!.expiresInMs).toBeGreaterThan(0);
+    expect(leaseB!.expiresInMs).toBeLessThanOrEqual(TTL);
     expect(a.degraded()).toEqual([]);
   });
 
@@ -109,6 +114,7 @@ describe('RedisPresence between two gateways', () => {
     expect(elapsed).toBeGreaterThanOrEqual(TTL / 2);
     expect(elapsed).toBeLessThan(TTL + 300);
     expect(a.gatewayInfo('B')).toBeUndefined();
+    expect(a.gatewayLeases().map((l) => l.gatewayId)).not.toContain('B');
   });
 
   it('graceful close({release: true}) removes B at once, not after the TTL', async () => {

@@ -82,6 +82,11 @@ export class PresenceMirror {
     return this.leases.get(gatewayId)?.info;
   }
 
+  /** The live leases, with what each gateway published and its local-clock deadline. */
+  liveLeases(): GatewayLease[] {
+    return [...this.leases.values()];
+  }
+
   leaseIncarnation(gatewayId: string): string | undefined {
     return this.leases.get(gatewayId)?.incarnation;
   }

@@ -26,6 +26,15 @@ export interface SessionClaim {
   readonly since: number;
 }
 
+/** A live gateway lease as the console shows it. */
+export interface LiveLease {
+  readonly gatewayId: string;
+  /** What the gateway published with its lease (e.g. `relay`: its relay listener). */
+  readonly info: Readonly<Record<string, string>>;
+  /** Milliseconds until the lease lapses unless renewed. */
+  readonly expiresInMs: number;
+}
+
 /** Called when the mirrored presence of a sandbox changes; `record` undefined = no live session. */
 export type PresenceListener = (namespace: string, name: string, record: PresenceRecord | undefined) => void;
 
@@ -53,6 +62,8 @@ export interface PresenceStore {
   onLost(listener: (record: PresenceRecord) => void): () => void;
   /** What another gateway published in its live lease (e.g. its relay listener); stores of one gateway have none. */
   gatewayInfo?(gatewayId: string): Readonly<Record<string, string>> | undefined;
+  /** The live gateway leases this store mirrors (the operator console's gateways view); stores of one gateway have none. */
+  gatewayLeases?(): LiveLease[];
   /** Reasons the store is degraded (backend unreachable: serving from the mirror); empty when healthy. */
   degraded(): string[];
   /** Stops background work. `release: true` (graceful shutdown) deletes this gateway's lease and records at once. */

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ListenerSet } from './presence-listeners.js';
 import { PresenceMirror } from './presence-mirror.js';
-import type { PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
+import type { LiveLease, PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
 import { createRedisClient, describeRedisTarget, keepConnecting, topologyOf, type RedisClient, type RedisConnectionOptions, type RedisTarget } from '../../lib/redis-connection.js';
 import { disconnect, errorText, runScript } from './redis-connection.js';
 import { decodeLeases, decodeMessage, decodeRecord, encodeGatewayInfo, fieldOf, type PresenceMessage, type StoredRecord } from './redis-codec.js';
@@ -275,6 +275,11 @@ export class RedisPresence implements PresenceStore {
   /** The attributes a live gateway published with its lease (e.g. its relay address), from the mirror. */
   gatewayInfo(gatewayId: string): Readonly<Record<string, string>> | undefined {
     return this.mirror.gatewayInfo(gatewayId);
+  }
+
+  gatewayLeases(): LiveLease[] {
+    const now = this.now();
+    return this.mirror.liveLeases().map((l) => ({ gatewayId: l.gatewayId, info: l.info, expiresInMs: Math.max(0, l.deadline - now) }));
   }
 
   async close(opts: { release: boolean }): Promise<void> {
