@@ -192,6 +192,24 @@ describe('after a failover (a new term)', () => {
     expect(changes).toEqual(['ns/kept=B:k@4']);
   });
 
+  it("a peer missing from the new master's leases counts until one grace period after the term changed", () => {
+    const changes: string[] = [];
+    const m = new PresenceMirror(ME, MY_INC, { change: (ns, name, r) => changes.push(`${ns}/${name}=${r?.sessionId ?? '-'}`), lost: () => undefined });
+    m.setTerm(0);
+    m.replaceLeases([lease('B', 'b-1', 1000, 0)]);
+    m.replaceRemote(new Map([['ns/sb', stored('B', 'b-1', 's', 1)]]));
+    m.setTerm(1, 5000);
+    // The new master lost B's renewals: its live leases do not list B yet.
+    m.replaceLeases([]);
+    expect(m.get('ns/sb')?.sessionId).toBe('s');
+    expect(m.expireLeases(4999)).toBe(5000);
+    expect(m.get('ns/sb')?.sessionId).toBe('s');
+    // B never came back: it goes when the grace ends.
+    m.expireLeases(5000);
+    expect(m.get('ns/sb')).toBeUndefined();
+    expect(changes).toEqual(['ns/sb=s', 'ns/sb=-']);
+  });
+
   it('messages (writes made on the new master) still apply at once', () => {
     const { m } = failedOver();
     m.putRemote('ns/kept', undefined);

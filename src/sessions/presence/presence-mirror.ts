@@ -91,8 +91,15 @@ export class PresenceMirror {
     return this.leases.get(gatewayId)?.incarnation;
   }
 
-  /** The presence term this gateway works in (see the class comment). */
-  setTerm(term: number): void {
+  /**
+   * The presence term this gateway works in (see the class comment). On a change, every known lease
+   * counts at least until `graceDeadline`: the new master may hold an older renewal of a live peer (or
+   * none), and the peer needs a renewal period to reach it.
+   */
+  setTerm(term: number, graceDeadline?: number): void {
+    if (term !== this.term && graceDeadline !== undefined) {
+      for (const [id, l] of this.leases) if (l.deadline < graceDeadline) this.leases.set(id, { ...l, deadline: graceDeadline });
+    }
     this.term = term;
   }
 
@@ -175,7 +182,8 @@ export class PresenceMirror {
   /** Replaces the live leases with a script's list (a gateway missing from it is not live). */
   replaceLeases(leases: readonly GatewayLease[]): void {
     const next = new Map(leases.map((l) => [l.gatewayId, l] as const));
-    for (const id of this.leases.keys()) if (!next.has(id)) this.dropLease(id);
+    // A peer that has not renewed on the new master yet keeps its lease until the grace of setTerm ends.
+    for (const id of this.leases.keys()) if (!next.has(id) && this.synced(id)) this.dropLease(id);
     for (const l of next.values()) this.putLease(l);
   }
 

@@ -405,8 +405,8 @@ export class RedisPresence implements PresenceStore {
       if (term !== this.mirrorTerm) {
         if (this.mirrorTerm >= 0) this.log.warn({ from: this.mirrorTerm, to: term }, 'presence term changed (Redis failed over or restarted): re-asserting sessions and reloading');
         // The change counter of the new master may be behind the old one (lost increments): it starts over.
+        this.mirror.setTerm(term, this.mirrorTerm >= 0 ? this.now() + this.ttlMs : undefined);
         this.mirrorTerm = term;
-        this.mirror.setTerm(term);
         this.lastVersion = -1;
         this.resync = true;
         this.reloadWanted = true;
