@@ -12,7 +12,7 @@ import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js'
  */
 export class FileApiKeyStore implements ApiKeyStore {
   readonly kind = 'file' as const;
-  private byHashMap = new Map<string, ApiKeyRecord>();
+  private recordsByHash = new Map<string, ApiKeyRecord>();
   private watcher: FileWatch | undefined;
   private problem: string | undefined;
 
@@ -27,7 +27,7 @@ export class FileApiKeyStore implements ApiKeyStore {
   }
 
   byHash(hash: string): ApiKeyRecord | undefined {
-    return this.byHashMap.get(hash);
+    return this.recordsByHash.get(hash);
   }
 
   async list(): Promise<ApiKeyRecord[]> {
@@ -93,6 +93,6 @@ export class FileApiKeyStore implements ApiKeyStore {
   }
 
   private index(records: readonly ApiKeyRecord[]): void {
-    this.byHashMap = new Map(records.map((r) => [r.hash, r]));
+    this.recordsByHash = new Map(records.map((r) => [r.hash, r]));
   }
 }

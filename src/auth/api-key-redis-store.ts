@@ -15,7 +15,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
   private readonly client: RedisClient;
   private subscriber: RedisClient | undefined;
   private readonly target: RedisTarget;
-  private byHashMap = new Map<string, ApiKeyRecord>();
+  private recordsByHash = new Map<string, ApiKeyRecord>();
   private timer: NodeJS.Timeout | undefined;
   private problem: string | undefined;
   private closed = false;
@@ -53,7 +53,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
   }
 
   byHash(hash: string): ApiKeyRecord | undefined {
-    return this.byHashMap.get(hash);
+    return this.recordsByHash.get(hash);
   }
 
   async list(): Promise<ApiKeyRecord[]> {
@@ -104,7 +104,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
 
   private async reload(): Promise<void> {
     try {
-      this.byHashMap = new Map((await this.fetch()).map((r) => [r.hash, r]));
+      this.recordsByHash = new Map((await this.fetch()).map((r) => [r.hash, r]));
       this.problem = undefined;
     } catch (err) {
       // Keep the last mirror: a Redis outage must not lock every tenant out, nor let revoked keys back in.

@@ -4,9 +4,6 @@ import { redacted, resolveConfig } from '../config/load.js';
 import { packageRoot } from '../config/paths.js';
 import { configMarkdown } from '../config/docs.js';
 import { SandgateError } from '../domain/errors.js';
-import { serve } from './serve.js';
-import { supervisorCommand, tokenCommand } from './supervisor-commands.js';
-import { keysCommand } from './keys-commands.js';
 
 const USAGE = `sandgate — traffic gateway for AI-agent sandboxes
 
@@ -30,14 +27,16 @@ export async function runCli(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
     switch (command) {
+      // Each command loads only its own modules: `sandgate supervisor` runs in every sandbox and should
+      // not pay for the gateway's (Kubernetes client, gRPC, Redis) at start-up.
       case 'serve':
-        return await serve(rest);
+        return await (await import('./serve.js')).serve(rest);
       case 'token':
-        return await tokenCommand(rest);
+        return await (await import('./supervisor-commands.js')).tokenCommand(rest);
       case 'supervisor':
-        return await supervisorCommand(rest);
+        return await (await import('./supervisor-commands.js')).supervisorCommand(rest);
       case 'keys':
-        return await keysCommand(rest);
+        return await (await import('./keys-commands.js')).keysCommand(rest);
       case 'config': {
         if (rest.includes('--markdown')) {
           process.stdout.write(configMarkdown());
