@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rawRequest } from '../helpers/upstream.js';
 import { ConsoleAssets } from '../../src/api/console/console-assets.js';
 import { newApiKey } from '../../src/auth/api-keys.js';
 import { presence, snapshot } from '../helpers/snapshots.js';
@@ -12,25 +12,8 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 
 /** The console's HTTP routes without a browser: authorization, hostile paths and parameters, escaping. */
 
-interface Answer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: string;
-}
-
 /** A raw request: the path goes out exactly as written (fetch would normalise `..`). */
-function raw(port: number, path: string, headers: Record<string, string> = {}, method = 'GET'): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, method, headers, agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
+const raw = rawRequest;
 
 const DATA_ROUTES = ['/console/table', '/console/api/overview', '/console/api/gateways', '/console/api/stats', '/console/api/phase-changes?namespace=team-a&name=web'];
 

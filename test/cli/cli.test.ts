@@ -2,10 +2,10 @@ import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { rawRequest } from '../helpers/upstream.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { startTestGateway } from '../helpers/gateway.js';
 import { clusterFiles } from '../helpers/gateway-process.js';
@@ -39,16 +39,8 @@ function serve(args: string[], until: (line: Record<string, unknown>) => boolean
   return { proc, lines, ready, exited };
 }
 
-function get(port: number, host: string, path = '/'): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, headers: { host }, agent: false }, (res) => {
-      let body = '';
-      res.on('data', (c) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode!, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
+function get(port: number, host: string, path = '/'): ReturnType<typeof rawRequest> {
+  return rawRequest(port, path, { host });
 }
 
 describe('sandgate serve', () => {

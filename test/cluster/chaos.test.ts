@@ -6,6 +6,7 @@ import { clusterFiles, startGatewayProcess, TEST_SECRET, type GatewayProcess } f
 import { eventually } from '../helpers/eventually.js';
 import { freePort } from '../helpers/redis-server.js';
 import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
+import { prng } from '../helpers/prng.js';
 
 /**
  * Chaos: a seeded, reproducible random sequence of supervisor connects and disconnects, gateway kills
@@ -25,18 +26,6 @@ const TTL = 1000;
 const keys: SupervisorKeys = { keys: [{ kid: 'default', secret: new TextEncoder().encode(TEST_SECRET) }], audience: 'sandgate-supervisor' };
 const NAMES = ['web', 'api', 'db'] as const;
 const IDS = ['A', 'B', 'C'] as const;
-
-/** mulberry32: a tiny seeded PRNG, so a run is reproducible from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 let redis: SentinelGroup;
 /** sandbox@epoch → the session ids seen holding it: an epoch handed out twice shows as two. */

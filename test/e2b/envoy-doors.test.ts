@@ -1,6 +1,6 @@
-import { request } from 'node:http';
 import { Metadata, type ClientDuplexStream } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rawRequest } from '../helpers/upstream.js';
 import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
@@ -36,18 +36,8 @@ function extProc(client: ReturnType<typeof extProcClient>, headers: Record<strin
   });
 }
 
-function httpAuthz(admin: string, host: string, headers: Record<string, string>): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
-  const url = new URL(admin);
-  return new Promise((resolve, reject) => {
-    const req = request({ host: url.hostname, port: url.port, path: '/authz/files', headers: { host, ...headers } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
+function httpAuthz(admin: string, host: string, headers: Record<string, string>): ReturnType<typeof rawRequest> {
+  return rawRequest(Number(new URL(admin).port), '/authz/files', { host, ...headers });
 }
 
 describe('E2B addressing at the Envoy doors', () => {

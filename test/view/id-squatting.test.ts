@@ -3,6 +3,7 @@ import type { BackendSnapshot, DriverEvent } from '../../src/domain/sandbox.js';
 import { classifyIds, compareClaimants, hasLegacyForm, legacyId } from '../../src/domain/sandbox-ids.js';
 import { ID_CONFLICT, SandboxView, type IdRefused } from '../../src/view/sandbox-view.js';
 import { snapshot } from '../helpers/snapshots.js';
+import { prng } from '../helpers/prng.js';
 
 function makeView() {
   const view = new SandboxView({ now: () => 1_000_000, tombstoneTtlMs: 60_000, waiters: { perSandbox: 2, total: 3 } });
@@ -123,18 +124,6 @@ describe('id squatting in the view', () => {
     expect(view.get('team-b', 'evil')!.accessToken).toBe('hmac(team-b--evil)');
   });
 });
-
-/** mulberry32: a tiny seeded PRNG, so a failing sequence is replayed from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Step {
   readonly driver: string;
