@@ -5,6 +5,7 @@ import { connect, createServer as createNetServer, type AddressInfo, type Server
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readEvents } from '../helpers/sse.js';
 import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
 import { newApiKey } from '../../src/auth/api-keys.js';
 import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
@@ -41,41 +42,6 @@ async function teamKeys(): Promise<{ keysFile: string; pepperFile: string; keys:
     if (team === 'revoked') await store.revoke(record.id);
   }
   return { keysFile, pepperFile, keys };
-}
-
-interface SseEvent {
-  id?: string;
-  event: string;
-  data: any;
-}
-
-/** Reads SSE events from a fetch body until `count` events arrived (comments skipped). */
-async function readEvents(res: Response, count: number): Promise<SseEvent[]> {
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let buf = '';
-  const out: SseEvent[] = [];
-  while (out.length < count) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += decoder.decode(value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0 && out.length < count) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      if (block.startsWith(':')) continue;
-      const ev: SseEvent = { event: 'message', data: undefined };
-      for (const line of block.split('\n')) {
-        const [k, ...rest] = line.split(': ');
-        if (k === 'id') ev.id = rest.join(': ');
-        else if (k === 'event') ev.event = rest.join(': ');
-        else if (k === 'data') ev.data = JSON.parse(rest.join(': '));
-      }
-      out.push(ev);
-    }
-  }
-  await reader.cancel();
-  return out;
 }
 
 describe('finding 3: the operator API answers with the doors\' principals', () => {
