@@ -72,7 +72,7 @@ export const redisHa: Section = {
                 presence: 'redis://127.0.0.1',
                 gatewayId: `ha-${i}`,
                 // The operator surface (/metrics, /readyz) stays on the admin port the harness polls.
-                args: [...SESSION_ARGS, '--ops-port', '-1', '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)],
+                args: [...SESSION_ARGS, '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)],
               },
               ctx.targetOptions,
             ),

@@ -126,11 +126,12 @@ function startFailure(child: Child): string {
  */
 export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts: TargetOptions = {}): Promise<Target> {
   // Every listener gets a free port (listeners added to the CLI later too), so two gateways of one section
-  // never collide on a default. `--default-port` is the sandbox port of a route, not a listener.
+  // never collide on a default. `--default-port` is the sandbox port of a route, not a listener; the ops
+  // port stays off (its default), so /metrics and the sandbox API the runner reads stay on the admin port.
   const ports: Record<string, number> = {};
   for (const flag of cliFlags()) {
     const m = /^--([a-z-]+)-port$/.exec(flag);
-    if (m !== null && flag !== '--default-port') ports[m[1]!] = await freePort();
+    if (m !== null && flag !== '--default-port' && flag !== '--ops-port') ports[m[1]!] = await freePort();
   }
   const args = [
     'serve',

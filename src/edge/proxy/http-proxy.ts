@@ -118,11 +118,12 @@ export class EmbeddedProxy {
   }
 
   /** Takes a connection slot for the decided sandbox until `closes` closes (nothing to give back without a cap). */
-  private take(d: Allow, closes: { once(event: 'close', fn: () => void): unknown }): boolean {
+  private take(d: Allow, closes: { on(event: 'close', fn: () => void): unknown }): boolean {
     if (!this.connections.limited) return true;
     const key = d.entry.key;
     if (!this.connections.acquire(key)) return false;
-    closes.once('close', () => this.connections.release(key));
+    // `on`, not `once`: a response or socket closes once, and once's wrapper and removal cost on every request.
+    closes.on('close', () => this.connections.release(key));
     return true;
   }
 
