@@ -95,13 +95,20 @@ const UNMATCHABLE = '\u0000no-traffic-token-secret';
  * A derived token is HMAC(secret, id) over the sandbox's first id that it holds — never a refused one,
  * whose token would be the holder's — or its legacy id.
  */
-function accessTokenOf(s: BackendSnapshot, held: readonly string[], derive: ((id: string) => string) | undefined): string | undefined {
+/** The sandbox's traffic token; a derived one is bound to an id it holds (`claims` not refused as `inUse`). */
+function accessTokenOf(s: BackendSnapshot, claims: readonly string[], inUse: readonly string[], derive: ((id: string) => string) | undefined): string | undefined {
   const t = s.accessToken;
   if (t === undefined || typeof t === 'string') return t;
   if (derive === undefined) return UNMATCHABLE;
   const own = legacyId(s.namespace, s.name);
-  for (const id of s.ids) if (id === own || held.includes(id)) return derive(id);
+  for (const id of s.ids) if (id === own || (claims.includes(id) && !inUse.includes(id))) return derive(id);
   return derive(own);
+}
+
+function sameIds(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 function idConflict(inUse: readonly string[], foreign: readonly string[]): Condition {
@@ -341,8 +348,10 @@ export class SandboxView implements RouteTable {
   ): void {
     const { claims, foreign } = classifyIds(s.namespace, s.name, s.ids);
     const heldClaims = held?.idClaims ?? NONE;
-    // Most sandboxes declare no id: they never touch the index.
-    const others = claims.length > 0 || heldClaims.length > 0 ? this.ids.update({ key, namespace: s.namespace, name: s.name, createdAt: s.createdAt }, heldClaims, claims) : undefined;
+    // Most sandboxes declare no id, and most updates keep the ids and the creation time (the claim order):
+    // neither touches the index.
+    const unchanged = held !== undefined && held.snapshot.createdAt === s.createdAt && sameIds(heldClaims, claims);
+    const others = !unchanged && (claims.length > 0 || heldClaims.length > 0) ? this.ids.update({ key, namespace: s.namespace, name: s.name, createdAt: s.createdAt }, heldClaims, claims) : undefined;
     const inUse = claims.length === 0 ? NONE : claims.filter((id) => this.ids.holder(id) !== key);
     const refusedIds = inUse.length === 0 && foreign.length === 0 ? NONE : [...inUse, ...foreign];
     let status = compose(s, presence, now, prior);
@@ -356,7 +365,7 @@ export class SandboxView implements RouteTable {
       upstreamHost: upstreamHostOf(s.endpoint),
       ports: s.ports === undefined ? undefined : new Set(s.ports),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
-      accessToken: accessTokenOf(s, claims.length === inUse.length ? NONE : claims.filter((id) => !inUse.includes(id)), this.opts.deriveToken),
+      accessToken: accessTokenOf(s, claims, inUse, this.opts.deriveToken),
       envdAccessToken: s.envdAccessToken,
       snapshot: s,
       presence,

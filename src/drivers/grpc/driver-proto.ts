@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   loadPackageDefinition,
+  makeGenericClientConstructor,
   type Client,
   type ClientReadableStream,
   type ClientUnaryCall,
@@ -13,6 +14,7 @@ import {
   type ServiceError,
 } from '@grpc/grpc-js';
 import { loadSync, type Options } from '@grpc/proto-loader';
+import { decodeWatchEvent } from './watch-event-decoder.js';
 
 /**
  * proto/sandgate/driver/v1/driver.proto, loaded at run time with @grpc/proto-loader, and the shapes its
@@ -66,6 +68,24 @@ export function sandboxDriverService(protoDir: string = defaultProtoDir()): Serv
     if (typeof node !== 'function') throw new Error(`proto service ${DRIVER_SERVICE} not found in ${protoDir}`);
     ctor = node as ServiceClientConstructor;
     loaded.set(protoDir, ctor);
+  }
+  return ctor;
+}
+
+const clients = new Map<string, ServiceClientConstructor>();
+
+/**
+ * The client class the gateway uses: the service above, with `WatchSandboxes` events read by the
+ * hand-written decoder (watch-event-decoder.ts) instead of protobufjs's decode + toObject. Same objects.
+ */
+export function sandboxDriverClient(protoDir: string = defaultProtoDir()): ServiceClientConstructor {
+  let ctor = clients.get(protoDir);
+  if (ctor === undefined) {
+    const service = sandboxDriverService(protoDir).service;
+    const watch = service.WatchSandboxes;
+    if (watch === undefined) throw new Error(`proto service ${DRIVER_SERVICE} in ${protoDir} has no WatchSandboxes`);
+    ctor = makeGenericClientConstructor({ ...service, WatchSandboxes: { ...watch, responseDeserialize: decodeWatchEvent } }, DRIVER_SERVICE);
+    clients.set(protoDir, ctor);
   }
   return ctor;
 }

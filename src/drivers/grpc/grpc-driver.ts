@@ -3,7 +3,7 @@ import { SandgateError } from '../../domain/errors.js';
 import type { BackendSnapshot } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 import { DriverError } from './driver-error.js';
-import { sandboxDriverService, type SandboxDriverClient, type WireWatchEvent } from './driver-proto.js';
+import { sandboxDriverClient, type SandboxDriverClient, type WireWatchEvent } from './driver-proto.js';
 import { deletionFromWire, snapshotFromWire } from './sandbox-codec.js';
 import { backoffDelay, type BackoffOptions } from '../../lib/backoff.js';
 
@@ -107,7 +107,7 @@ export class GrpcDriver implements Driver {
 
   async start(sink: DriverSink): Promise<void> {
     if (this.client !== undefined || this.stopped) throw new Error(`driver ${this.id} cannot be started twice`);
-    const Service = sandboxDriverService(this.opts.protoDir);
+    const Service = sandboxDriverClient(this.opts.protoDir);
     const { initialMs, maxMs } = this.opts.backoff;
     this.client = new Service(this.opts.address, credentials.createInsecure(), {
       'grpc.keepalive_time_ms': this.opts.keepaliveMs,
