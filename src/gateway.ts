@@ -38,6 +38,7 @@ import type { RelayOpener } from './sessions/relay-streams.js';
 import { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
+import { sandboxKey } from './domain/sandbox.js';
 
 /**
  * Wiring: one gateway process — the view, its drivers, the front doors and the admin API — as one list
@@ -143,8 +144,8 @@ function resumeVia(drivers: readonly Driver[], driverId: string, namespace: stri
 
 /** Resolves once every sandbox in `held` shows a session on another gateway, or after `ms`. */
 function awaitTakeover(presence: PresenceStore, gatewayId: string, held: readonly PresenceRecord[], ms: number): Promise<void> {
-  const pending = new Set(held.map((r) => r.namespace + '/' + r.name));
-  for (const r of held) if (presence.get(r.namespace, r.name)?.gatewayId !== gatewayId) pending.delete(r.namespace + '/' + r.name);
+  const pending = new Set(held.map((r) => sandboxKey(r.namespace, r.name)));
+  for (const r of held) if (presence.get(r.namespace, r.name)?.gatewayId !== gatewayId) pending.delete(sandboxKey(r.namespace, r.name));
   if (pending.size === 0) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
@@ -316,7 +317,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   view.onIdRefused((r) => {
     metrics.refusedIds.labels(r.driver, r.reason).inc();
-    driverLog.warn(r, r.reason === 'in_use' ? `sandbox ${r.namespace}/${r.name} declares id ${r.id}, held by ${r.holder ?? 'another sandbox'}: refused` : `sandbox ${r.namespace}/${r.name} declares id ${r.id}, the <namespace>--<name> id of another sandbox: refused`);
+    driverLog.warn(r, r.reason === 'in_use' ? `sandbox ${sandboxKey(r.namespace, r.name)} declares id ${r.id}, held by ${r.holder ?? 'another sandbox'}: refused` : `sandbox ${sandboxKey(r.namespace, r.name)} declares id ${r.id}, the <namespace>--<name> id of another sandbox: refused`);
   });
   for (const d of drivers) view.registerDriver(d.id);
   let tick: NodeJS.Timeout | undefined;

@@ -189,9 +189,9 @@ export class Decider {
         this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }
     } else if (d.status >= 500 && d.code !== 'sandbox_not_ready' && d.code !== 'gateway_not_ready') {
-      this.log.error({ door, requestId: req.headers['x-request-id'], code: d.code, sandbox: d.namespace && d.namespace + '/' + d.name, reason: d.reason }, d.message);
+      this.log.error({ door, requestId: req.headers['x-request-id'], code: d.code, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? ''), reason: d.reason }, d.message);
     } else if (this.log.isLevelEnabled('debug')) {
-      this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && d.namespace + '/' + d.name }, d.message);
+      this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? '') }, d.message);
     }
   }
 }

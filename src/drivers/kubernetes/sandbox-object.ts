@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { isDnsLabel, parsePort } from '../../domain/labels.js';
-import type { Condition, ConditionStatus, Endpoint, SessionModel } from '../../domain/sandbox.js';
+import { sandboxKey, type Condition, type ConditionStatus, type Endpoint, type SessionModel } from '../../domain/sandbox.js';
 
 /**
  * Reading the parts of a Sandbox custom resource that both kinds share: identity from metadata, the
@@ -171,7 +171,7 @@ export interface Annotated {
  */
 export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   const a = id.annotations;
-  const where = `${id.namespace}/${id.name}`;
+  const where = sandboxKey(id.namespace, id.name);
   let sessionModel = opts.defaultSessionModel;
   const sup = a?.[ANNOTATION_SUPERVISOR];
   if (sup !== undefined) {
