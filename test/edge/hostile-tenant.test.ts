@@ -12,7 +12,8 @@ import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../../src/sessions/supervisor-token.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { eventually } from '../helpers/eventually.js';
+import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -173,7 +174,7 @@ describe('finding 1: the relay secret never leaves the gateway; a relay credenti
     const box = (ns: string, name: string) => ({ ...relaySandbox(name), namespace: ns, uid: `${ns}-${name}` });
     t = await startTestGateway([new TestDriver([box('team-a', 'relaya'), box('team-b', 'relayb')])], { apiKeys: k.keysFile, keyPepperFile: k.pepperFile, relaySecret: RELAY_SECRET, readinessWaitMs: 5000 }, { supervisorKeys: KEYS });
     sups = [await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya'), await supervisor(t.gw.supervisorPort!, 'team-b', 'relayb')];
-    await until(() => t.gw.view.get('team-b', 'relayb')?.status.phase === 'Ready' && t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 'both relay sandboxes Ready');
+    await eventually(() => t.gw.view.get('team-b', 'relayb')?.status.phase === 'Ready' && t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 5000, 'both relay sandboxes Ready');
     authz = authzClient(t.grpcTarget);
     proc = extProcClient(t.grpcTarget);
   });
@@ -269,7 +270,7 @@ describe('finding 1: owner forwarding between two gateways carries a bound crede
     a = await startRelayStack({ gatewayId: 'gw-a', ...common });
     b = await startRelayStack({ gatewayId: 'gw-b', ...common });
     sup = await startSupervisor(b.supervisorUrl, 'box');
-    await until(() => a.view.get('team-a', 'box')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, "A to see B's session");
+    await eventually(() => a.view.get('team-a', 'box')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session");
     // A wiretap between A and B's relay listener: what crosses the network between gateways.
     tap = createNetServer((client) => {
       const [host, port] = b.relayAddress.split(':');
@@ -365,7 +366,7 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
       { supervisorKeys: KEYS },
     );
     sup = await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya');
-    await until(() => t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 'the relay sandbox Ready');
+    await eventually(() => t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 5000, 'the relay sandbox Ready');
     authz = authzClient(t.grpcTarget);
     proc = extProcClient(t.grpcTarget);
   });

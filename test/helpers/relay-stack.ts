@@ -156,15 +156,6 @@ export async function startSupervisor(gateway: string, name: string, relay?: Rel
   return c;
 }
 
-/** Polls until `check` holds (state, not time, is what the tests assert on). */
-export async function until(check: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
 /** A supervisor that completes the handshake and then ignores every relay frame (OPEN is never answered). */
 export async function silentSupervisor(gateway: string, name: string): Promise<WebSocket> {
   const token = await mintSupervisorToken(KEYS, 'team-a', name, 3600);
