@@ -34,7 +34,7 @@ import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
-import type { RelayOpener } from './sessions/relay-streams.js';
+import type { RelayOpener } from './sessions/relay-opener.js';
 import { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
@@ -199,13 +199,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
   const policy = keyPolicy(config.apiKeyNamespaces);
   const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
-  const decider = new Decider(
+  const decider = new Decider({
     view,
-    routeOptions(config),
-    config.readinessWaitMs,
+    route: routeOptions(config),
+    readinessWaitMs: config.readinessWaitMs,
     metrics,
-    log.child({ part: 'edge' }),
-    {
+    log: log.child({ part: 'edge' }),
+    auth: {
       keys: apiKeys,
       apiKeyHeader: config.apiKeyHeader,
       policy,
@@ -214,7 +214,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
-  );
+  });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
   const host = config.listenHost;
   const sessionLog = log.child({ part: 'sessions' });

@@ -26,7 +26,7 @@ export interface RelayOpener {
   openRelayStream(namespace: string, name: string, port: number, signal?: AbortSignal): Promise<RelayStream>;
 }
 
-export class RelayStreams implements RelayOpener {
+export class LimitedRelayOpener implements RelayOpener {
   private total = 0;
   private readonly perSandbox = new Map<string, number>();
 

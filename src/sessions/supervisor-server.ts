@@ -7,7 +7,7 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { PresenceRecord, PresenceStore } from './presence/presence-store.js';
 import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW_BYTES, RelayMux, wsTransport } from './relay-mux.js';
 import type { RelayStream } from './relay-stream.js';
-import { DEFAULT_RELAY_LIMITS, RelayStreams, type RelayLimits, type RelayOpener } from './relay-streams.js';
+import { DEFAULT_RELAY_LIMITS, LimitedRelayOpener, type RelayLimits, type RelayOpener } from './relay-opener.js';
 import { listenOn } from '../lib/http-listen.js';
 import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
@@ -98,7 +98,7 @@ export class SupervisorServer implements RelayOpener {
   /** Closes by close code label (closeCodeLabel()), for metrics. */
   readonly closes = new Map<string, number>();
   /** Relay streams over this gateway's sessions, with their caps. */
-  readonly relay: RelayStreams;
+  readonly relay: LimitedRelayOpener;
   port = 0;
 
   constructor(
@@ -121,7 +121,7 @@ export class SupervisorServer implements RelayOpener {
             },
             onError: (err) => this.log.warn({ err }, err.message),
           });
-    this.relay = new RelayStreams((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
+    this.relay = new LimitedRelayOpener((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
     this.http = createServer((_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
       res.end(JSON.stringify({ code: 'upgrade_required', message: `connect with a WebSocket to ${SUPERVISOR_PATH}` }));
@@ -153,7 +153,7 @@ export class SupervisorServer implements RelayOpener {
     return s?.state === 'active' ? s : undefined;
   }
 
-  /** A byte stream to `127.0.0.1:<port>` in the sandbox, over its session here (relay-streams.ts). */
+  /** A byte stream to `127.0.0.1:<port>` in the sandbox, over its session here (relay-opener.ts). */
   openRelayStream(namespace: string, name: string, port: number, signal?: AbortSignal): Promise<RelayStream> {
     return this.relay.openRelayStream(namespace, name, port, signal);
   }

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { encodeData, encodeOpen, encodeOpenOk, encodeWindow, FRAME, OPEN_FAIL, type RelayFrameError } from '../../src/sessions/relay-frames.js';
 import { RelayMux, type RelayTransport } from '../../src/sessions/relay-mux.js';
 import { RelayError, type RelayStream } from '../../src/sessions/relay-stream.js';
-import { RelayStreams } from '../../src/sessions/relay-streams.js';
+import { LimitedRelayOpener } from '../../src/sessions/relay-opener.js';
 import { CLOSE } from '../../src/sessions/supervisor-protocol.js';
 import { patternStream, sha256Of } from '../helpers/upstream.js';
 import { eventually } from '../helpers/eventually.js';
@@ -55,7 +55,7 @@ function pair(onOpen: (s: RelayStream) => void = (s) => s.accept(), highWaterByt
   const sup = new RelayMux({ role: 'supervisor', transport: down, windowBytes: WINDOW, maxChunkBytes: CHUNK, highWaterBytes, onOpen });
   box.gw = gw;
   box.sup = sup;
-  const streams = new RelayStreams((ns) => (ns === 'ns' ? gw : undefined), { maxStreamsPerSandbox: 4, maxStreams: 8, openTimeoutMs: 200 });
+  const streams = new LimitedRelayOpener((ns) => (ns === 'ns' ? gw : undefined), { maxStreamsPerSandbox: 4, maxStreams: 8, openTimeoutMs: 200 });
   return { gw, sup, up, down, errors, streams };
 }
 

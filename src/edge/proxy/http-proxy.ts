@@ -6,7 +6,7 @@ import type { ErrorCode } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
-import type { RelayOpener } from '../../sessions/relay-streams.js';
+import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { renderDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial } from '../relay/relay-exchange.js';
