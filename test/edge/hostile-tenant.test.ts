@@ -1,6 +1,5 @@
 import { Metadata } from '@grpc/grpc-js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
 import { connect, createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +16,7 @@ import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, s
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
+import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * The hostile tenant (issue 10): what a team holding its own key, or no key at all, can try against the
@@ -195,16 +194,11 @@ describe('finding 1: the relay secret never leaves the gateway; a relay credenti
 
   /** What each door hands team-a for its own relay sandbox: every header it sets. */
   const doors: Record<string, () => Promise<Record<string, string>>> = {
-    http_authz: () =>
-      new Promise((resolve, reject) => {
-        const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers: { host: relayHost('team-a', 'relaya'), 'x-api-key': keys['team-a'] } }, (res) => {
-          res.resume();
-          expect(res.statusCode).toBe(200);
-          resolve(res.headers as Record<string, string>);
-        });
-        req.on('error', reject);
-        req.end();
-      }),
+    http_authz: async () => {
+      const r = await rawRequest(t.gw.adminPort, '/authz/', { host: relayHost('team-a', 'relaya'), 'x-api-key': keys['team-a']! });
+      expect(r.status).toBe(200);
+      return r.headers as Record<string, string>;
+    },
     ext_authz: async () => {
       const r = await check(authz, envoyCheckRequest({ host: relayHost('team-a', 'relaya'), headers: { 'x-api-key': keys['team-a'] } }));
       expect(r.http_response).toBe('ok_response');
@@ -336,16 +330,7 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
   const relayTarget = () => `team-a/relaya:${up.port}`;
   const CLIENT_GATEWAY_HEADERS = { 'x-sandgate-sandbox': 'team-b/web', 'x-sandgate-path': '/admin', 'x-sandgate-trusted-user': 'root' };
   /** HTTP authz as nginx or Envoy calls it (fetch cannot set Host). */
-  const authzAnswer = (headers: Record<string, string>): Promise<{ status: number; headers: Record<string, unknown>; body: string }> =>
-    new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers }, (res) => {
-        let body = '';
-        res.on('data', (c) => (body += c));
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
-      });
-      req.on('error', reject);
-      req.end();
-    });
+  const authzAnswer = (headers: Record<string, string>) => rawRequest(t.gw.adminPort, '/authz/', headers);
   const gatewayHeadersSeen = () => seen.flatMap((s) => Object.keys(s.headers).filter((k) => k.startsWith('x-sandgate-')));
 
   beforeAll(async () => {
