@@ -13,7 +13,7 @@ import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
 import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
-import { packageRoot } from './config/paths.js';
+import { packageRoot } from './lib/package-root.js';
 import type { Config } from './config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from './config/secrets.js';
 import { listenFailed, startFailed } from './config/start-errors.js';

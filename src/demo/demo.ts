@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { packageRoot } from '../config/paths.js';
+import { packageRoot } from '../lib/package-root.js';
 import { parseSandboxesFile, type FileSandbox } from '../drivers/file/file-driver.js';
 import { SupervisorClient } from '../sessions/supervisor-client.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../sessions/supervisor-token.js';

@@ -26,6 +26,7 @@ export interface RequestAuth {
   readonly envdPort: number;
 }
 
+// A list of readonly fields like domain/decide.ts Deny (`duplicates` pairs them by shape alone): nothing to share.
 export interface DeciderOptions {
   readonly view: SandboxView;
   readonly route: RouteOptions;
