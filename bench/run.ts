@@ -14,6 +14,7 @@ import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
 import { sessions } from './sessions.js';
+import { snapshotMemory } from './snapshot-memory.js';
 import { workers } from './workers.js';
 
 /**
@@ -36,6 +37,7 @@ const SECTIONS: readonly Section[] = [
   workers,
   redisHa,
   consoleBench,
+  snapshotMemory,
 ];
 
 interface Args {

@@ -13,7 +13,7 @@ import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
 import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
-import { packageRoot } from './config/paths.js';
+import { packageRoot } from './lib/package-root.js';
 import type { Config } from './config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from './config/secrets.js';
 import { listenFailed, startFailed } from './config/start-errors.js';
@@ -34,10 +34,11 @@ import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
-import type { RelayOpener } from './sessions/relay-streams.js';
+import type { RelayOpener } from './sessions/relay-opener.js';
 import { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
+import { sandboxKey } from './domain/sandbox.js';
 
 /**
  * Wiring: one gateway process — the view, its drivers, the front doors and the admin API — as one list
@@ -143,8 +144,8 @@ function resumeVia(drivers: readonly Driver[], driverId: string, namespace: stri
 
 /** Resolves once every sandbox in `held` shows a session on another gateway, or after `ms`. */
 function awaitTakeover(presence: PresenceStore, gatewayId: string, held: readonly PresenceRecord[], ms: number): Promise<void> {
-  const pending = new Set(held.map((r) => r.namespace + '/' + r.name));
-  for (const r of held) if (presence.get(r.namespace, r.name)?.gatewayId !== gatewayId) pending.delete(r.namespace + '/' + r.name);
+  const pending = new Set(held.map((r) => sandboxKey(r.namespace, r.name)));
+  for (const r of held) if (presence.get(r.namespace, r.name)?.gatewayId !== gatewayId) pending.delete(sandboxKey(r.namespace, r.name));
   if (pending.size === 0) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
@@ -198,13 +199,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
   const policy = keyPolicy(config.apiKeyNamespaces);
   const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
-  const decider = new Decider(
+  const decider = new Decider({
     view,
-    routeOptions(config),
-    config.readinessWaitMs,
+    route: routeOptions(config),
+    readinessWaitMs: config.readinessWaitMs,
     metrics,
-    log.child({ part: 'edge' }),
-    {
+    log: log.child({ part: 'edge' }),
+    auth: {
       keys: apiKeys,
       apiKeyHeader: config.apiKeyHeader,
       policy,
@@ -213,7 +214,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
-  );
+  });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
   const host = config.listenHost;
   const sessionLog = log.child({ part: 'sessions' });
@@ -316,7 +317,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   view.onIdRefused((r) => {
     metrics.refusedIds.labels(r.driver, r.reason).inc();
-    driverLog.warn(r, r.reason === 'in_use' ? `sandbox ${r.namespace}/${r.name} declares id ${r.id}, held by ${r.holder ?? 'another sandbox'}: refused` : `sandbox ${r.namespace}/${r.name} declares id ${r.id}, the <namespace>--<name> id of another sandbox: refused`);
+    driverLog.warn(r, r.reason === 'in_use' ? `sandbox ${sandboxKey(r.namespace, r.name)} declares id ${r.id}, held by ${r.holder ?? 'another sandbox'}: refused` : `sandbox ${sandboxKey(r.namespace, r.name)} declares id ${r.id}, the <namespace>--<name> id of another sandbox: refused`);
   });
   for (const d of drivers) view.registerDriver(d.id);
   let tick: NodeJS.Timeout | undefined;

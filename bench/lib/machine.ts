@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { packageRoot } from '../../src/config/paths.js';
+import { packageRoot } from '../../src/lib/package-root.js';
 
 /** Where the bench and its pieces live, and what machine it runs on. */
 

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { isDnsLabel } from '../domain/labels.js';
-import { PUBLIC_PHASES, type PublicPhase } from '../domain/sandbox.js';
+import { PUBLIC_PHASES, type PublicPhase, sandboxKey } from '../domain/sandbox.js';
 import type { Logger } from '../observability/logger.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 import { authorizeApi, type ApiAuth } from './api-access.js';
@@ -100,7 +100,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
       if (scope === undefined) return;
       // Another tenant's sandbox gets the very answer a missing one gets.
       const e = scope.sees(ns) ? view.get(ns, name) : undefined;
-      if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${ns}/${name}`);
+      if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(ns, name)}`);
       return sendJson(res, 200, sandboxJson(e));
     }
     sendError(res, 'not_found', `No route ${path}`);

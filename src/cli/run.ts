@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { redacted, resolveConfig } from '../config/load.js';
-import { packageRoot } from '../config/paths.js';
+import { packageRoot } from '../lib/package-root.js';
 import { configMarkdown } from '../config/docs.js';
 import { SandgateError } from '../domain/errors.js';
 

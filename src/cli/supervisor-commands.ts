@@ -6,6 +6,7 @@ import { isDnsLabel } from '../domain/labels.js';
 import { supervisorKeysFromConfig } from '../config/secrets.js';
 import { SupervisorClient } from '../sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../sessions/supervisor-token.js';
+import { sandboxKey } from '../domain/sandbox.js';
 
 /** Takes `--name value` pairs for the given command-specific flags out of argv; the rest is configuration. */
 export function takeFlags(argv: readonly string[], names: readonly string[]): { own: Record<string, string>; rest: string[] } {
@@ -107,7 +108,7 @@ export async function supervisorCommand(argv: readonly string[]): Promise<number
     instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}`,
     relay: { allowPorts },
   });
-  const log = (msg: string, extra: object) => console.log(JSON.stringify({ time: new Date().toISOString(), sandbox: `${namespace}/${name}`, msg, ...extra }));
+  const log = (msg: string, extra: object) => console.log(JSON.stringify({ time: new Date().toISOString(), sandbox: sandboxKey(namespace, name), msg, ...extra }));
   client.on('accepted', (e) => log('accepted', e));
   client.on('disconnected', (e) => log('disconnected', e));
   client.on('refreshed', (e) => log('token refreshed', e));

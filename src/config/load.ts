@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../domain/errors.js';
+import { isDnsLabel, isDnsName } from '../domain/labels.js';
 import { redactRedisOptionsText, redactRedisUrl } from '../lib/redis-connection.js';
 import { DEFAULTS, SCHEMA, envOf, flagOf, type Config, type OptionName, type OptionSpec } from './schema.js';
 
@@ -191,16 +192,13 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
 }
 
 function validate(c: Config): void {
-  if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(c.baseDomain)) {
-    throw invalid(`baseDomain ${JSON.stringify(c.baseDomain)} must be a lower-case DNS name`);
-  }
-  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(c.defaultNamespace)) throw invalid('defaultNamespace must be a DNS-1123 label');
+  if (!isDnsName(c.baseDomain)) throw invalid(`baseDomain ${JSON.stringify(c.baseDomain)} must be a lower-case DNS name`);
+  if (!isDnsLabel(c.defaultNamespace)) throw invalid('defaultNamespace must be a DNS-1123 label');
   if (c.pathPrefix !== '' && !/^[A-Za-z0-9._~-]+$/.test(c.pathPrefix)) throw invalid('pathPrefix must be a single path segment, e.g. "sandbox"');
   if (!/^[a-z0-9-]+$/.test(c.upstreamHeader)) throw invalid('upstreamHeader must be a lower-case header name');
   if (c.routeOrder.length === 0) throw invalid('routeOrder must name at least one source');
-  const label = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
-  for (const ns of c.apiKeyNamespaces) if (ns !== '*' && !label.test(ns)) throw invalid(`apiKeyNamespaces: ${JSON.stringify(ns)} is neither * nor a DNS-1123 label`);
-  if (!label.test(c.adminTeam)) throw invalid('adminTeam must be a DNS-1123 label');
+  for (const ns of c.apiKeyNamespaces) if (ns !== '*' && !isDnsLabel(ns)) throw invalid(`apiKeyNamespaces: ${JSON.stringify(ns)} is neither * nor a DNS-1123 label`);
+  if (!isDnsLabel(c.adminTeam)) throw invalid('adminTeam must be a DNS-1123 label');
   for (const h of [c.apiKeyHeader, ...c.trafficTokenHeaders, ...c.stripCredentials, ...c.stripHeaders, ...(c.envdTokenHeader === '' ? [] : [c.envdTokenHeader])]) {
     if (!/^[a-z0-9-]+$/.test(h)) throw invalid(`header name ${JSON.stringify(h)} must be lower-case letters, digits and '-'`);
   }

@@ -2,10 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { packageRoot } from '../config/paths.js';
+import { packageRoot } from '../lib/package-root.js';
 import { parseSandboxesFile, type FileSandbox } from '../drivers/file/file-driver.js';
 import { SupervisorClient } from '../sessions/supervisor-client.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../sessions/supervisor-token.js';
+import { sandboxKey } from '../domain/sandbox.js';
 
 /**
  * The demo `npm start` runs with no configuration: the bundled example sandboxes, each backed by a tiny
@@ -34,7 +35,7 @@ export async function startDemo(audience: string, path = DEMO_SANDBOXES): Promis
     const address = s.endpoint.addresses[0]!;
     for (const port of s.ports ?? [8000]) {
       const server = createServer((req, res) => {
-        const body = JSON.stringify({ sandbox: `${s.namespace}/${s.name}`, upstream: `${address}:${port}`, method: req.method, path: req.url, host: req.headers.host });
+        const body = JSON.stringify({ sandbox: sandboxKey(s.namespace, s.name), upstream: `${address}:${port}`, method: req.method, path: req.url, host: req.headers.host });
         res.writeHead(200, { 'content-type': 'application/json' }).end(body + '\n');
       });
       await new Promise<void>((resolve, reject) => {

@@ -86,7 +86,17 @@ const NOT_FOUND_E2B: Deny = { ...NOT_FOUND, status: 502 };
 const GATEWAY_NOT_READY_E2B: Deny = { ...GATEWAY_NOT_READY, status: 429 };
 const NO_ROUTE: Deny = deny('invalid_route', 'The request names no sandbox: use a sandbox host, the x-sandbox-* headers or the E2B headers');
 
-export function deny(code: ErrorCode, message?: string, entry?: RouteEntry, retryAfter?: number, waitable = false): Deny {
+/** A denial the door answers as it is. */
+export function deny(code: ErrorCode, message?: string, entry?: RouteEntry, retryAfter?: number): Deny {
+  return denial(code, message, entry, retryAfter, false);
+}
+
+/** `sandbox_not_ready`: the one denial a door may hold in a readiness wait (edge/decider.ts) before answering. */
+function notReady(entry: RouteEntry): Deny {
+  return denial('sandbox_not_ready', entry.status.message || undefined, entry, RETRY_AFTER_SECONDS, true);
+}
+
+function denial(code: ErrorCode, message: string | undefined, entry: RouteEntry | undefined, retryAfter: number | undefined, waitable: boolean): Deny {
   return {
     allow: false,
     code,
@@ -158,7 +168,7 @@ function decideFor(table: RouteTable, t: RouteTarget, access?: Access): Decision
     case 'Error':
       return deny('sandbox_failed', entry.status.message || undefined, entry);
     default:
-      return deny('sandbox_not_ready', entry.status.message || undefined, entry, RETRY_AFTER_SECONDS, true);
+      return notReady(entry);
   }
 }
 

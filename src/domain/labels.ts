@@ -22,6 +22,13 @@ export function isDnsLabel(s: string): boolean {
   return true;
 }
 
+/** True for a lower-case DNS name (RFC 1123 §2.1 labels joined by dots, at most 253 characters). Off the request path: it allocates. */
+export function isDnsName(s: string): boolean {
+  if (s.length === 0 || s.length > 253) return false;
+  for (const part of s.split('.')) if (!isDnsLabel(part)) return false;
+  return true;
+}
+
 /** Parses a decimal TCP port 1–65535 with no sign, no leading zero and no trailing garbage; 0 if invalid. */
 export function parsePort(s: string): number {
   const n = s.length;

@@ -26,21 +26,45 @@ export interface RequestAuth {
   readonly envdPort: number;
 }
 
+// A list of readonly fields like domain/decide.ts Deny (`duplicates` pairs them by shape alone): nothing to share.
+export interface DeciderOptions {
+  readonly view: SandboxView;
+  readonly route: RouteOptions;
+  /** `--readiness-wait-ms`: how long a request in a readiness gap waits; 0 answers at once. */
+  readonly readinessWaitMs: number;
+  readonly metrics: GatewayMetrics;
+  readonly log: Logger;
+  /** Tenancy and traffic tokens; absent, every request is anonymous and no token is checked. */
+  readonly auth?: RequestAuth | undefined;
+  /** Auto-resume on traffic; absent, a paused sandbox is answered `sandbox_paused`. */
+  readonly resumer?: Resumer | undefined;
+}
+
 /**
  * The front doors' shared use of decide(): it times and counts every decision and, for a sandbox in a
  * short readiness gap, waits for the view to change (not polling) up to the readiness wait, deciding again
  * on each change of that sandbox.
  */
 export class Decider {
-  constructor(
-    readonly view: SandboxView,
-    readonly route: RouteOptions,
-    readonly readinessWaitMs: number,
-    private readonly metrics: GatewayMetrics,
-    private readonly log: Logger,
-    private readonly auth?: RequestAuth,
-    private readonly resumer?: Resumer,
-  ) {}
+  readonly view: SandboxView;
+  readonly route: RouteOptions;
+  readonly readinessWaitMs: number;
+  private readonly metrics: GatewayMetrics;
+  private readonly log: Logger;
+  private readonly auth: RequestAuth | undefined;
+  private readonly resumer: Resumer | undefined;
+
+  // Copied into fields, not kept as one object: every request reads them, and own fields keep that a
+  // single property load.
+  constructor(o: DeciderOptions) {
+    this.view = o.view;
+    this.route = o.route;
+    this.readinessWaitMs = o.readinessWaitMs;
+    this.metrics = o.metrics;
+    this.log = o.log;
+    this.auth = o.auth;
+    this.resumer = o.resumer;
+  }
 
   /** The access check for one request (undefined when nothing can require one). */
   access(req: RouteRequest): Access | undefined {
@@ -63,7 +87,7 @@ export class Decider {
     const d = decide(this.view, this.route, req, this.access(req));
     const seconds = (performance.now() - t0) / 1000;
     if (this.shouldWait(d)) this.metrics.observeLatency(door, seconds);
-    else this.settle(door, d, req, seconds);
+    else this.recordDecision(door, d, req, seconds);
     return d;
   }
 
@@ -168,7 +192,7 @@ export class Decider {
     this.metrics.wait(outcome);
     // Denials made here (busy, resume failed) read to an E2B client as the ones decide() makes.
     if (!d.allow) d = this.answer(req, d);
-    this.settle(door, d, req, undefined);
+    this.recordDecision(door, d, req, undefined);
     return d;
   }
 
@@ -182,16 +206,17 @@ export class Decider {
     return typeof t === 'object' ? answerFor(t, d) : d;
   }
 
-  private settle(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {
+  /** Counts the decision (and its latency, when timed) and logs it: allows and expected denials at debug. */
+  private recordDecision(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {
     this.metrics.decision(door, d.allow ? undefined : d.code, seconds);
     if (d.allow) {
       if (this.log.isLevelEnabled('debug')) {
         this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }
     } else if (d.status >= 500 && d.code !== 'sandbox_not_ready' && d.code !== 'gateway_not_ready') {
-      this.log.error({ door, requestId: req.headers['x-request-id'], code: d.code, sandbox: d.namespace && d.namespace + '/' + d.name, reason: d.reason }, d.message);
+      this.log.error({ door, requestId: req.headers['x-request-id'], code: d.code, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? ''), reason: d.reason }, d.message);
     } else if (this.log.isLevelEnabled('debug')) {
-      this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && d.namespace + '/' + d.name }, d.message);
+      this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? '') }, d.message);
     }
   }
 }

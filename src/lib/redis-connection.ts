@@ -71,7 +71,11 @@ export function topologyOf(target: RedisTarget): RedisTopology {
   return 'standalone';
 }
 
-/** Reconnect backoff: 100 ms steps up to 2 s, and never give up (users report degraded meanwhile). */
+/**
+ * Reconnect backoff: 100 ms steps up to 2 s, and never give up (users report degraded meanwhile).
+ * Not lib/backoff.ts: ioredis counts the attempts itself (1-based `times`), and a handful of gateways per
+ * Redis need neither jitter nor exponential growth; linear steps are what docs/presence.md "Timing" promises.
+ */
 export function reconnectDelay(attempt: number): number {
   return Math.min(100 * attempt, 2000);
 }

@@ -7,13 +7,14 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { PresenceRecord, PresenceStore } from './presence/presence-store.js';
 import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW_BYTES, RelayMux, wsTransport } from './relay-mux.js';
 import type { RelayStream } from './relay-stream.js';
-import { DEFAULT_RELAY_LIMITS, RelayStreams, type RelayLimits, type RelayOpener } from './relay-streams.js';
+import { DEFAULT_RELAY_LIMITS, LimitedRelayOpener, type RelayLimits, type RelayOpener } from './relay-opener.js';
 import { listenOn } from '../lib/http-listen.js';
 import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
 import { SupervisorKeyFile } from './supervisor-key-file.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKey, type SupervisorKeys, type TokenRejection, type TokenSubject } from './supervisor-token.js';
+import { sandboxKey } from '../domain/sandbox.js';
 
 /**
  * `GET /v1/supervisor`: the WebSocket endpoint the supervisor inside each sandbox connects to, on its own
@@ -97,7 +98,7 @@ export class SupervisorServer implements RelayOpener {
   /** Closes by close code label (closeCodeLabel()), for metrics. */
   readonly closes = new Map<string, number>();
   /** Relay streams over this gateway's sessions, with their caps. */
-  readonly relay: RelayStreams;
+  readonly relay: LimitedRelayOpener;
   port = 0;
 
   constructor(
@@ -120,7 +121,7 @@ export class SupervisorServer implements RelayOpener {
             },
             onError: (err) => this.log.warn({ err }, err.message),
           });
-    this.relay = new RelayStreams((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
+    this.relay = new LimitedRelayOpener((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
     this.http = createServer((_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
       res.end(JSON.stringify({ code: 'upgrade_required', message: `connect with a WebSocket to ${SUPERVISOR_PATH}` }));
@@ -152,7 +153,7 @@ export class SupervisorServer implements RelayOpener {
     return s?.state === 'active' ? s : undefined;
   }
 
-  /** A byte stream to `127.0.0.1:<port>` in the sandbox, over its session here (relay-streams.ts). */
+  /** A byte stream to `127.0.0.1:<port>` in the sandbox, over its session here (relay-opener.ts). */
   openRelayStream(namespace: string, name: string, port: number, signal?: AbortSignal): Promise<RelayStream> {
     return this.relay.openRelayStream(namespace, name, port, signal);
   }
@@ -361,7 +362,7 @@ export class SupervisorServer implements RelayOpener {
     s.kid = v.kid;
     s.expiresAt = v.expiresAt;
     this.send(s, { type: 'refreshed', expiresAt: v.expiresAt });
-    this.log.debug({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, kid: v.kid, expiresAt: v.expiresAt }, 'supervisor token refreshed');
+    this.log.debug({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, kid: v.kid, expiresAt: v.expiresAt }, 'supervisor token refreshed');
   }
 
   private async hello(s: LocalSession, m: Hello): Promise<void> {
@@ -374,7 +375,7 @@ export class SupervisorServer implements RelayOpener {
     try {
       record = await this.store.claim(s.namespace, s.name, { sessionId: s.sessionId, instanceId: s.instanceId, since: s.since });
     } catch (err) {
-      this.log.error({ err, sandbox: `${s.namespace}/${s.name}` }, 'presence claim failed');
+      this.log.error({ err, sandbox: sandboxKey(s.namespace, s.name) }, 'presence claim failed');
       return this.closeSession(s, CLOSE.internal, 'could not record the session');
     }
     s.epoch = record.epoch;
@@ -403,7 +404,7 @@ export class SupervisorServer implements RelayOpener {
       maxFrameBytes: this.opts.maxFrameBytes,
       expiresAt: s.expiresAt,
     });
-    this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version }, 'supervisor session accepted');
+    this.log.info({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version }, 'supervisor session accepted');
   }
 
   private onPresenceChange(namespace: string, name: string, record: PresenceRecord | undefined): void {
@@ -431,7 +432,7 @@ export class SupervisorServer implements RelayOpener {
     s.state = 'closed';
     const label = closeCodeLabel(code);
     this.closes.set(label, (this.closes.get(label) ?? 0) + 1);
-    if (wasActive) this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, code, reason }, 'supervisor session closed');
+    if (wasActive) this.log.info({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, code, reason }, 'supervisor session closed');
     else this.log.debug({ sessionId: s.sessionId, code, reason, source: s.source }, 'supervisor socket refused');
     s.ws.close(code, reason.slice(0, 123));
     if (hard) s.ws.terminate();
@@ -445,7 +446,7 @@ export class SupervisorServer implements RelayOpener {
       s.state = 'closed';
       const label = closeCodeLabel(code);
       this.closes.set(label, (this.closes.get(label) ?? 0) + 1);
-      if (wasActive) this.log.info({ sandbox: `${s.namespace}/${s.name}`, sessionId: s.sessionId, code }, 'supervisor disconnected');
+      if (wasActive) this.log.info({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, code }, 'supervisor disconnected');
       this.cleanup(s);
     }
     if (this.open.delete(s)) this.releaseSource(s.source);
@@ -464,7 +465,7 @@ export class SupervisorServer implements RelayOpener {
     try {
       await this.store.release(s.namespace, s.name, s.sessionId);
     } catch (err) {
-      this.log.warn({ err, sandbox: `${s.namespace}/${s.name}` }, 'presence release failed');
+      this.log.warn({ err, sandbox: sandboxKey(s.namespace, s.name) }, 'presence release failed');
     }
   }
 

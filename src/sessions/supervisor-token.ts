@@ -2,6 +2,7 @@ import { errors as joseErrors, jwtVerify, SignJWT, type JWTVerifyGetKey } from '
 import { parse as parseYaml } from 'yaml';
 import { isDnsLabel } from '../domain/labels.js';
 import { SandgateError } from '../domain/errors.js';
+import { sandboxKey } from '../domain/sandbox.js';
 
 /**
  * Supervisor tokens: sandbox-bound JWTs (RFC 7519) signed with HS256, `sub` = `<namespace>/<name>`, an
@@ -65,7 +66,7 @@ export async function mintSupervisorToken(k: SupervisorKeys, namespace: string, 
   const iat = Math.floor(now / 1000);
   return new SignJWT({})
     .setProtectedHeader({ alg: 'HS256', kid: signer.kid, typ: 'JWT' })
-    .setSubject(`${namespace}/${name}`)
+    .setSubject(sandboxKey(namespace, name))
     .setAudience(k.audience)
     .setIssuedAt(iat)
     .setExpirationTime(iat + ttlSeconds)

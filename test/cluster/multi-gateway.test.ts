@@ -3,6 +3,7 @@ import WebSocket from 'ws';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { SUBPROTOCOL } from '../../src/sessions/supervisor-protocol.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
+import { eventually } from '../helpers/eventually.js';
 import { clusterFiles, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
 import { freePort, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -69,15 +70,17 @@ async function connected(c: SupervisorClient): Promise<void> {
 /** Waits until `g` reports `phase` (and owner) for team-a/`name`; returns how long it took. */
 async function phaseOn(g: GatewayProcess, name: string, phase: string, owner?: string, timeoutMs = 8000): Promise<number> {
   const t0 = Date.now();
-  const deadline = t0 + timeoutMs;
   let last: unknown;
-  while (Date.now() < deadline) {
-    const s = await g.sandbox('team-a', name);
-    last = s;
-    if (s !== undefined && s.phase === phase && (owner === undefined || s.session?.gatewayId === owner)) return Date.now() - t0;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`${g.id}: team-a/${name} never reached ${phase}${owner ? ` owned by ${owner}` : ''}; last: ${JSON.stringify(last)}`);
+  await eventually(
+    async () => {
+      const s = await g.sandbox('team-a', name);
+      last = s;
+      return s !== undefined && s.phase === phase && (owner === undefined || s.session?.gatewayId === owner);
+    },
+    timeoutMs,
+    () => `${g.id}: team-a/${name} to reach ${phase}${owner ? ` owned by ${owner}` : ''}; last: ${JSON.stringify(last)}`,
+  );
+  return Date.now() - t0;
 }
 
 beforeAll(async () => {
@@ -154,16 +157,16 @@ describe('presence across gateways (real Redis, gateway processes)', () => {
     // While Redis is down: still serving from the mirror, /readyz 200 but degraded, with the reason.
     let ready: { status: string; degraded: string[] } | undefined;
     try {
-      const t1 = Date.now();
-      while (Date.now() - t1 < 5000) {
-        const res = await fetch(`${a.admin}/readyz`);
-        ready = (await res.json()) as { status: string; degraded: string[] };
-        if (ready.status === 'degraded') {
-          expect(res.status).toBe(200);
-          break;
-        }
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await eventually(
+        async () => {
+          const res = await fetch(`${a.admin}/readyz`);
+          ready = (await res.json()) as { status: string; degraded: string[] };
+          if (ready.status === 'degraded') expect(res.status).toBe(200);
+          return ready.status === 'degraded';
+        },
+        5000,
+        () => `/readyz to say degraded; last: ${JSON.stringify(ready)}`,
+      );
       // "presence store redis unreachable: …" or "presence store subscription down: …", whichever it noticed first.
       expect(ready?.degraded.join(' ')).toMatch(/^presence store /);
       expect(await a.sandbox('team-a', 'web')).toMatchObject({ phase: 'Ready' });
@@ -173,13 +176,12 @@ describe('presence across gateways (real Redis, gateway processes)', () => {
     const admin = redis.admin();
     expect(await admin.dbsize()).toBe(0);
     // Each gateway re-asserts its own session into the empty Redis...
-    const t0 = Date.now();
-    for (;;) {
-      const records = await admin.hgetall('{sandgate}:presence');
-      if (Object.keys(records).sort().join() === 'team-a/api,team-a/web') break;
-      if (Date.now() - t0 > 2 * RESCAN + 3000) throw new Error(`presence not re-asserted: ${JSON.stringify(records)}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    let records: Record<string, string> = {};
+    await eventually(
+      async () => Object.keys((records = await admin.hgetall('{sandgate}:presence'))).sort().join() === 'team-a/api,team-a/web',
+      2 * RESCAN + 3000,
+      () => `presence to be re-asserted; last: ${JSON.stringify(records)}`,
+    );
     // ...and every gateway agrees on both, with the right owners.
     for (const g of [a, b]) {
       await phaseOn(g, 'web', 'Ready', 'A', 1000);
@@ -212,11 +214,15 @@ describe('presence across gateways (real Redis, gateway processes)', () => {
     b.signal('SIGTERM');
     // Watch A while the session moves: B keeps its record until A's claim is seen, so no gap opens.
     const seen: string[] = [];
-    for (;;) {
-      const s = await a.sandbox('team-a', 'web');
-      seen.push(`${s?.phase}/${s?.session?.gatewayId}`);
-      if (s?.session?.gatewayId === 'A' || Date.now() - t0 > 5000) break;
-    }
+    await eventually(
+      async () => {
+        const s = await a.sandbox('team-a', 'web');
+        seen.push(`${s?.phase}/${s?.session?.gatewayId}`);
+        return s?.session?.gatewayId === 'A';
+      },
+      5000,
+      () => `A to own team-a/web; seen: ${seen.join(', ')}`,
+    );
     const took = Date.now() - t0;
     expect(seen.at(-1)).toBe('Ready/A');
     expect(seen.filter((x) => !x.startsWith('Ready/'))).toEqual([]);

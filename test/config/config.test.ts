@@ -53,6 +53,8 @@ describe('configuration', () => {
     rejects(() => resolveConfig({ argv: ['--log-level', 'loud'] }), /must be one of/);
     rejects(() => resolveConfig({ argv: ['--route-order', 'headers,hots'] }), /unknown value "hots" \(did you mean host\?\)/);
     rejects(() => resolveConfig({ argv: ['--base-domain', 'Example.COM'] }), /baseDomain/);
+    rejects(() => resolveConfig({ argv: ['--base-domain', `${'a'.repeat(64)}.example.com`] }), /baseDomain/);
+    rejects(() => resolveConfig({ argv: ['--default-namespace', '-team'] }), /defaultNamespace must be a DNS-1123 label/);
     rejects(() => resolveConfig({ argv: ['--grpc-port'] }), /needs a value/);
     rejects(() => resolveConfig({ argv: ['--config', 'x.yaml'], readFile: () => '- a\n- b' }), /mapping/);
   });

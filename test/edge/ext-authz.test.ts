@@ -1,6 +1,7 @@
 import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
 import { service as healthService } from 'grpc-health-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually } from '../helpers/eventually.js';
 import { cond, presence, snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -89,7 +90,7 @@ describe('Envoy ext_authz v3 Check', () => {
 
   it('holds a request in a readiness gap and allows it when the supervisor connects', async () => {
     const pending = check(client, envoyCheckRequest({ host: '8888-notebook.team-a.localhost' }));
-    await new Promise((r) => setTimeout(r, 50));
+    await eventually(() => t.gw.view.waiters.size === 1, 5000, 'the request to wait for readiness');
     t.gw.view.setPresence('team-a', 'notebook', presence());
     const res = await pending;
     expect(headerOf(res.ok_response.headers, 'x-sandgate-upstream')?.header.value).toBe('127.0.0.3:8888');
@@ -106,7 +107,7 @@ describe('Envoy ext_authz v3 Check', () => {
 
   it('a waiting request that turns final (failed) is denied at once', async () => {
     const pending = check(client, envoyCheckRequest({ host: '8888-notebook.team-a.localhost' }));
-    await new Promise((r) => setTimeout(r, 50));
+    await eventually(() => t.gw.view.waiters.size === 1, 5000, 'the request to wait for readiness');
     driver.upsert(snapshot({ name: 'notebook', uid: 'u2', resourceVersion: '2', state: 'failed', conditions: [cond('Ready', 'False', 'PodFailed', 'boom')] }));
     const res = await pending;
     expect(JSON.parse(res.denied_response.body).code).toBe('sandbox_failed');

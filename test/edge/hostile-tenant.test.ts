@@ -1,6 +1,5 @@
 import { Metadata } from '@grpc/grpc-js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
 import { connect, createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,11 +11,12 @@ import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../../src/sessions/supervisor-token.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { eventually } from '../helpers/eventually.js';
+import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
+import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * The hostile tenant (issue 10): what a team holding its own key, or no key at all, can try against the
@@ -173,7 +173,7 @@ describe('finding 1: the relay secret never leaves the gateway; a relay credenti
     const box = (ns: string, name: string) => ({ ...relaySandbox(name), namespace: ns, uid: `${ns}-${name}` });
     t = await startTestGateway([new TestDriver([box('team-a', 'relaya'), box('team-b', 'relayb')])], { apiKeys: k.keysFile, keyPepperFile: k.pepperFile, relaySecret: RELAY_SECRET, readinessWaitMs: 5000 }, { supervisorKeys: KEYS });
     sups = [await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya'), await supervisor(t.gw.supervisorPort!, 'team-b', 'relayb')];
-    await until(() => t.gw.view.get('team-b', 'relayb')?.status.phase === 'Ready' && t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 'both relay sandboxes Ready');
+    await eventually(() => t.gw.view.get('team-b', 'relayb')?.status.phase === 'Ready' && t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 5000, 'both relay sandboxes Ready');
     authz = authzClient(t.grpcTarget);
     proc = extProcClient(t.grpcTarget);
   });
@@ -194,16 +194,11 @@ describe('finding 1: the relay secret never leaves the gateway; a relay credenti
 
   /** What each door hands team-a for its own relay sandbox: every header it sets. */
   const doors: Record<string, () => Promise<Record<string, string>>> = {
-    http_authz: () =>
-      new Promise((resolve, reject) => {
-        const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers: { host: relayHost('team-a', 'relaya'), 'x-api-key': keys['team-a'] } }, (res) => {
-          res.resume();
-          expect(res.statusCode).toBe(200);
-          resolve(res.headers as Record<string, string>);
-        });
-        req.on('error', reject);
-        req.end();
-      }),
+    http_authz: async () => {
+      const r = await rawRequest(t.gw.adminPort, '/authz/', { host: relayHost('team-a', 'relaya'), 'x-api-key': keys['team-a']! });
+      expect(r.status).toBe(200);
+      return r.headers as Record<string, string>;
+    },
     ext_authz: async () => {
       const r = await check(authz, envoyCheckRequest({ host: relayHost('team-a', 'relaya'), headers: { 'x-api-key': keys['team-a'] } }));
       expect(r.http_response).toBe('ok_response');
@@ -269,7 +264,7 @@ describe('finding 1: owner forwarding between two gateways carries a bound crede
     a = await startRelayStack({ gatewayId: 'gw-a', ...common });
     b = await startRelayStack({ gatewayId: 'gw-b', ...common });
     sup = await startSupervisor(b.supervisorUrl, 'box');
-    await until(() => a.view.get('team-a', 'box')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, "A to see B's session");
+    await eventually(() => a.view.get('team-a', 'box')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session");
     // A wiretap between A and B's relay listener: what crosses the network between gateways.
     tap = createNetServer((client) => {
       const [host, port] = b.relayAddress.split(':');
@@ -335,16 +330,7 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
   const relayTarget = () => `team-a/relaya:${up.port}`;
   const CLIENT_GATEWAY_HEADERS = { 'x-sandgate-sandbox': 'team-b/web', 'x-sandgate-path': '/admin', 'x-sandgate-trusted-user': 'root' };
   /** HTTP authz as nginx or Envoy calls it (fetch cannot set Host). */
-  const authzAnswer = (headers: Record<string, string>): Promise<{ status: number; headers: Record<string, unknown>; body: string }> =>
-    new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers }, (res) => {
-        let body = '';
-        res.on('data', (c) => (body += c));
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
-      });
-      req.on('error', reject);
-      req.end();
-    });
+  const authzAnswer = (headers: Record<string, string>) => rawRequest(t.gw.adminPort, '/authz/', headers);
   const gatewayHeadersSeen = () => seen.flatMap((s) => Object.keys(s.headers).filter((k) => k.startsWith('x-sandgate-')));
 
   beforeAll(async () => {
@@ -365,7 +351,7 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
       { supervisorKeys: KEYS },
     );
     sup = await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya');
-    await until(() => t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 'the relay sandbox Ready');
+    await eventually(() => t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 5000, 'the relay sandbox Ready');
     authz = authzClient(t.grpcTarget);
     proc = extProcClient(t.grpcTarget);
   });

@@ -1,10 +1,10 @@
-import { createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { text, viaProxy } from '../helpers/upstream.js';
+import { rawRequest, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * Id squatting through the doors (issue 10, finding 2): team-b's sandboxes declare team-a's legacy id and
@@ -84,15 +84,8 @@ describe('id squatting through the doors', () => {
   });
 
   it.each(hostile)('HTTP authz: %s is answered with team-a\'s upstream', async (_what, r) => {
-    const res = await new Promise<{ status: number; upstream: unknown }>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers: { host: r.host?.(port) ?? 'shared.localhost', ...r.headers?.(port) } }, (res) => {
-        res.resume();
-        res.on('end', () => resolve({ status: res.statusCode!, upstream: res.headers['x-sandgate-upstream'] }));
-      });
-      req.on('error', reject);
-      req.end();
-    });
-    expect(res).toEqual({ status: 200, upstream: `127.0.0.2:${port}` });
+    const res = await rawRequest(t.gw.adminPort, '/authz/', { host: r.host?.(port) ?? 'shared.localhost', ...r.headers?.(port) });
+    expect({ status: res.status, upstream: res.headers['x-sandgate-upstream'] }).toEqual({ status: 200, upstream: `127.0.0.2:${port}` });
   });
 
   it.each(hostile)('ext_authz: %s is answered with team-a\'s upstream', async (_what, r) => {

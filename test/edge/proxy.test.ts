@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
+import { eventually } from '../helpers/eventually.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 import { forwardFailure } from '../../src/edge/forwarding/failure-codes.js';
@@ -14,6 +15,7 @@ describe('embedded proxy', () => {
   let t: TestGateway;
   let echo: Awaited<ReturnType<typeof startUpstream>>;
   let last: { headers: Record<string, unknown>; url: string | undefined; aborted: boolean };
+  let endSse: (() => void) | undefined;
   const host = (port: number, name = 'web') => `${port}-${name}.team-a.localhost`;
 
   beforeAll(async () => {
@@ -34,8 +36,8 @@ describe('embedded proxy', () => {
       if (req.url === '/sse') {
         res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
         res.write('data: one\n\n');
-        const timer = setTimeout(() => res.end('data: two\n\n'), 100);
-        res.on('close', () => clearTimeout(timer));
+        // The second event is sent only once the client holds the first: proof the proxy did not hold it back.
+        endSse = () => res.end('data: two\n\n');
         return;
       }
       if (req.url === '/slow-headers') return;
@@ -134,12 +136,15 @@ describe('embedded proxy', () => {
     try {
       const r = await viaProxy(t.gw.proxyPort!, { host: host(up.port) });
       r.res.pause();
-      // Wait until the upstream stops making progress: backpressure has reached it.
+      // Wait until the upstream is blocked and stops making progress (backpressure has reached it): a stall
+      // has no event of its own, so it is "blocked, and no byte written across 20 checks in a row".
       let before = -1;
-      while (written !== before) {
+      let quiet = 0;
+      await eventually(() => {
+        quiet = blocked && written === before ? quiet + 1 : 0;
         before = written;
-        await new Promise((res) => setTimeout(res, 150));
-      }
+        return quiet >= 20 || written >= total;
+      }, 30_000, 'the upstream to stall');
       expect(blocked).toBe(true);
       // Socket buffers on both hops plus stream high-water marks: a few MiB, never the whole body.
       expect(written).toBeLessThan(32 * MiB);
@@ -154,6 +159,7 @@ describe('embedded proxy', () => {
     expect(r.headers['content-type']).toBe('text/event-stream');
     const first = await new Promise<string>((resolve) => r.res.once('data', (c: Buffer) => resolve(c.toString())));
     expect(first).toBe('data: one\n\n');
+    endSse!();
     expect(await text(r)).toBe('data: two\n\n');
   });
 
@@ -181,15 +187,19 @@ describe('embedded proxy', () => {
   });
 
   it('a reset mid-response closes the client connection instead of hanging', async () => {
+    let reset: (() => void) | undefined;
     const up = await startUpstream((_req, res) => {
       res.writeHead(200, { 'content-length': '1000000' });
-      res.write(Buffer.alloc(1000, 1), () => setTimeout(() => res.socket?.destroy(), 20));
+      res.write(Buffer.alloc(1000, 1));
+      reset = () => res.socket?.destroy();
     });
     try {
       const r = await viaProxy(t.gw.proxyPort!, { host: host(up.port) });
       const err = await new Promise<unknown>((resolve) => {
         r.res.on('error', resolve);
         r.res.on('end', () => resolve('ended'));
+        // The upstream resets once the client holds the first bytes: the reset is mid-response.
+        r.res.once('data', () => reset!());
         r.res.resume();
       });
       expect(err).not.toBe('ended');
@@ -200,16 +210,19 @@ describe('embedded proxy', () => {
 
   it('a client abort mid-upload reaches the upstream as an abort', async () => {
     const seen = new Promise<string>((resolve) => {
+      let abortUpload: (() => void) | undefined;
       void startUpstream((req) => {
         req.on('aborted', () => resolve('aborted'));
         req.on('error', () => resolve('aborted'));
         req.on('end', () => resolve('completed'));
+        // The client aborts once the upstream holds the first bytes of the body: the abort is mid-upload.
+        req.once('data', () => abortUpload!());
         req.resume();
       }).then((up) => {
         const req = request({ host: '127.0.0.1', port: t.gw.proxyPort!, method: 'POST', path: '/', headers: { host: host(up.port), 'content-length': String(10 * MiB) } });
         req.on('error', () => {});
+        abortUpload = () => req.destroy();
         req.write(Buffer.alloc(MiB));
-        setTimeout(() => req.destroy(), 100);
         seen.finally(() => up.close());
       });
     });
@@ -261,13 +274,13 @@ describe('embedded proxy: per-sandbox connection cap', () => {
       const host = `${up.port}-web.team-a.localhost`;
       const first = viaProxy(t.gw.proxyPort!, { host });
       const second = viaProxy(t.gw.proxyPort!, { host });
-      while (held.length < 2) await new Promise((r) => setTimeout(r, 5));
+      await eventually(() => held.length === 2, 5000, 'two requests to reach the upstream');
       const third = await viaProxy(t.gw.proxyPort!, { host });
       expect([third.status, JSON.parse(await text(third)).code]).toEqual([429, 'too_many_connections']);
       held.shift()!();
       expect(await text(await first)).toBe('done');
       const fourth = viaProxy(t.gw.proxyPort!, { host });
-      while (held.length < 2) await new Promise((r) => setTimeout(r, 5));
+      await eventually(() => held.length === 2, 5000, 'the fourth request to reach the upstream');
       for (const release of held.splice(0)) release();
       expect(await text(await second)).toBe('done');
       expect(await text(await fourth)).toBe('done');

@@ -1,6 +1,5 @@
 import { Metadata } from '@grpc/grpc-js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,7 +8,7 @@ import { newApiKey } from '../../src/auth/api-keys.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
+import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * The tenant matrix: (admin, team-a, team-b, no key, revoked key, wrong token, right token) × (own
@@ -91,15 +90,8 @@ describe('tenancy and traffic auth', () => {
   }
 
   async function viaHttpAuthz(h: Record<string, string>, hostName: string): Promise<Answer> {
-    return new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: t.gw.adminPort, path: '/authz/', headers: { ...h, host: hostName } }, (res) => {
-        let body = '';
-        res.on('data', (c) => (body += c));
-        res.on('end', () => resolve({ status: res.statusCode!, body }));
-      });
-      req.on('error', reject);
-      req.end();
-    });
+    const r = await rawRequest(t.gw.adminPort, '/authz/', { ...h, host: hostName });
+    return { status: r.status, body: r.body };
   }
 
   async function viaEmbeddedProxy(h: Record<string, string>, hostName: string): Promise<Answer> {

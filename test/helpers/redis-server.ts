@@ -4,6 +4,7 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { eventually } from './eventually.js';
 
 /**
  * A private redis-server for one test file: its own port, no persistence (`--save "" --appendonly no`),
@@ -64,13 +65,14 @@ export async function startRedisServer(opts: { port?: number; args?: readonly st
   const launch = async (): Promise<void> => {
     const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extra], { stdio: 'ignore' });
     proc = child;
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline) {
-      if (child.exitCode !== null) throw new Error(`redis-server exited with ${child.exitCode}`);
-      if (await ping(port)) return;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    throw new Error(`redis-server on port ${port} did not answer PING`);
+    await eventually(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`redis-server exited with ${child.exitCode}`);
+        return ping(port);
+      },
+      10_000,
+      `redis-server on port ${port} to answer PING`,
+    );
   };
 
   const end = async (signal: NodeJS.Signals): Promise<void> => {

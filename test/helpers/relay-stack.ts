@@ -12,7 +12,7 @@ import { GatewayMetrics } from '../../src/observability/metrics.js';
 import { MemoryPresence } from '../../src/sessions/presence/memory-presence.js';
 import type { PresenceRecord, PresenceStore } from '../../src/sessions/presence/presence-store.js';
 import { createRedisPresence } from '../../src/sessions/presence/redis-presence.js';
-import type { RelayLimits } from '../../src/sessions/relay-streams.js';
+import type { RelayLimits } from '../../src/sessions/relay-opener.js';
 import { SupervisorClient, type RelayClientOptions } from '../../src/sessions/supervisor-client.js';
 import { SupervisorServer } from '../../src/sessions/supervisor-server.js';
 import { SUBPROTOCOL } from '../../src/sessions/supervisor-protocol.js';
@@ -83,11 +83,11 @@ function presenceOf(r: PresenceRecord | undefined) {
 export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
   const log = pino({ level: 'silent' });
   const view = new SandboxView({ waiters: { perSandbox: 100, total: 1000 } });
-  const decider = new Decider(view, ROUTE, o.readinessWaitMs ?? 2000, new GatewayMetrics(view, false), log);
-  const late: { supervisors?: SupervisorServer } = {};
-  // The listener starts first so its address can go into the gateway lease; it reaches the sessions late-bound.
+  const decider = new Decider({ view, route: ROUTE, readinessWaitMs: o.readinessWaitMs ?? 2000, metrics: new GatewayMetrics(view, false), log });
+  const started: { supervisors?: SupervisorServer } = {};
+  // The listener starts first so its address can go into the gateway lease; it reaches the sessions once they have started.
   const listener = new RelayListener(
-    { openRelayStream: (ns, name, port, signal) => late.supervisors!.openRelayStream(ns, name, port, signal) },
+    { openRelayStream: (ns, name, port, signal) => started.supervisors!.openRelayStream(ns, name, port, signal) },
     { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000 },
     log,
   );
@@ -109,7 +109,7 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
     presence,
     log,
   );
-  late.supervisors = supervisors;
+  started.supervisors = supervisors;
   const supervisorPort = await supervisors.start();
   const proxy = new EmbeddedProxy(
     decider,
@@ -154,15 +154,6 @@ export async function startSupervisor(gateway: string, name: string, relay?: Rel
   const c = new SupervisorClient({ gateway, token, namespace: 'team-a', name, instanceId: 'inst-1', backoff: { initialMs: 20, maxMs: 200 }, relay: relayOpts });
   await new Promise((resolve) => c.once('accepted', resolve).start());
   return c;
-}
-
-/** Polls until `check` holds (state, not time, is what the tests assert on). */
-export async function until(check: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
 }
 
 /** A supervisor that completes the handshake and then ignores every relay frame (OPEN is never answered). */

@@ -99,6 +99,7 @@ describe('keepConnecting', () => {
       expect(await client.ping()).toBe('PONG');
       wanted = false;
       client.disconnect();
+      // An absence has no event: three first reconnect steps (100 ms) pass, and the client must still be ended.
       await new Promise((r) => setTimeout(r, 300));
       expect(client.status).toBe('end');
     } finally {

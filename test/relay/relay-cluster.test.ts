@@ -8,7 +8,8 @@ import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { relayHeaders } from '../../src/edge/relay/relay-headers.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { relaySandbox, RELAY_CREDENTIALS, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { eventually } from '../helpers/eventually.js';
+import { relaySandbox, RELAY_CREDENTIALS, startRelayStack, startSupervisor, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 // Two gateways in one process sharing presence through a real redis-server. The supervisor holds its
@@ -51,7 +52,7 @@ beforeAll(async () => {
   a = await startRelayStack({ gatewayId: 'gw-a', ...common });
   b = await startRelayStack({ gatewayId: 'gw-b', ...common });
   sup = await startSupervisor(b.supervisorUrl, 'box');
-  await until(() => ownerOn(a) === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, "A to see B's session and B's relay address");
+  await eventually(() => ownerOn(a) === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session and B's relay address");
 });
 
 afterAll(async () => {
@@ -133,7 +134,7 @@ describe('relay across two gateways (Redis presence)', () => {
   it('when the supervisor moves to A, A relays locally and B forwards to A', async () => {
     sup.stop();
     sup = await startSupervisor(a.supervisorUrl, 'box');
-    await until(() => ownerOn(a) === 'gw-a' && ownerOn(b) === 'gw-a' && b.view.relayAddress('gw-a') === a.relayAddress, 'both gateways to see the session on A');
+    await eventually(() => ownerOn(a) === 'gw-a' && ownerOn(b) === 'gw-a' && b.view.relayAddress('gw-a') === a.relayAddress, 5000, 'both gateways to see the session on A');
     const viaA = await viaProxy(a.proxy.port, { host: host(), path: '/on-a' });
     expect([viaA.status, await text(viaA)]).toEqual([200, 'ok /on-a']);
     const viaB = await viaProxy(b.proxy.port, { host: host(), path: '/via-b' });

@@ -6,7 +6,8 @@ import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
 import { relayHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER } from '../../src/edge/relay/relay-headers.js';
 import type { Allow } from '../../src/domain/decide.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, silentSupervisor, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { eventually } from '../helpers/eventually.js';
+import { relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, silentSupervisor, startRelayStack, startSupervisor, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { startUpstream, text, viaProxy, type ProxyResponse } from '../helpers/upstream.js';
 import { pino } from 'pino';
 
@@ -85,7 +86,7 @@ describe('relay failures', () => {
 
   it('no response head in time → 504 upstream_timeout', async () => {
     expect(await denial(await viaProxy(g.proxy.port, { host: host('box'), path: '/slow-headers' }))).toEqual([504, 'upstream_timeout', undefined]);
-    await until(() => g.supervisors.relay.active === 0, 'the stream to be released');
+    await eventually(() => g.supervisors.relay.active === 0, 5000, 'the stream to be released');
   });
 
   it('a supervisor that never answers OPEN → 504 upstream_timeout, and the pending stream is released', async () => {
@@ -96,15 +97,15 @@ describe('relay failures', () => {
 
   it('caps streams per sandbox and overall → 503 relay_busy with Retry-After; places free up as streams end', async () => {
     const holds = [viaProxy(g.proxy.port, { host: host('box'), path: '/hold' }), relayTo('box', up.port, {}, '/hold')];
-    await until(() => g.supervisors.relay.activeFor('team-a', 'box') === 2, 'two streams to box');
+    await eventually(() => g.supervisors.relay.activeFor('team-a', 'box') === 2, 5000, 'two streams to box');
     expect(await denial(await viaProxy(g.proxy.port, { host: host('box') }))).toEqual([503, 'relay_busy', '1']);
     holds.push(viaProxy(g.proxy.port, { host: host('box2'), path: '/hold' }));
-    await until(() => g.supervisors.relay.active === 3, 'three streams in all');
+    await eventually(() => g.supervisors.relay.active === 3, 5000, 'three streams in all');
     expect(await denial(await relayTo('box2', up.port))).toEqual([503, 'relay_busy', '1']);
-    await until(() => held.length === 3, 'the sandbox to hold three requests');
+    await eventually(() => held.length === 3, 5000, 'the sandbox to hold three requests');
     for (const r of held.splice(0)) r.end('released');
     for (const r of await Promise.all(holds)) expect([r.status, await text(r)]).toEqual([200, 'released']);
-    await until(() => g.supervisors.relay.active === 0, 'every place to be free');
+    await eventually(() => g.supervisors.relay.active === 0, 5000, 'every place to be free');
     const again = await viaProxy(g.proxy.port, { host: host('box') });
     expect(again.status).toBe(200);
     await text(again);
@@ -140,10 +141,10 @@ describe('relay failures', () => {
       const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/sink', headers: { host: host('box'), 'content-length': String(10 * 1024 * 1024), ...extra } });
       req.on('error', () => {});
       req.write(Buffer.alloc(1024 * 1024));
-      await until(() => sink.started, 'the sandbox to receive the first bytes');
+      await eventually(() => sink.started, 5000, 'the sandbox to receive the first bytes');
       req.destroy();
-      await until(() => sink.aborted, 'the sandbox to see the abort');
-      await until(() => g.supervisors.relay.active === 0, 'the stream to be released');
+      await eventually(() => sink.aborted, 5000, 'the sandbox to see the abort');
+      await eventually(() => g.supervisors.relay.active === 0, 5000, 'the stream to be released');
     });
   }
 });

@@ -3,10 +3,10 @@ import { describe, expect, it } from 'vitest';
 import { encodeData, encodeOpen, encodeOpenOk, encodeWindow, FRAME, OPEN_FAIL, type RelayFrameError } from '../../src/sessions/relay-frames.js';
 import { RelayMux, type RelayTransport } from '../../src/sessions/relay-mux.js';
 import { RelayError, type RelayStream } from '../../src/sessions/relay-stream.js';
-import { RelayStreams } from '../../src/sessions/relay-streams.js';
+import { LimitedRelayOpener } from '../../src/sessions/relay-opener.js';
 import { CLOSE } from '../../src/sessions/supervisor-protocol.js';
-import { until } from '../helpers/relay-stack.js';
 import { patternStream, sha256Of } from '../helpers/upstream.js';
+import { eventually } from '../helpers/eventually.js';
 
 // Two multiplexers joined by an in-memory wire: each frame is delivered on a later turn of the event
 // loop, and `done` (the WebSocket's "written") fires after delivery — or only on release() while held.
@@ -55,7 +55,7 @@ function pair(onOpen: (s: RelayStream) => void = (s) => s.accept(), highWaterByt
   const sup = new RelayMux({ role: 'supervisor', transport: down, windowBytes: WINDOW, maxChunkBytes: CHUNK, highWaterBytes, onOpen });
   box.gw = gw;
   box.sup = sup;
-  const streams = new RelayStreams((ns) => (ns === 'ns' ? gw : undefined), { maxStreamsPerSandbox: 4, maxStreams: 8, openTimeoutMs: 200 });
+  const streams = new LimitedRelayOpener((ns) => (ns === 'ns' ? gw : undefined), { maxStreamsPerSandbox: 4, maxStreams: 8, openTimeoutMs: 200 });
   return { gw, sup, up, down, errors, streams };
 }
 
@@ -82,7 +82,7 @@ describe('relay multiplexer', () => {
     expect(far?.port).toBe(8080);
     s.end('hello relay');
     expect((await s.toArray()).join('')).toBe('HELLO RELAY');
-    await until(() => gw.size === 0 && sup.size === 0, 'both tables empty');
+    await eventually(() => gw.size === 0 && sup.size === 0, 5000, 'both tables empty');
     expect(streams.active).toBe(0);
     expect(types(up.sent)).not.toContain(FRAME.reset);
     expect(types(down.sent)).not.toContain(FRAME.reset);
@@ -107,9 +107,9 @@ describe('relay multiplexer', () => {
     const near = await streams.openRelayStream('ns', 'sb', 80);
     const total = 8 * MiB;
     const writing = pump(far!, total);
-    await until(() => far!.blockedOnCredit, 'the writer to run out of credit');
+    await eventually(() => far!.blockedOnCredit, 5000, 'the writer to run out of credit');
     // Frames already sent may still be in flight between the ends: wait for them to land.
-    await until(() => near.bufferedBytes === WINDOW, 'the last frames of the window to arrive');
+    await eventually(() => near.bufferedBytes === WINDOW, 5000, 'the last frames of the window to arrive');
     // Nothing was read: exactly one window waits on the reading side, the writer is still stalled, and
     // it holds at most its stream buffer (16 KiB high-water mark) plus the chunk in hand.
     expect(far!.blockedOnCredit).toBe(true);
@@ -132,7 +132,7 @@ describe('relay multiplexer', () => {
     const got = sha256Of(far!);
     up.hold = true;
     const writing = pump(near, 2 * MiB);
-    await until(() => gw.wsPendingBytes >= high, 'the socket buffer to fill');
+    await eventually(() => gw.wsPendingBytes >= high, 5000, 'the socket buffer to fill');
     await new Promise((r) => setImmediate(r));
     // Sending stopped at the mark (give or take the frame that crossed it).
     expect(gw.wsPendingBytes).toBeLessThan(high + CHUNK + 5);
@@ -151,7 +151,7 @@ describe('relay multiplexer', () => {
     const err = new Promise<Error>((resolve) => far!.once('error', resolve));
     near.destroy();
     expect(await err).toMatchObject({ reason: 'reset' });
-    await until(() => streams.active === 0, 'the stream to be released');
+    await eventually(() => streams.active === 0, 5000, 'the stream to be released');
   });
 
   it('the session ending fails every stream with session_closed and frees its place under the caps', async () => {
@@ -161,7 +161,7 @@ describe('relay multiplexer', () => {
     const errs = Promise.all([a, b].map((s) => new Promise<Error>((r) => s.once('error', r))));
     gw.close();
     expect((await errs).map((e) => (e as RelayError).reason)).toEqual(['session_closed', 'session_closed']);
-    await until(() => streams.active === 0, 'the caps to be released');
+    await eventually(() => streams.active === 0, 5000, 'the caps to be released');
     await expect(streams.openRelayStream('ns', 'sb', 80)).rejects.toMatchObject({ reason: 'no_session' });
   });
 
@@ -172,7 +172,7 @@ describe('relay multiplexer', () => {
     expect(streams.activeFor('ns', 'sb')).toBe(4);
     // Never answered: each open times out, and its place is freed.
     for (const p of pending) await expect(p).rejects.toMatchObject({ reason: 'timeout' });
-    await until(() => streams.active === 0, 'timed-out opens to be released');
+    await eventually(() => streams.active === 0, 5000, 'timed-out opens to be released');
   });
 
   it('an open cancelled by the caller is reset, and a late OPEN_OK for it is answered with RESET', async () => {
@@ -180,10 +180,10 @@ describe('relay multiplexer', () => {
     const { gw, up, down, streams } = pair((s) => (far = s));
     const ac = new AbortController();
     const p = streams.openRelayStream('ns', 'sb', 80, ac.signal);
-    await until(() => far !== undefined, 'the OPEN to arrive');
+    await eventually(() => far !== undefined, 5000, 'the OPEN to arrive');
     ac.abort();
     await expect(p).rejects.toMatchObject({ reason: 'aborted' });
-    await until(() => far!.destroyed, 'the supervisor side to see the RESET');
+    await eventually(() => far!.destroyed, 5000, 'the supervisor side to see the RESET');
     expect(types(up.sent)).toEqual([FRAME.open, FRAME.reset]);
     expect(types(down.sent)).toEqual([]);
     // The supervisor had already connected and said so: the gateway resets the stream it gave up on.

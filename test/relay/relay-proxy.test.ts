@@ -5,7 +5,8 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { relayHeaders } from '../../src/edge/relay/relay-headers.js';
 import type { Allow } from '../../src/domain/decide.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, until, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { eventually } from '../helpers/eventually.js';
+import { relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy, type ProxyResponse } from '../helpers/upstream.js';
 
 // One gateway: a relay-only sandbox whose supervisor session this gateway holds. Every request rides the
@@ -131,7 +132,7 @@ describe('relay through one gateway', () => {
     );
     const want = await Promise.all(sizes.map((n) => sha256Of(patternStream(n))));
     expect(results).toEqual(want);
-    await until(() => g.supervisors.relay.active === 0 && (sup.relay?.size ?? -1) === 0, 'every stream to close on both ends');
+    await eventually(() => g.supervisors.relay.active === 0 && (sup.relay?.size ?? -1) === 0, 5000, 'every stream to close on both ends');
   });
 
   it('a slow reader stalls the sandbox: buffered bytes stay within one window per end', async () => {
@@ -155,13 +156,13 @@ describe('relay through one gateway', () => {
       const gwStream = () => [...gatewayMux().values()][0];
       const supStream = () => [...sup.relay!.values()][0];
       // The stall reaches the supervisor: its stream is out of credit and the gateway's queue is full.
-      await until(() => supStream()?.blockedOnCredit === true && (gwStream()?.bufferedBytes ?? 0) >= WINDOW, 'the relay to stall');
+      await eventually(() => supStream()?.blockedOnCredit === true && (gwStream()?.bufferedBytes ?? 0) >= WINDOW, 5000, 'the relay to stall');
       expect(gatewayMux().bufferedBytes()).toBeLessThanOrEqual(WINDOW + SLACK);
       expect(sup.relay!.bufferedBytes()).toBeLessThanOrEqual(SLACK);
       // The rest is in socket buffers (kernel), never the whole body.
       expect(written).toBeLessThan(32 * MiB);
       r.res.destroy();
-      await until(() => g.supervisors.relay.active === 0, 'the stream to be released');
+      await eventually(() => g.supervisors.relay.active === 0, 5000, 'the stream to be released');
     } finally {
       await flood.close();
     }
@@ -185,7 +186,7 @@ describe('relay through one gateway', () => {
       body.pipe(req);
       const gwStream = () => [...gatewayMux().values()][0];
       const supStream = () => [...sup.relay!.values()][0];
-      await until(() => gwStream()?.blockedOnCredit === true && (supStream()?.bufferedBytes ?? 0) >= WINDOW, 'the upload to stall');
+      await eventually(() => gwStream()?.blockedOnCredit === true && (supStream()?.bufferedBytes ?? 0) >= WINDOW, 5000, 'the upload to stall');
       expect(sup.relay!.bufferedBytes()).toBeLessThanOrEqual(WINDOW + SLACK);
       expect(gatewayMux().bufferedBytes()).toBeLessThanOrEqual(SLACK);
       expect(produced).toBeLessThan(32 * MiB);
@@ -196,8 +197,8 @@ describe('relay through one gateway', () => {
       // The counting listener keeps the body flowing: stop it, or it would generate the rest in a burst.
       body.destroy();
       req.destroy();
-      await until(() => aborted, 'the sandbox to see the abort');
-      await until(() => g.supervisors.relay.active === 0, 'the stream to be released');
+      await eventually(() => aborted, 5000, 'the sandbox to see the abort');
+      await eventually(() => g.supervisors.relay.active === 0, 5000, 'the stream to be released');
     } finally {
       body.destroy();
       await stall.close();
@@ -238,7 +239,7 @@ describe('relay through one gateway', () => {
       ws.close(1000);
       expect(await closed).toBe(1000);
     }
-    await until(() => g.supervisors.relay.active === 0, 'the tunnels to be released');
+    await eventually(() => g.supervisors.relay.active === 0, 5000, 'the tunnels to be released');
   });
 
   it('a supervisor that disconnects mid-response breaks the client\'s response instead of ending it cleanly', async () => {
@@ -252,7 +253,7 @@ describe('relay through one gateway', () => {
     sup.stop();
     r.res.resume();
     expect(await outcome).toBe('broken');
-    await until(() => g.supervisors.relay.active === 0, 'the stream to be released');
+    await eventually(() => g.supervisors.relay.active === 0, 5000, 'the stream to be released');
     sup = await startSupervisor(g.supervisorUrl, 'box');
   });
 });

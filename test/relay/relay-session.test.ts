@@ -3,7 +3,8 @@ import WebSocket from 'ws';
 import { encodeData, encodeOpen, encodeOpenOk, FRAME } from '../../src/sessions/relay-frames.js';
 import { CLOSE } from '../../src/sessions/supervisor-protocol.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { relaySandbox, silentSupervisor, startRelayStack, startSupervisor, until, type RelayStack } from '../helpers/relay-stack.js';
+import { eventually } from '../helpers/eventually.js';
+import { relaySandbox, silentSupervisor, startRelayStack, startSupervisor, type RelayStack } from '../helpers/relay-stack.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 // Relay frames on the supervisor session itself: legal only after accepted, and a supervisor that
@@ -35,11 +36,11 @@ describe('relay frames on the supervisor session', () => {
     const g = await stack();
     const s = await silent(g);
     const pending = viaProxy(g.proxy.port, { host: '8080-box.team-a.localhost', path: '/raw' });
-    await until(() => s.frames.length > 0, 'the OPEN frame');
+    await eventually(() => s.frames.length > 0, 5000, 'the OPEN frame');
     const open = s.frames[0]!;
     expect([open[0], open.readUInt32BE(1), open.readUInt16BE(5), open.readUInt32BE(7)]).toEqual([FRAME.open, 1, 8080, 256 * 1024]);
     s.ws.send(encodeOpenOk(1, 65_536));
-    await until(() => s.frames.some((f) => f[0] === FRAME.data), 'the request bytes');
+    await eventually(() => s.frames.some((f) => f[0] === FRAME.data), 5000, 'the request bytes');
     const request = Buffer.concat(s.frames.filter((f) => f[0] === FRAME.data).map((f) => f.subarray(5))).toString();
     expect(request).toMatch(/^GET \/raw HTTP\/1\.1\r\n/);
     s.ws.send(encodeData(1, Buffer.from('HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello')));
@@ -55,7 +56,7 @@ describe('relay frames on the supervisor session', () => {
     const b = await silent(g);
     b.ws.send(Buffer.from([FRAME.window, 0, 0]));
     expect(await b.closed).toBe(CLOSE.malformed);
-    await until(() => g.view.get('team-a', 'box')?.status.phase !== 'Ready', 'presence to be removed');
+    await eventually(() => g.view.get('team-a', 'box')?.status.phase !== 'Ready', 5000, 'presence to be removed');
   });
 
   it('a gateway with a small frame limit still carries large bodies: the supervisor cuts DATA to fit', async () => {

@@ -264,7 +264,9 @@ describe('supervisor endpoint: heartbeats and timeouts (driven clock)', () => {
     for (let i = 0; i < 5; i++) {
       h.clock.t += 2500;
       c.ws.send(JSON.stringify({ type: 'pong', t: i }));
-      await new Promise((r) => setTimeout(r, 10));
+      // Frames are handled in order: the answer to a ping sent after the pong shows the pong was read.
+      c.ws.send(JSON.stringify({ type: 'ping', t: i }));
+      for (let m = await c.next(); m.type !== 'pong' || m.t !== i; m = await c.next());
       h.server.sweep();
     }
     expect(c.ws.readyState).toBe(WebSocket.OPEN);

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { RULES } from '../../domain/compose.js';
 import { isDnsLabel } from '../../domain/labels.js';
-import { PUBLIC_PHASES, type PublicPhase } from '../../domain/sandbox.js';
+import { PUBLIC_PHASES, type PublicPhase, sandboxKey } from '../../domain/sandbox.js';
 import type { SandboxView } from '../../view/sandbox-view.js';
 import { authorizeApi, type ApiAuth } from '../api-access.js';
 import { sendError, sendJson } from '../respond.js';
@@ -40,6 +40,7 @@ export interface GatewaysSource {
   degraded(): string[];
 }
 
+// Starts like admin-api.ts AdminApiDeps (`duplicates` pairs them): each part lists what it is handed, so either can change alone.
 export interface ConsoleDeps {
   readonly view: SandboxView;
   readonly registry: Registry;
@@ -98,8 +99,8 @@ export function createConsole(deps: ConsoleDeps) {
     const name = url.searchParams.get('name');
     if (namespace === null || name === null || !isDnsLabel(namespace) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
     // Another tenant's sandbox gets the very answer a missing one gets.
-    const items = sees(namespace) ? history.of(`${namespace}/${name}`) : [];
-    if (items.length === 0 && (!sees(namespace) || view.get(namespace, name) === undefined)) return sendError(res, 'sandbox_not_found', `No sandbox ${namespace}/${name}`);
+    const items = sees(namespace) ? history.of(sandboxKey(namespace, name)) : [];
+    if (items.length === 0 && (!sees(namespace) || view.get(namespace, name) === undefined)) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(namespace, name)}`);
     sendJson(res, 200, { items: items.map((c) => ({ ...c, at: new Date(c.at).toISOString() })) });
   }
 

@@ -4,7 +4,7 @@ import { isIP } from 'node:net';
 import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../../domain/errors.js';
 import { isDnsLabel } from '../../domain/labels.js';
-import type { BackendSnapshot, BackendState, Condition, Endpoint } from '../../domain/sandbox.js';
+import { sandboxKey, type BackendSnapshot, type BackendState, type Condition, type Endpoint } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 
 /**
@@ -112,7 +112,7 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     accessToken: token === 'derived' ? { derived: true } : token,
     envdAccessToken: envdToken,
     resumeOnTraffic: resume === undefined ? undefined : resume === 'on-traffic',
-    instanceId: str('instanceId', false) ?? `${namespace}/${name}`,
+    instanceId: str('instanceId', false) ?? sandboxKey(namespace, name),
     ids,
     state,
     conditions: [ready],
@@ -140,7 +140,7 @@ export function parseSandboxesFile(text: string, path = 'sandboxes file'): FileS
   const seen = new Set<string>();
   const ids = new Set<string>();
   for (const s of out) {
-    const key = `${s.namespace}/${s.name}`;
+    const key = sandboxKey(s.namespace, s.name);
     if (seen.has(key)) throw fail(`${path}: sandbox ${key} is listed twice`);
     seen.add(key);
     for (const id of s.ids) {
@@ -199,7 +199,7 @@ export class FileDriver implements Driver {
     const version = String(++this.generation);
     const next = new Map<string, { json: string; snapshot: BackendSnapshot }>();
     for (const s of parsed) {
-      const key = `${s.namespace}/${s.name}`;
+      const key = sandboxKey(s.namespace, s.name);
       const json = JSON.stringify(s);
       const before = this.held.get(key);
       if (before !== undefined && before.json === json) {

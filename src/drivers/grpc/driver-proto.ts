@@ -1,6 +1,4 @@
-import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import {
   loadPackageDefinition,
   makeGenericClientConstructor,
@@ -14,6 +12,7 @@ import {
   type ServiceError,
 } from '@grpc/grpc-js';
 import { loadSync, type Options } from '@grpc/proto-loader';
+import { packageRoot } from '../../lib/package-root.js';
 import { decodeWatchEvent } from './watch-event-decoder.js';
 
 /**
@@ -40,20 +39,9 @@ export const DRIVER_PROTO_OPTIONS: Options = {
   oneofs: true,
 };
 
-/**
- * The folder that holds `sandgate/driver/v1/driver.proto`: `proto/` in the package root, found by walking
- * up from this file to package.json (from src/ under tests, from dist/src/ when built). Drivers do not
- * import the config part, so this is the driver's own small copy of that walk.
- */
-// Walks up like config/paths.ts packageRoot() (`duplicates` pairs them); drivers may not import config.
+/** The folder that holds `sandgate/driver/v1/driver.proto`: `proto/` in the package root. */
 export function defaultProtoDir(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  while (!existsSync(join(dir, 'package.json'))) {
-    const up = dirname(dir);
-    if (up === dir) throw new Error('package.json not found above ' + fileURLToPath(import.meta.url));
-    dir = up;
-  }
-  return join(dir, 'proto');
+  return join(packageRoot(), 'proto');
 }
 
 const loaded = new Map<string, ServiceClientConstructor>();

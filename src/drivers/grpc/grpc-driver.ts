@@ -1,6 +1,6 @@
 import { credentials, Metadata, status as GrpcStatus, type ServiceError, type StatusObject } from '@grpc/grpc-js';
 import { SandgateError } from '../../domain/errors.js';
-import type { BackendSnapshot } from '../../domain/sandbox.js';
+import { sandboxKey, type BackendSnapshot } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 import { DriverError } from './driver-error.js';
 import { sandboxDriverClient, type SandboxDriverClient, type WireWatchEvent } from './driver-proto.js';
@@ -159,8 +159,8 @@ export class GrpcDriver implements Driver {
   }
 
   private callError(what: string, namespace: string, name: string, err: ServiceError): Error {
-    if (err.code === GrpcStatus.NOT_FOUND) return new SandgateError('sandbox_not_found', `driver ${this.id} does not know ${namespace}/${name}`, { cause: err });
-    return new DriverError('driver_unavailable', `driver ${this.id}: ${what} ${namespace}/${name} failed: ${GrpcStatus[err.code]} ${err.details}`, { cause: err });
+    if (err.code === GrpcStatus.NOT_FOUND) return new SandgateError('sandbox_not_found', `driver ${this.id} does not know ${sandboxKey(namespace, name)}`, { cause: err });
+    return new DriverError('driver_unavailable', `driver ${this.id}: ${what} ${sandboxKey(namespace, name)} failed: ${GrpcStatus[err.code]} ${err.details}`, { cause: err });
   }
 
   private async run(sink: DriverSink): Promise<void> {

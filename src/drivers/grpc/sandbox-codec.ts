@@ -1,5 +1,5 @@
 import { isIP } from 'node:net';
-import { isDnsLabel } from '../../domain/labels.js';
+import { isDnsLabel, isDnsName } from '../../domain/labels.js';
 import { isoTime } from '../../lib/iso-time.js';
 import type { BackendSnapshot, BackendState, Condition, ConditionStatus, DriverEvent, Endpoint } from '../../domain/sandbox.js';
 import { DriverError } from './driver-error.js';
@@ -85,13 +85,6 @@ function list(o: Record<string, unknown>, key: string, at: string, max: number):
   if (!Array.isArray(v)) throw bad(at + key, 'must be a list');
   if (v.length > max) throw bad(at + key, `has more than ${max} entries`);
   return v;
-}
-
-/** True for a lower-case DNS name (RFC 1123 §2.1 labels joined by dots, at most 253 characters). */
-export function isDnsName(s: string): boolean {
-  if (s.length === 0 || s.length > 253) return false;
-  for (const part of s.split('.')) if (!isDnsLabel(part)) return false;
-  return true;
 }
 
 /** google.protobuf.Timestamp → epoch milliseconds. */

@@ -1,4 +1,5 @@
 import type { BackendSnapshot, BackendState, Condition, Endpoint } from '../../domain/sandbox.js';
+// Nearly the same helper imports as openkruise-mapping.ts (`duplicates` pairs the two lists): see the note there.
 import {
   addressEndpoint,
   asObject,
@@ -11,6 +12,7 @@ import {
   readConditions,
   readIdentity,
   readTime,
+  snapshotOf,
   type MapOptions,
 } from './sandbox-object.js';
 
@@ -84,22 +86,12 @@ export function mapAgentSandbox(obj: unknown, opts: MapOptions): BackendSnapshot
   // No pod uid in this CRD: the incarnation, the spec generation (suspend/resume, template changes) and
   // the pod's address together change whenever the pod is replaced.
   const ip = endpoint.kind === 'address' ? (endpoint.addresses[0] ?? '') : '';
-  return {
-    namespace: id.namespace,
-    name: id.name,
-    uid: id.uid,
-    resourceVersion: id.resourceVersion,
-    createdAt: id.createdAt,
+  return snapshotOf(id, ann, {
     instanceId: `${id.uid}/${id.generation}/${ip}`,
     ids: ann.id === undefined ? NO_IDS : [ann.id],
     state,
     conditions,
     endpoint,
-    sessionModel: ann.sessionModel,
-    ports: ann.ports,
-    accessToken: ann.accessToken,
-    envdAccessToken: ann.envdAccessToken,
-    resumeOnTraffic: ann.resumeOnTraffic,
     shutdownTime: readTime(spec?.shutdownTime),
-  };
+  });
 }

@@ -2,7 +2,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { SandgateError } from '../../domain/errors.js';
 import { isDnsLabel } from '../../domain/labels.js';
-import type { BackendSnapshot, SessionModel } from '../../domain/sandbox.js';
+import { sandboxKey, type BackendSnapshot, type SessionModel } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 import { mapAgentSandbox } from './agent-sandbox-mapping.js';
 import type { BackoffOptions } from '../../lib/backoff.js';
@@ -167,7 +167,7 @@ export class KubernetesDriver implements Driver {
       },
       listItem: (obj) => {
         const snap = this.map(obj);
-        if (snap !== undefined) scope.pending?.set(`${snap.namespace}/${snap.name}`, snap);
+        if (snap !== undefined) scope.pending?.set(sandboxKey(snap.namespace, snap.name), snap);
       },
       endList: (resourceVersion, served) => {
         scope.store = scope.pending ?? new Map();
@@ -204,14 +204,14 @@ export class KubernetesDriver implements Driver {
         this.refused(e.object);
         return;
       }
-      const key = `${namespace}/${name}`;
+      const key = sandboxKey(namespace, name);
       if (scope.store.get(key)?.uid === uid) scope.store.delete(key);
       if (this.synced) this.sink?.apply({ type: 'delete', namespace, name, uid, resourceVersion: e.resourceVersion });
       return;
     }
     const snap = this.map(e.object);
     if (snap === undefined) return;
-    scope.store.set(`${snap.namespace}/${snap.name}`, snap);
+    scope.store.set(sandboxKey(snap.namespace, snap.name), snap);
     if (this.synced) this.sink?.apply({ type: 'upsert', snapshot: snap });
   }
 

@@ -1,5 +1,5 @@
 import type { BackendSnapshot, BackendState, Condition, Endpoint } from '../../domain/sandbox.js';
-// Same helper imports and snapshot skeleton as agent-sandbox-mapping.ts `duplicates` pairs this with): both read through
+// Nearly the same helper imports as agent-sandbox-mapping.ts (`duplicates` pairs the two lists): both read through
 // sandbox-object.ts, but the two CRDs' fields and conditions differ, so each mapping stays its own function.
 import {
   addressEndpoint,
@@ -15,6 +15,7 @@ import {
   readMessage,
   readTime,
   share,
+  snapshotOf,
   type Json,
   type MapOptions,
 } from './sandbox-object.js';
@@ -101,12 +102,7 @@ export function mapOpenKruiseSandbox(obj: unknown, opts: MapOptions): BackendSna
   const current = nonEmptyString(asObject(podInfo?.labels)?.[LABEL_POD_TEMPLATE_HASH]);
   const podUid = nonEmptyString(podInfo?.podUID);
   const ip = endpoint.kind === 'address' ? (endpoint.addresses[0] ?? '') : '';
-  return {
-    namespace: id.namespace,
-    name: id.name,
-    uid: id.uid,
-    resourceVersion: id.resourceVersion,
-    createdAt: id.createdAt,
+  return snapshotOf(id, ann, {
     // The pod's uid changes when the pod is recreated (resume, Recreate upgrade); the generation when the
     // spec changes (pause/resume, an in-place update): either is a lifecycle change that clears a sticky Error.
     instanceId: podUid !== undefined ? `${podUid}/${id.generation}` : `${id.uid}/${id.generation}/${ip}`,
@@ -114,13 +110,8 @@ export function mapOpenKruiseSandbox(obj: unknown, opts: MapOptions): BackendSna
     state,
     conditions,
     endpoint,
-    sessionModel: ann.sessionModel,
-    ports: ann.ports,
-    accessToken: ann.accessToken,
-    envdAccessToken: ann.envdAccessToken,
-    resumeOnTraffic: ann.resumeOnTraffic,
     shutdownTime: readTime(spec?.shutdownTime),
     // Revisions repeat across every sandbox of a template: one copy each.
     revision: desired !== undefined && current !== undefined ? { desired: share(desired), current: share(current) } : undefined,
-  };
+  });
 }

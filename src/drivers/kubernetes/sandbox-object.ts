@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { isDnsLabel, parsePort } from '../../domain/labels.js';
-import type { Condition, ConditionStatus, Endpoint, SessionModel } from '../../domain/sandbox.js';
+import { sandboxKey, type BackendSnapshot, type BackendState, type Condition, type ConditionStatus, type Endpoint, type SessionModel } from '../../domain/sandbox.js';
 
 /**
  * Reading the parts of a Sandbox custom resource that both kinds share: identity from metadata, the
@@ -171,7 +171,7 @@ export interface Annotated {
  */
 export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   const a = id.annotations;
-  const where = `${id.namespace}/${id.name}`;
+  const where = sandboxKey(id.namespace, id.name);
   let sessionModel = opts.defaultSessionModel;
   const sup = a?.[ANNOTATION_SUPERVISOR];
   if (sup !== undefined) {
@@ -211,4 +211,38 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
     else opts.onWarning?.(`${where}: annotation ${ANNOTATION_RESUME}=${JSON.stringify(resume)} is not "true" or "false"; ignored`);
   }
   return { sessionModel, ports, id: extraId, accessToken, envdAccessToken, resumeOnTraffic };
+}
+
+/** What a CRD's mapping decides; the identity and the annotations give the rest of the snapshot. */
+export interface Mapped {
+  readonly instanceId: string;
+  readonly ids: readonly string[];
+  readonly state: BackendState;
+  readonly conditions: Condition[];
+  readonly endpoint: Endpoint;
+  readonly shutdownTime: number | undefined;
+  readonly revision?: BackendSnapshot['revision'];
+}
+
+/** The one snapshot shape both CRD mappings return (one hidden class for the view to hold). */
+export function snapshotOf(id: Identity, ann: Annotated, m: Mapped): BackendSnapshot {
+  return {
+    namespace: id.namespace,
+    name: id.name,
+    uid: id.uid,
+    resourceVersion: id.resourceVersion,
+    createdAt: id.createdAt,
+    instanceId: m.instanceId,
+    ids: m.ids,
+    state: m.state,
+    conditions: m.conditions,
+    endpoint: m.endpoint,
+    sessionModel: ann.sessionModel,
+    ports: ann.ports,
+    accessToken: ann.accessToken,
+    envdAccessToken: ann.envdAccessToken,
+    resumeOnTraffic: ann.resumeOnTraffic,
+    shutdownTime: m.shutdownTime,
+    revision: m.revision,
+  };
 }

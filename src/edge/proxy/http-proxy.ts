@@ -6,7 +6,7 @@ import type { ErrorCode } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
-import type { RelayOpener } from '../../sessions/relay-streams.js';
+import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { renderDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial } from '../relay/relay-exchange.js';
@@ -17,6 +17,7 @@ import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure } from '../forwarding/failure-codes.js';
 import { dropSet, forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
 import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forwarding/websocket-tunnel.js';
+import { sandboxKey } from '../../domain/sandbox.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
@@ -144,7 +145,7 @@ export class EmbeddedProxy {
     if (local !== undefined) {
       const timeouts = { headersTimeoutMs: this.opts.headersTimeoutMs, idleTimeoutMs: this.opts.idleTimeoutMs };
       return exchange(req, res, path, headers, local, timeouts, (err) => {
-        this.log.debug({ err, sandbox: d.entry.namespace + '/' + d.entry.name }, 'relay failed before the response');
+        this.log.debug({ err, sandbox: sandboxKey(d.entry.namespace, d.entry.name) }, 'relay failed before the response');
         this.refuse(res, relayDenial(err, d.entry), route);
       });
     }

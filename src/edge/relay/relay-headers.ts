@@ -1,6 +1,7 @@
 import type { Allow } from '../../domain/decide.js';
 import { isDnsLabel } from '../../domain/labels.js';
 import type { RelayCredentials } from './relay-credential.js';
+import { sandboxKey } from '../../domain/sandbox.js';
 
 /**
  * The two headers that carry a relay request to a gateway's relay listener (docs/relay.md): a
@@ -21,7 +22,7 @@ export interface RelayTarget {
 
 /** `<namespace>/<name>:<port>`. */
 export function formatRelayTarget(t: RelayTarget): string {
-  return `${t.namespace}/${t.name}:${t.port}`;
+  return `${sandboxKey(t.namespace, t.name)}:${t.port}`;
 }
 
 /** Parses `<namespace>/<name>:<port>` strictly (DNS-1123 labels, port 1–65535 in plain digits). */

@@ -4,7 +4,7 @@ import { deny, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
-import type { RelayOpener } from '../../sessions/relay-streams.js';
+import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { renderDenial, writeDenial } from '../denial.js';
 import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.js';
 import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';

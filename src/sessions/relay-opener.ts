@@ -1,5 +1,6 @@
 import type { RelayMux } from './relay-mux.js';
 import { RelayError, type RelayStream } from './relay-stream.js';
+import { sandboxKey } from '../domain/sandbox.js';
 
 /**
  * The gateway side of the relay: opens streams over this gateway's local supervisor sessions, with caps
@@ -25,7 +26,7 @@ export interface RelayOpener {
   openRelayStream(namespace: string, name: string, port: number, signal?: AbortSignal): Promise<RelayStream>;
 }
 
-export class RelayStreams implements RelayOpener {
+export class LimitedRelayOpener implements RelayOpener {
   private total = 0;
   private readonly perSandbox = new Map<string, number>();
 
@@ -40,16 +41,16 @@ export class RelayStreams implements RelayOpener {
   }
 
   activeFor(namespace: string, name: string): number {
-    return this.perSandbox.get(namespace + '/' + name) ?? 0;
+    return this.perSandbox.get(sandboxKey(namespace, name)) ?? 0;
   }
 
   openRelayStream(namespace: string, name: string, port: number, signal?: AbortSignal): Promise<RelayStream> {
     if (signal?.aborted === true) return Promise.reject(new RelayError('aborted', 'the request was cancelled'));
     const mux = this.lookup(namespace, name);
-    if (mux === undefined || mux.closed) return Promise.reject(new RelayError('no_session', `this gateway holds no supervisor session for ${namespace}/${name}`));
-    const key = namespace + '/' + name;
+    if (mux === undefined || mux.closed) return Promise.reject(new RelayError('no_session', `this gateway holds no supervisor session for ${sandboxKey(namespace, name)}`));
+    const key = sandboxKey(namespace, name);
     const mine = this.perSandbox.get(key) ?? 0;
-    if (mine >= this.limits.maxStreamsPerSandbox) return Promise.reject(new RelayError('busy', `${namespace}/${name} already has ${mine} relay streams`));
+    if (mine >= this.limits.maxStreamsPerSandbox) return Promise.reject(new RelayError('busy', `${sandboxKey(namespace, name)} already has ${mine} relay streams`));
     if (this.total >= this.limits.maxStreams) return Promise.reject(new RelayError('busy', `this gateway already carries ${this.total} relay streams`));
     let s: RelayStream;
     try {
