@@ -352,7 +352,7 @@ export class SandboxView implements RouteTable {
     // neither touches the index.
     const unchanged = held !== undefined && held.snapshot.createdAt === s.createdAt && sameIds(heldClaims, claims);
     const others = !unchanged && (claims.length > 0 || heldClaims.length > 0) ? this.ids.update({ key, namespace: s.namespace, name: s.name, createdAt: s.createdAt }, heldClaims, claims) : undefined;
-    const inUse = claims.length === 0 ? NONE : claims.filter((id) => this.ids.holder(id) !== key);
+    const inUse = claims.length === 0 || this.holdsAll(key, claims) ? NONE : claims.filter((id) => this.ids.holder(id) !== key);
     const refusedIds = inUse.length === 0 && foreign.length === 0 ? NONE : [...inUse, ...foreign];
     let status = compose(s, presence, now, prior);
     if (refusedIds.length > 0) status = { ...status, conditions: [...status.conditions, idConflict(inUse, foreign)] };
@@ -385,6 +385,11 @@ export class SandboxView implements RouteTable {
     for (const id of inUse) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'in_use');
     for (const id of foreign) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'names_another_sandbox');
     if (others !== undefined) this.restatus(others, now);
+  }
+
+  private holdsAll(key: string, ids: readonly string[]): boolean {
+    for (const id of ids) if (this.ids.holder(id) !== key) return false;
+    return true;
   }
 
   /** Recomposes sandboxes that gained or lost an id through another sandbox's change. */
