@@ -22,7 +22,7 @@ import type { Driver, DriverSink } from './drivers/driver.js';
 import { Decider } from './edge/decider.js';
 import { startGrpcServer, type GrpcFrontDoor } from './edge/envoy/grpc-server.js';
 import { removedHeaders, type DoorOptions } from './edge/headers.js';
-import { AUTHZ_PREFIX, createHttpAuthz } from './edge/http-authz.js';
+import { createHttpAuthz, isAuthzPath } from './edge/http-authz.js';
 import { EmbeddedProxy } from './edge/proxy/http-proxy.js';
 import { resolveRelayAddress } from './edge/relay/relay-config.js';
 import { RelayCredentials } from './edge/relay/relay-credential.js';
@@ -108,7 +108,7 @@ function listener(portFlag: string, host: string, port: number, start: () => Pro
 function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: ((req: IncomingMessage, res: ServerResponse) => void) | undefined, log: Logger): Server {
   const server = createServer((req, res) => {
     const url = req.url ?? '/';
-    if (authz !== undefined && (url === AUTHZ_PREFIX || url.startsWith(AUTHZ_PREFIX + '/') || url.startsWith(AUTHZ_PREFIX + '?'))) return authz(req, res);
+    if (authz !== undefined && isAuthzPath(url)) return authz(req, res);
     api(req, res).catch((err: unknown) => {
       log.error({ err }, 'admin request failed');
       if (!res.headersSent) sendError(res, 'internal_error');

@@ -5,7 +5,7 @@ import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
 import { headersToRemove, type DoorOptions } from './headers.js';
 import { relayHeaders } from './relay/relay-headers.js';
-import { isDeny, originForm, requestTarget } from './request-target.js';
+import { isDeny, originForm, singleHost } from './request-target.js';
 
 /**
  * HTTP authz: the same decision for Envoy's ext_authz `http_service` and nginx `auth_request`. Any path
@@ -15,6 +15,14 @@ import { isDeny, originForm, requestTarget } from './request-target.js';
  */
 
 export const AUTHZ_PREFIX = '/authz';
+
+/** True for the paths HTTP authz answers: `/authz` itself, anything under `/authz/`, or `/authz?…`. */
+export function isAuthzPath(url: string): boolean {
+  if (!url.startsWith(AUTHZ_PREFIX)) return false;
+  if (url.length === AUTHZ_PREFIX.length) return true;
+  const next = url.charCodeAt(AUTHZ_PREFIX.length);
+  return next === 0x2f || next === 0x3f;
+}
 export const PATH_HEADER = 'x-sandgate-path';
 export const SANDBOX_HEADER = 'x-sandgate-sandbox';
 /** Envoy's HTTP ext_authz removes the request headers this response header lists (comma-separated). */
@@ -32,16 +40,15 @@ export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
  * The route, or the 400 `invalid_route` a malformed request gets: two Host headers, or an absolute-form
  * original URI (nginx's `$request_uri` keeps it) whose authority disagrees with the host (request-target.ts).
  */
-function checkedRoute(req: IncomingMessage): { route: RouteRequest; bad?: Deny } {
-  const route = httpAuthzRoute(req);
-  const hosts = requestTarget(undefined, req.rawHeaders);
-  if (isDeny(hosts)) return { route, bad: hosts };
+function checkedRoute(req: IncomingMessage, route: RouteRequest): RouteRequest | Deny {
+  const host = singleHost(req.rawHeaders);
+  if (typeof host === 'object') return host;
   const path = route.path ?? '/';
   // Only an absolute-form URI needs reading; origin-form (what Envoy's path_prefix yields) passes as is.
-  if (path.startsWith('/') || !path.includes('://')) return { route };
+  if (path.startsWith('/') || !path.includes('://')) return route;
   const t = originForm(path, route.host);
-  if (isDeny(t)) return { route, bad: t };
-  return { route: { headers: route.headers, host: t.host, path: t.path } };
+  if (isDeny(t)) return t;
+  return { headers: route.headers, host: t.host, path: t.path };
 }
 
 export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
@@ -67,8 +74,9 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
     res.writeHead(r.status).end(r.body);
   };
   return function handleAuthz(req: IncomingMessage, res: ServerResponse): void {
-    const { route, bad } = checkedRoute(req);
-    if (bad !== undefined) return answer(res, bad, route);
+    const parsed = httpAuthzRoute(req);
+    const route = checkedRoute(req, parsed);
+    if (isDeny(route)) return answer(res, route, parsed);
     void decider.decideAndAnswer('http_authz', route, () => abortOnClose(res), (d) => answer(res, d, route));
   };
 }

@@ -22,6 +22,12 @@ const ABSOLUTE = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)([^#]*)$/;
 
 /** Reads the target from the request line and the raw header list (Node's `rawHeaders`). */
 export function requestTarget(url: string | undefined, rawHeaders: readonly string[]): RequestTarget | Deny {
+  const host = singleHost(rawHeaders);
+  return typeof host === 'object' ? host : originForm(url ?? '/', host);
+}
+
+/** The Host header's value (undefined without one), or the 400 a request with more than one gets. */
+export function singleHost(rawHeaders: readonly string[]): string | undefined | Deny {
   let host: string | undefined;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
@@ -30,7 +36,7 @@ export function requestTarget(url: string | undefined, rawHeaders: readonly stri
       host = rawHeaders[i + 1]!;
     }
   }
-  return originForm(url ?? '/', host);
+  return host;
 }
 
 /** Normalizes a target given the (single) Host; absolute-form → its authority and origin-form path. */
@@ -50,6 +56,6 @@ export function originForm(target: string, host: string | undefined): RequestTar
 }
 
 /** True for the denial arm of requestTarget()/originForm(). */
-export function isDeny(t: RequestTarget | Deny): t is Deny {
+export function isDeny<T extends object>(t: T | Deny): t is Deny {
   return 'allow' in t;
 }

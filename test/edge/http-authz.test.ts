@@ -3,6 +3,7 @@ import { rawRequest } from '../helpers/upstream.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { isAuthzPath } from '../../src/edge/http-authz.js';
 
 /** Raw request with a chosen Host header (fetch does not let us set Host). */
 function get(base: string, path: string, headers: Record<string, string>): ReturnType<typeof rawRequest> {
@@ -54,4 +55,18 @@ describe('HTTP authz (Envoy http_service, nginx auth_request)', () => {
     expect(r.status).toBe(404);
     expect(r.body).toContain('No such sandbox');
   });
+});
+
+describe('isAuthzPath (which admin-port paths the HTTP authz door answers)', () => {
+  it.each([
+    ['/authz', true],
+    ['/authz/', true],
+    ['/authz/api/v1/files?path=%2F', true],
+    ['/authz?x=1', true],
+    ['/authzx', false],
+    ['/authz%2F', false],
+    ['/auth', false],
+    ['/api/authz/', false],
+    ['', false],
+  ])('%j → %s', (url, want) => expect(isAuthzPath(url)).toBe(want));
 });
