@@ -31,17 +31,43 @@ interface Client {
   queue: Pending[] | undefined;
 }
 
+export interface WatchOptions {
+  /** Changes kept for Last-Event-ID resumption. Default 10,000. */
+  readonly historySize?: number;
+  /** Comment line sent to idle watchers so proxies keep the stream open. Default 15 s. */
+  readonly heartbeatMs?: number;
+  /** How long after the last watcher leaves changes are still kept for its reconnect. Default 5 minutes. */
+  readonly historyGraceMs?: number;
+  /** Local clock (ms). Default Date.now. */
+  readonly now?: () => number;
+}
+
 export class SandboxWatch {
   private readonly ring: Change[] = [];
   private readonly clients = new Set<Client>();
   private readonly heartbeat: NodeJS.Timeout;
+  private readonly historySize: number;
+  private readonly historyGraceMs: number;
+  private readonly now: () => number;
+  /** Changes are recorded while a watcher is connected and until this time after the last one left. */
+  private recordUntil = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly view: SandboxView,
-    private readonly historySize = 10_000,
-    heartbeatMs = 15_000,
+    opts: WatchOptions = {},
   ) {
+    this.historySize = opts.historySize ?? 10_000;
+    this.historyGraceMs = opts.historyGraceMs ?? 300_000;
+    this.now = opts.now ?? Date.now;
     view.onChange((key, entry, version) => {
+      // With nobody watching or about to reconnect, keeping changes costs the busiest path (every driver
+      // update) an allocation and keeps old entries alive for nothing. A change not kept leaves a gap, so
+      // the ring is emptied: it only ever holds an unbroken run of changes, and a reconnect from before
+      // the gap gets a reset and the full state instead of a replay that would skip what it missed.
+      if (this.clients.size === 0 && this.now() >= this.recordUntil) {
+        if (this.ring.length > 0) this.ring.length = 0;
+        return;
+      }
       this.ring.push({ version, key, entry });
       // Trimmed in batches so a busy view pays O(1) per change, not a shift of the whole ring.
       if (this.ring.length >= 2 * this.historySize) this.ring.splice(0, this.ring.length - this.historySize);
@@ -50,7 +76,7 @@ export class SandboxWatch {
     });
     this.heartbeat = setInterval(() => {
       for (const c of this.clients) if (c.queue === undefined) c.res.write(': ping\n\n');
-    }, heartbeatMs);
+    }, opts.heartbeatMs ?? 15_000);
     this.heartbeat.unref();
   }
 
@@ -68,7 +94,10 @@ export class SandboxWatch {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
     const client: Client = { res, namespace, sees, queue: undefined };
     this.clients.add(client);
-    res.once('close', () => this.clients.delete(client));
+    res.once('close', () => {
+      this.clients.delete(client);
+      if (this.clients.size === 0) this.recordUntil = this.now() + this.historyGraceMs;
+    });
     const first = this.ring[0];
     const current = this.view.version;
     const replayable = last !== undefined && last <= current && (last === current || (first !== undefined && first.version <= last + 1));
