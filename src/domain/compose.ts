@@ -95,6 +95,8 @@ function passthrough(b: BackendSnapshot): Condition[] {
  */
 const SHARED_STATUSES = new Map<string, PublicStatus>();
 const SHARED_STATUSES_MAX = 4096;
+/** The shared status each rule gave last. */
+const LAST_SHARED = new Map<RuleName, PublicStatus>();
 
 function status(
   rule: RuleName,
@@ -107,6 +109,10 @@ function status(
   if (failure !== undefined || extra.length > 0) {
     return { phase, reason: ready.reason, message: ready.message, conditions: [ready, ...extra], rule, failure };
   }
+  // Most recompositions (a driver's heartbeat update) land on the status the same rule gave last time:
+  // compare with that before building the table's key, which costs a string and a hash per update.
+  const last = LAST_SHARED.get(rule);
+  if (last !== undefined && last.phase === phase && last.reason === ready.reason && last.message === ready.message && last.conditions[0]!.status === ready.status) return last;
   const key = rule + '\u0000' + ready.status + '\u0000' + ready.reason + '\u0000' + ready.message;
   let shared = SHARED_STATUSES.get(key);
   if (shared === undefined) {
@@ -114,6 +120,7 @@ function status(
     shared = Object.freeze({ phase, reason: ready.reason, message: ready.message, conditions: Object.freeze([Object.freeze(ready)]), rule, failure: undefined });
     SHARED_STATUSES.set(key, shared);
   }
+  LAST_SHARED.set(rule, shared);
   return shared;
 }
 

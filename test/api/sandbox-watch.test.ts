@@ -44,7 +44,7 @@ describe('SandboxWatch history (kept only while watchers may resume)', () => {
   /** Connects, reads the full state up to `synced`, disconnects and waits until the watch saw it leave. */
   async function watchOnce(): Promise<string> {
     const events = await readEvents(await fetch(url), 2 + view.size);
-    await eventually(() => watch.watchers === 0, 'the watcher left');
+    await eventually(() => watch.watchers === 0, 5000, 'the watcher to leave');
     return events.at(-1)!.id!;
   }
 
