@@ -41,7 +41,7 @@ export class GatewayMetrics {
     defaults = true,
   ) {
     const registers = [this.registry];
-    if (defaults) collectDefaultMetrics({ register: this.registry });
+    if (defaults) collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 100 });
     // Every (door, outcome, code) series exists from the start: dashboards see zeros, and the hot path
     // adds to a slot instead of formatting a label set.
     this.decisions = new SlotCounter(
