@@ -30,7 +30,7 @@ const run = (s: LuaScript, args: (string | number)[]): Promise<unknown> => runSc
 const claim = (gw: string, sid: string, minEpoch = 1, field = 'ns/sb', inc = `${gw}-inc`, term = 0): Promise<unknown> => run(SCRIPTS.claim, [field, gw, inc, sid, 'inst', '1000', minEpoch, term]);
 const assertRec = (gw: string, sid: string, epoch: number, field = 'ns/sb', inc = `${gw}-inc`): Promise<unknown> =>
   run(SCRIPTS.assert, [field, gw, inc, sid, 'inst', '1000', epoch]);
-const renew = async (gw: string, inc = `${gw}-inc`, ttl = 5000): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, inc, ttl, JSON.stringify({ i: inc, a: {} }), 60_000])) as unknown[];
+const renew = async (gw: string, inc = `${gw}-inc`, ttl = 5000): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, inc, ttl, JSON.stringify({ i: inc, a: {} }), 60_000, 1])) as unknown[];
 const stored = async (field = 'ns/sb'): Promise<Record<string, unknown> | undefined> => {
   const raw = await redis.hget(keys().presence, field);
   return raw === null ? undefined : (JSON.parse(raw) as Record<string, unknown>);

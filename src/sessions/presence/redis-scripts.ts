@@ -4,9 +4,13 @@ import { createHash } from 'node:crypto';
  * The Lua scripts of the Redis presence store (docs/presence.md, "Scripts"). Each runs atomically on the
  * server (EVAL), so a check and the write it guards cannot interleave with another gateway's.
  *
- * Every script declares the same six keys, all under one hash tag (`{prefix}`), so on Redis Cluster they
- * live in one slot and a script may touch them all (Cluster rejects scripts whose keys span slots). The
- * pub/sub channel is passed as ARGV[1]: channels are not keys.
+ * Presence is split into S shards (`--presence-shards`, docs/presence.md "Shards"): a sandbox lives in shard
+ * shardOf("namespace/name", S). Every script declares the same seven keys, all keys of ONE shard under one
+ * hash tag (shard 0: `{prefix}`, the tag of an unsharded deployment; shard k ≥ 1: `{prefix:k}`), so on Redis
+ * Cluster a shard's keys live in one slot and a script may touch them all (Cluster rejects scripts whose
+ * keys span slots). Each shard holds its own copy of every gateway lease, so a script checks leases
+ * atomically with the records of its shard. The pub/sub channel (one per shard) is passed as ARGV[1]:
+ * channels are not keys.
  *
  *   KEYS[1] {p}:gateways      sorted set: gateway id → lease expiry (Redis TIME, ms)
  *   KEYS[2] {p}:gateway-info  hash: gateway id → JSON {i: incarnation, a: {attributes}, t: synced term}
@@ -15,6 +19,7 @@ import { createHash } from 'node:crypto';
  *   KEYS[5] {p}:version       string: a counter bumped by every published change
  *   KEYS[6] {p}:term          hash: t term number, r the replication id of the master it belongs to,
  *                             s "1" once every replica has it, o the replication offset it must reach
+ *   KEYS[7] {p}:shards        string: the shard count S of the live gateways (all must agree)
  *
  * Records: g gateway id, i the gateway's incarnation (a record counts only while the lease it was written
  * under is the live one), s session id, n supervisor instance id, e epoch and t accepted-at ms (both
@@ -35,12 +40,17 @@ export interface PresenceKeys {
   readonly epochs: string;
   readonly version: string;
   readonly term: string;
+  readonly shards: string;
   readonly channel: string;
 }
 
-/** Key names for a prefix: one hash tag, so every key hashes to the same Cluster slot. */
-export function presenceKeys(prefix: string): PresenceKeys {
-  const tag = `{${prefix}}`;
+/**
+ * Key names of one shard: one hash tag, so every key of the shard hashes to the same Cluster slot. Shard 0
+ * keeps the unsharded names (`{prefix}:…`), so gateways of any shard count meet there and a mismatch is
+ * seen (the renew script compares `{prefix}:shards`).
+ */
+export function presenceKeys(prefix: string, shard = 0): PresenceKeys {
+  const tag = shard === 0 ? `{${prefix}}` : `{${prefix}:${shard}}`;
   return {
     gateways: `${tag}:gateways`,
     gatewayInfo: `${tag}:gateway-info`,
@@ -48,13 +58,25 @@ export function presenceKeys(prefix: string): PresenceKeys {
     epochs: `${tag}:epochs`,
     version: `${tag}:version`,
     term: `${tag}:term`,
+    shards: `${tag}:shards`,
     channel: `${tag}:presence-changes`,
   };
 }
 
 /** The keys in the order every script declares them. */
 export function scriptKeys(k: PresenceKeys): string[] {
-  return [k.gateways, k.gatewayInfo, k.presence, k.epochs, k.version, k.term];
+  return [k.gateways, k.gatewayInfo, k.presence, k.epochs, k.version, k.term, k.shards];
+}
+
+/**
+ * The shard of a sandbox ("namespace/name"): 32-bit FNV-1a over the UTF-8 bytes, modulo the shard count.
+ * Stable across processes, versions and platforms, because every gateway must agree on it.
+ */
+export function shardOf(field: string, shards: number): number {
+  if (shards === 1) return 0;
+  let h = 0x811c9dc5;
+  for (const byte of Buffer.from(field, 'utf8')) h = Math.imul(h ^ byte, 0x01000193) >>> 0;
+  return h % shards;
 }
 
 // Shared helpers, prepended to every script. TIME is allowed before writes because Redis 7 replicates
@@ -106,8 +128,8 @@ end
 export const TERM_SPAN = 2 ** 32;
 
 /**
- * renew(channel, gw, incarnation, ttlMs, infoJson, forgetAfterMs) →
- *   {now, lapsed, usurped, version, [id, expiry, infoJson]..., term}
+ * renew(channel, gw, incarnation, ttlMs, infoJson, forgetAfterMs, shards) →
+ *   {now, lapsed, usurped, version, [id, expiry, infoJson]..., shards, term}
  * Extends this gateway's lease to TIME + ttl (ZADD) and stores its info (HSET). `lapsed` = the lease was
  * absent, expired or held by another incarnation, so records may have been collected and the caller must
  * re-assert its sessions; that is also published so peers start counting this gateway's records, and so
@@ -116,10 +138,21 @@ export const TERM_SPAN = 2 ** 32;
  * client has not noticed yet: a Cluster replica promoted behind the same connection).
  * `usurped` = another live process holds the same gateway id (a misconfiguration). Leases expired longer
  * than forgetAfterMs are dropped (ZREM, HDEL). Touches no session record: its cost grows with gateways.
+ * `shards` is the stored shard count: when another live gateway stored a different one, nothing is written
+ * and that count is returned (the caller must not write: its sandboxes would hash to other shards than its
+ * peers'); otherwise the caller's count is stored (so a fleet restarted with a new count takes it over).
  */
 const RENEW = `
 local gw, inc, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
+local layout = redis.call('GET', KEYS[7])
+if layout and layout ~= ARGV[7] then
+  local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+  for _, id in ipairs(live) do
+    if id ~= gw then return {now, 0, 0, 0, {}, tonumber(layout), -1} end
+  end
+end
+if layout ~= ARGV[7] then redis.call('SET', KEYS[7], ARGV[7]) end
 local prev = redis.call('ZSCORE', KEYS[1], gw)
 local prev_inc = incarnation_of(gw)
 local was_live = prev and tonumber(prev) > now
@@ -137,7 +170,7 @@ end
 if lapsed or info_changed then publish({op = 'gw', g = gw, x = exp, n = now, info = ARGV[5]}) end
 local v = tonumber(redis.call('GET', KEYS[5]) or '0')
 local t = current_term(replication())
-return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), t or -1}
+return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), tonumber(ARGV[7]), t or -1}
 `;
 
 /**
