@@ -31,7 +31,7 @@ export interface ShardHost {
   serial<T>(field: string, fn: () => Promise<T>): Promise<T>;
   /** Whether an operation on the sandbox is queued or running. */
   busy(field: string): boolean;
-  /** Another live gateway stored a different shard count (the renew script refused to write). */
+  /** A live gateway's lease names a different shard count (the renew script refused to write). */
   layoutMismatch(stored: number): void;
 }
 
@@ -86,7 +86,7 @@ export class PresenceShard {
   ) {
     this.keys = presenceKeys(prefix, index);
     this.keyList = scriptKeys(this.keys);
-    this.infoJson = encodeGatewayInfo(host.incarnation, host.info, this.syncedTerm);
+    this.infoJson = encodeGatewayInfo(host.incarnation, host.info, this.syncedTerm, host.shards);
     this.mirror = new PresenceMirror(host.gatewayId, host.incarnation, {
       ...events,
       // A peer has re-asserted its sessions in this shard on its new master: its records there can be believed now.
@@ -247,7 +247,7 @@ export class PresenceShard {
     // announce it with the lease, so peers that kept this gateway's pre-failover records start reading Redis's.
     if (term !== undefined && this.syncedTerm !== term && this.term === term && !this.resync && !this.reloadWanted && this.dirty.size === 0) {
       this.syncedTerm = term;
-      this.infoJson = encodeGatewayInfo(host.incarnation, host.info, term);
+      this.infoJson = encodeGatewayInfo(host.incarnation, host.info, term, host.shards);
       return 'again';
     }
     return 'done';

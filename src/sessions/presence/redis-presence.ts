@@ -66,7 +66,7 @@ export class RedisPresence implements PresenceStore {
   private readonly chains = new Map<string, Promise<unknown>>();
   private problem: string | undefined;
   private subProblem: string | undefined = 'presence store subscription not started';
-  /** Set while live peers store another shard count than this gateway's: nothing is written meanwhile. */
+  /** Set while a live peer's lease names another shard count than this gateway's: nothing is written meanwhile. */
   private mismatch: SandgateError | undefined;
   private subscribing: Promise<void> | undefined;
   private readonly commandTimeoutMs: number;
@@ -314,7 +314,7 @@ export class RedisPresence implements PresenceStore {
 
   private setMismatch(stored: number, mine: number): void {
     if (this.mismatch === undefined) {
-      this.mismatch = new SandgateError('presence_shards_mismatch', `--presence-shards is ${mine} here but ${stored} on the live gateways sharing this Redis and key prefix; every gateway must use the same`, {
+      this.mismatch = new SandgateError('presence_shards_mismatch', `--presence-shards is ${mine} here but ${stored} on a live gateway sharing this Redis and key prefix; every gateway must use the same`, {
         details: { shards: mine, stored },
       });
       this.log.error({ code: this.mismatch.code, shards: mine, stored }, this.mismatch.message);

@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
  * server (EVAL), so a check and the write it guards cannot interleave with another gateway's.
  *
  * Presence is split into S shards (`--presence-shards`, docs/presence.md "Shards"): a sandbox lives in shard
- * shardOf("namespace/name", S). Every script declares the same seven keys, all keys of ONE shard under one
+ * shardOf("namespace/name", S). Every script declares the same six keys, all keys of ONE shard under one
  * hash tag (shard 0: `{prefix}`, the tag of an unsharded deployment; shard k ≥ 1: `{prefix:k}`), so on Redis
  * Cluster a shard's keys live in one slot and a script may touch them all (Cluster rejects scripts whose
  * keys span slots). Each shard holds its own copy of every gateway lease, so a script checks leases
@@ -13,13 +13,13 @@ import { createHash } from 'node:crypto';
  * channels are not keys.
  *
  *   KEYS[1] {p}:gateways      sorted set: gateway id → lease expiry (Redis TIME, ms)
- *   KEYS[2] {p}:gateway-info  hash: gateway id → JSON {i: incarnation, a: {attributes}, t: synced term}
+ *   KEYS[2] {p}:gateway-info  hash: gateway id → JSON {i: incarnation, a: {attributes}, t: synced term,
+ *                             k: shard count}
  *   KEYS[3] {p}:presence      hash: "namespace/name" → JSON record {g, i, s, n, e, t}
  *   KEYS[4] {p}:epochs        hash: "namespace/name" → the sandbox's epoch counter (never decreases)
  *   KEYS[5] {p}:version       string: a counter bumped by every published change
  *   KEYS[6] {p}:term          hash: t term number, r the replication id of the master it belongs to,
  *                             s "1" once every replica has it, o the replication offset it must reach
- *   KEYS[7] {p}:shards        string: the shard count S of the live gateways (all must agree)
  *
  * Records: g gateway id, i the gateway's incarnation (a record counts only while the lease it was written
  * under is the live one), s session id, n supervisor instance id, e epoch and t accepted-at ms (both
@@ -40,14 +40,13 @@ export interface PresenceKeys {
   readonly epochs: string;
   readonly version: string;
   readonly term: string;
-  readonly shards: string;
   readonly channel: string;
 }
 
 /**
  * Key names of one shard: one hash tag, so every key of the shard hashes to the same Cluster slot. Shard 0
  * keeps the unsharded names (`{prefix}:…`), so gateways of any shard count meet there and a mismatch is
- * seen (the renew script compares `{prefix}:shards`).
+ * seen (the renew script compares the shard count in each live lease).
  */
 export function presenceKeys(prefix: string, shard = 0): PresenceKeys {
   const tag = shard === 0 ? `{${prefix}}` : `{${prefix}:${shard}}`;
@@ -58,14 +57,13 @@ export function presenceKeys(prefix: string, shard = 0): PresenceKeys {
     epochs: `${tag}:epochs`,
     version: `${tag}:version`,
     term: `${tag}:term`,
-    shards: `${tag}:shards`,
     channel: `${tag}:presence-changes`,
   };
 }
 
 /** The keys in the order every script declares them. */
 export function scriptKeys(k: PresenceKeys): string[] {
-  return [k.gateways, k.gatewayInfo, k.presence, k.epochs, k.version, k.term, k.shards];
+  return [k.gateways, k.gatewayInfo, k.presence, k.epochs, k.version, k.term];
 }
 
 /**
@@ -138,21 +136,19 @@ export const TERM_SPAN = 2 ** 32;
  * client has not noticed yet: a Cluster replica promoted behind the same connection).
  * `usurped` = another live process holds the same gateway id (a misconfiguration). Leases expired longer
  * than forgetAfterMs are dropped (ZREM, HDEL). Touches no session record: its cost grows with gateways.
- * `shards` is the stored shard count: when another live gateway stored a different one, nothing is written
- * and that count is returned (the caller must not write: its sandboxes would hash to other shards than its
- * peers'); otherwise the caller's count is stored (so a fleet restarted with a new count takes it over).
+ * `shards` is the caller's shard count, or, when another live gateway's lease names a different one (`k`
+ * in its info; absent: 1), that count, and nothing is written: the caller's sandboxes would hash to other
+ * shards than its peers'. A fleet restarted with a new count has no live lease left to disagree with.
  */
 const RENEW = `
 local gw, inc, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
-local layout = redis.call('GET', KEYS[7])
-if layout and layout ~= ARGV[7] then
-  local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-  for _, id in ipairs(live) do
-    if id ~= gw then return {now, 0, 0, 0, {}, tonumber(layout), -1} end
-  end
+local shards = tonumber(ARGV[7])
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
+  local peer = id ~= gw and redis.call('HGET', KEYS[2], id)
+  local k = peer and (cjson.decode(peer).k or 1) or shards
+  if k ~= shards then return {now, 0, 0, 0, {}, k, -1} end
 end
-if layout ~= ARGV[7] then redis.call('SET', KEYS[7], ARGV[7]) end
 local prev = redis.call('ZSCORE', KEYS[1], gw)
 local prev_inc = incarnation_of(gw)
 local was_live = prev and tonumber(prev) > now
@@ -170,7 +166,7 @@ end
 if lapsed or info_changed then publish({op = 'gw', g = gw, x = exp, n = now, info = ARGV[5]}) end
 local v = tonumber(redis.call('GET', KEYS[5]) or '0')
 local t = current_term(replication())
-return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), tonumber(ARGV[7]), t or -1}
+return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), shards, t or -1}
 `;
 
 /**
