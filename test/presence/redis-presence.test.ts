@@ -325,7 +325,7 @@ describe('RedisPresence split into shards', () => {
       await b.close({ release: true });
     }
     expect(await storedSession()).toBe('s1');
-    expect(sink.find((l) => l.msg.includes('--presence-shards is 2 here but 4'))).toBeDefined();
+    expect(sink.find((l) => String(l.msg).includes('--presence-shards is 2 here but 4'))).toBeDefined();
     // Once no live gateway disagrees (a fleet restarted with a new count), the new count is accepted.
     await a.close({ release: true });
     const c = await started('C', { shards: 2 });
