@@ -20,13 +20,15 @@ export interface ShardHost {
   /** Whether the client is a Cluster client (no keyless WAIT: it would reach a random node). */
   readonly cluster: boolean;
   readonly main: RedisClient;
-  /** Connected, not closed, no known problem. */
+  /** The connection is up, not closed, and the shard count agrees with the live peers'. */
   writable(): boolean;
-  /** Redis answered nothing useful lately: peer lease deadlines cannot be trusted. */
+  /** The connection is down or closed: peer lease deadlines cannot be trusted. */
   offline(): boolean;
-  setOffline(err: unknown): void;
+  /** A shard's script succeeded: the connection works. */
   setOnline(): void;
   kick(): void;
+  /** Runs `fn` after every other shard's scan, so one gateway never scans two shards at once. */
+  oneScanAtATime<T>(fn: () => Promise<T>): Promise<T>;
   /** Runs `fn` after every earlier operation on the sandbox. */
   serial<T>(field: string, fn: () => Promise<T>): Promise<T>;
   /** Whether an operation on the sandbox is queued or running. */
@@ -35,8 +37,8 @@ export interface ShardHost {
   layoutMismatch(stored: number): void;
 }
 
-/** What one round of a shard's background work found. */
-export type ShardTick = 'done' | 'again' | 'mismatch';
+/** What one round of a shard's background work found ('failed': a command failed, see PresenceShard.problem). */
+export type ShardTick = 'done' | 'again' | 'mismatch' | 'failed';
 
 type RenewReply = [number, number, number, number, unknown[], number, number];
 type TermReply = [number, number, number];
@@ -77,6 +79,11 @@ export class PresenceShard {
   private adopting: Promise<boolean> | undefined;
   private sealTimer: NodeJS.Timeout | undefined;
   private lapseTimer: NodeJS.Timeout | undefined;
+  /**
+   * Why this shard's last command failed (its master is down, failing over, or hung), until one succeeds.
+   * Per shard: on Cluster a shard's master can fail while the others' serve on.
+   */
+  problem: string | undefined;
 
   constructor(
     readonly index: number,
@@ -106,13 +113,13 @@ export class PresenceShard {
     // Offline, the epoch is at least the current term's first, above every epoch of earlier terms.
     let epoch = Math.max(this.mirror.nextEpoch(field), Math.max(this.mirrorTerm, 0) * TERM_SPAN + 1);
     const { sessionId, instanceId, since } = session;
-    if (this.host.writable()) {
+    if (this.writable()) {
       try {
         const claimed = (await this.ensureTerm()) ? await this.claimIn(this.term!, field, session, epoch) : undefined;
         if (claimed === undefined) this.dirty.add(field);
         else epoch = claimed;
       } catch (err) {
-        this.host.setOffline(err);
+        this.fail(err);
         this.dirty.add(field);
       }
     } else {
@@ -143,12 +150,12 @@ export class PresenceShard {
   async release(field: string, sessionId: string): Promise<boolean> {
     if (this.mirror.deleteLocal(field, sessionId) === undefined) return false;
     this.dirty.delete(field);
-    if (this.host.writable()) {
+    if (this.writable()) {
       try {
         await runScript(this.host.main, SCRIPTS.release, this.keyList, [this.keys.channel, field, this.host.gatewayId, sessionId]);
         return true;
       } catch (err) {
-        this.host.setOffline(err);
+        this.fail(err);
       }
     }
     // The same release bookkeeping as MemoryPresence.release (`duplicates` pairs them): both implement
@@ -164,6 +171,18 @@ export class PresenceShard {
     this.term = undefined;
     this.resync = true;
     this.reloadWanted = true;
+  }
+
+  private writable(): boolean {
+    return this.problem === undefined && this.host.writable();
+  }
+
+  /** A command in this shard failed: serve from the mirror, queue writes, until a round succeeds. */
+  fail(err: unknown): void {
+    const text = err instanceof Error ? err.message : String(err);
+    if (this.problem === undefined) this.host.log.warn({ shard: this.index, err: text }, 'presence store cannot reach the Redis master of this shard; serving from the mirror');
+    this.problem = this.host.shards === 1 ? text : `shard ${this.index}: ${text}`;
+    this.wentOffline();
   }
 
   /** Redis failed a command: re-scan and re-assert once it answers (a lost renewal reply may hide a lapse). */
@@ -205,9 +224,18 @@ export class PresenceShard {
   /**
    * One round of background work in this shard: adopt the term, renew the lease, read the live leases and
    * the change counter, push queued writes, re-scan when something was missed, announce the synced term.
-   * Throws when Redis fails a command (the caller marks the store offline).
+   * A failed command ends the round ('failed') and leaves the other shards' rounds alone.
    */
   async tick(): Promise<ShardTick> {
+    try {
+      return await this.round();
+    } catch (err) {
+      this.fail(err);
+      return 'failed';
+    }
+  }
+
+  private async round(): Promise<ShardTick> {
     const { host } = this;
     await this.ensureTerm();
     const term = this.term;
@@ -242,6 +270,10 @@ export class PresenceShard {
       await this.collect();
     }
     host.setOnline();
+    if (this.problem !== undefined) {
+      this.problem = undefined;
+      host.log.info({ shard: this.index }, 'presence shard reachable again');
+    }
     this.scheduleLapse();
     // Everything this gateway holds in the shard is asserted on its master and its own orphans collected:
     // announce it with the lease, so peers that kept this gateway's pre-failover records start reading Redis's.
@@ -371,7 +403,7 @@ export class PresenceShard {
   private async reload(): Promise<void> {
     this.buffered ??= [];
     try {
-      const [redisNow, version, flat, leases] = (await runScript(this.host.main, SCRIPTS.snapshot, this.keyList, [this.keys.channel])) as SnapshotReply;
+      const [redisNow, version, flat, leases] = (await this.host.oneScanAtATime(() => runScript(this.host.main, SCRIPTS.snapshot, this.keyList, [this.keys.channel]))) as SnapshotReply;
       const records = new Map<string, StoredRecord>();
       for (let j = 0; j + 1 < flat.length; j += 2) {
         const field = String(flat[j]);
@@ -450,7 +482,7 @@ export class PresenceShard {
   scheduleLapse(): void {
     clearTimeout(this.lapseTimer);
     const now = this.host.now();
-    if (this.host.offline() || now - this.lastRenewedAt > 2 * this.host.renewMs) return;
+    if (this.host.offline() || this.problem !== undefined || now - this.lastRenewedAt > 2 * this.host.renewMs) return;
     const next = this.mirror.expireLeases(now);
     if (next === undefined) return;
     this.lapseTimer = setTimeout(() => this.scheduleLapse(), Math.max(1, next - this.host.now()));

@@ -69,6 +69,8 @@ export class RedisPresence implements PresenceStore {
   /** Set while a live peer's lease names another shard count than this gateway's: nothing is written meanwhile. */
   private mismatch: SandgateError | undefined;
   private subscribing: Promise<void> | undefined;
+  /** The tail of the scans in flight: shards renew concurrently but scan one at a time. */
+  private scanning: Promise<unknown> = Promise.resolve();
   private readonly commandTimeoutMs: number;
   private ticking: Promise<void> | undefined;
   private tickAgain = false;
@@ -109,8 +111,12 @@ export class RedisPresence implements PresenceStore {
       main: this.main,
       writable: () => this.writable(),
       offline: () => this.closed || this.problem !== undefined,
-      setOffline: (err) => this.setOffline(err),
       setOnline: () => this.setOnline(),
+      oneScanAtATime: (fn) => {
+        const run = this.scanning.then(fn, fn);
+        this.scanning = run.catch(() => undefined);
+        return run;
+      },
       kick: () => void this.kick(),
       serial: (field, fn) => this.serial(field, fn),
       busy: (field) => this.chains.has(field),
@@ -204,6 +210,7 @@ export class RedisPresence implements PresenceStore {
   degraded(): string[] {
     const out: string[] = [];
     if (this.problem !== undefined) out.push(this.problem);
+    else for (const s of this.shards) if (s.problem !== undefined) out.push(`presence store redis unreachable: ${s.problem}`);
     if (this.subProblem !== undefined && this.problem === undefined) out.push(`${this.subProblem} (connection ${this.sub.status})`);
     if (this.mismatch !== undefined) out.push(`${this.mismatch.code}: ${this.mismatch.message}`);
     if (this.problem === undefined) {
@@ -293,22 +300,18 @@ export class RedisPresence implements PresenceStore {
     return this.ticking;
   }
 
-  /** One round over the shards, one after another, so no two of this gateway's scans run at once. */
+  /**
+   * One round in every shard. The shards' rounds run side by side, so a shard whose master is failing over
+   * (its commands time out) delays no other shard's renewal; their scans still run one at a time.
+   */
   private async tick(): Promise<void> {
     if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
     if (this.main.status !== 'ready') return;
-    try {
-      for (const s of this.shards) {
-        const r = await s.tick();
-        if (r === 'mismatch') return;
-        if (r === 'again') this.tickAgain = true;
-      }
-      if (this.mismatch !== undefined) {
-        this.log.info({ shards: this.shards.length }, 'presence shard count agrees with the live gateways again; writing to Redis');
-        this.mismatch = undefined;
-      }
-    } catch (err) {
-      this.setOffline(err);
+    const rounds = await Promise.all(this.shards.map((s) => s.tick()));
+    if (rounds.includes('again')) this.tickAgain = true;
+    if (this.mismatch !== undefined && rounds.every((r) => r === 'done' || r === 'again')) {
+      this.log.info({ shards: this.shards.length }, 'presence shard count agrees with the live gateways again; writing to Redis');
+      this.mismatch = undefined;
     }
   }
 
