@@ -27,6 +27,8 @@ export interface ShardHost {
   /** A shard's script succeeded: the connection works. */
   setOnline(): void;
   kick(): void;
+  /** Caches the scripts on the server(s) before a burst of them (at most one load in flight). */
+  loadScripts(): Promise<void>;
   /** Runs `fn` after every other shard's scan, so one gateway never scans two shards at once. */
   oneScanAtATime<T>(fn: () => Promise<T>): Promise<T>;
   /** Runs `fn` after every earlier operation on the sandbox. */
@@ -200,7 +202,7 @@ export class PresenceShard {
   /** Why this shard cannot take claims yet, if it cannot. */
   waiting(): string | undefined {
     // Claims are recorded locally (and asserted later) until the new term has reached every replica.
-    if (this.term !== undefined && !this.sealed) return `presence store waiting for term ${this.term} of shard ${this.index} to reach the Redis replicas`;
+    if (this.term !== undefined && !this.sealed) return `presence store waiting for term ${this.term}${this.host.shards === 1 ? '' : ` of shard ${this.index}`} to reach the Redis replicas`;
     return undefined;
   }
 
@@ -303,7 +305,13 @@ export class PresenceShard {
       this.sealed = sealed === 1;
       this.replicas = replicas;
       if (term !== this.mirrorTerm) {
-        if (this.mirrorTerm >= 0) host.log.warn({ shard: this.index, from: this.mirrorTerm, to: term }, 'presence term changed (Redis failed over or restarted): re-asserting sessions and reloading');
+        if (this.mirrorTerm >= 0) {
+          host.log.warn({ shard: this.index, from: this.mirrorTerm, to: term }, 'presence term changed (Redis failed over or restarted): re-asserting sessions and reloading');
+          // A new master has an empty script cache: fill it before this shard's re-assert burst. Elsewhere a
+          // new master is always a new connection, whose 'ready' already loaded them; on Cluster a
+          // promoted replica can appear behind the same client.
+          if (host.cluster) await host.loadScripts();
+        }
         // The change counter of the new master may be behind the old one (lost increments): it starts over.
         this.mirror.setTerm(term, this.mirrorTerm >= 0 ? host.now() + host.ttlMs : undefined);
         this.mirrorTerm = term;

@@ -6,9 +6,9 @@ import { ListenerSet } from './presence-listeners.js';
 import { PresenceShard, type ShardHost } from './presence-shard.js';
 import type { LiveLease, PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
 import { createRedisClient, describeRedisTarget, keepConnecting, topologyOf, type RedisClient, type RedisConnectionOptions, type RedisTarget } from '../../lib/redis-connection.js';
-import { disconnect, errorText } from './redis-connection.js';
+import { disconnect, errorText, loadScripts } from './redis-connection.js';
 import { fieldOf } from './redis-codec.js';
-import { shardOf } from './redis-scripts.js';
+import { SCRIPTS, shardOf } from './redis-scripts.js';
 
 export interface RedisPresenceOptions {
   /** redis://… or rediss://… (for Sentinel and Cluster, see redisOptions). */
@@ -69,6 +69,10 @@ export class RedisPresence implements PresenceStore {
   /** Set while a live peer's lease names another shard count than this gateway's: nothing is written meanwhile. */
   private mismatch: SandgateError | undefined;
   private subscribing: Promise<void> | undefined;
+  /** The SCRIPT LOAD in flight, if any. */
+  private loading: Promise<void> | undefined;
+  /** SCRIPT LOAD was tried on this connection (a failure is not retried: EVALSHA falls back to EVAL). */
+  private scriptsLoaded = false;
   /** The tail of the scans in flight: shards renew concurrently but scan one at a time. */
   private scanning: Promise<unknown> = Promise.resolve();
   private readonly commandTimeoutMs: number;
@@ -112,6 +116,7 @@ export class RedisPresence implements PresenceStore {
       writable: () => this.writable(),
       offline: () => this.closed || this.problem !== undefined,
       setOnline: () => this.setOnline(),
+      loadScripts: () => this.loadScripts(),
       oneScanAtATime: (fn) => {
         const run = this.scanning.then(fn, fn);
         this.scanning = run.catch(() => undefined);
@@ -136,6 +141,7 @@ export class RedisPresence implements PresenceStore {
   async start(): Promise<void> {
     this.log.info({ redis: describeRedisTarget(this.target), shards: this.shards.length }, 'presence store connecting');
     this.main.on('ready', () => {
+      this.scriptsLoaded = false;
       for (const s of this.shards) s.reconnected();
       void this.kick();
     });
@@ -228,16 +234,30 @@ export class RedisPresence implements PresenceStore {
   }
 
   /**
-   * The attributes a live gateway published with its lease (e.g. its relay address), from the mirror.
-   * Every shard holds a copy of each lease; shard 0's is the one read.
+   * The attributes a live gateway published with its lease (e.g. its relay address), from the mirrors.
+   * Every shard holds a copy of each lease; a gateway counts as live while its lease is live in every
+   * shard, so its info disappears with the first shard that sees the lease lapse (as its records do there).
    */
   gatewayInfo(gatewayId: string): Readonly<Record<string, string>> | undefined {
+    for (const s of this.shards) if (s.mirror.gatewayInfo(gatewayId) === undefined) return undefined;
     return this.shards[0]!.mirror.gatewayInfo(gatewayId);
   }
 
   gatewayLeases(): LiveLease[] {
     const now = this.now();
-    return this.shards[0]!.mirror.liveLeases().map((l) => ({ gatewayId: l.gatewayId, info: l.info, expiresInMs: Math.max(0, l.deadline - now) }));
+    const deadlines = new Map(this.shards[0]!.mirror.liveLeases().map((l) => [l.gatewayId, l.deadline] as const));
+    for (const s of this.shards.slice(1)) {
+      const here = new Map(s.mirror.liveLeases().map((l) => [l.gatewayId, l.deadline] as const));
+      for (const [id, deadline] of deadlines) {
+        const d = here.get(id);
+        if (d === undefined) deadlines.delete(id);
+        else deadlines.set(id, Math.min(deadline, d));
+      }
+    }
+    return this.shards[0]!.mirror
+      .liveLeases()
+      .filter((l) => deadlines.has(l.gatewayId))
+      .map((l) => ({ gatewayId: l.gatewayId, info: l.info, expiresInMs: Math.max(0, deadlines.get(l.gatewayId)! - now) }));
   }
 
   async close(opts: { release: boolean }): Promise<void> {
@@ -307,12 +327,28 @@ export class RedisPresence implements PresenceStore {
   private async tick(): Promise<void> {
     if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
     if (this.main.status !== 'ready') return;
+    if (!this.scriptsLoaded) await this.loadScripts();
     const rounds = await Promise.all(this.shards.map((s) => s.tick()));
     if (rounds.includes('again')) this.tickAgain = true;
     if (this.mismatch !== undefined && rounds.every((r) => r === 'done' || r === 'again')) {
       this.log.info({ shards: this.shards.length }, 'presence shard count agrees with the live gateways again; writing to Redis');
       this.mismatch = undefined;
     }
+  }
+
+  /**
+   * Caches every script on the server before the first round on a connection, and again when a shard's
+   * term changes (a new master). Best effort: on failure the scripts still run, each falling back to EVAL
+   * once (runScript), and the shard rounds report whatever is really wrong with the connection.
+   */
+  private loadScripts(): Promise<void> {
+    this.loading ??= loadScripts(this.main, Object.values(SCRIPTS))
+      .catch((err: unknown) => this.log.debug({ err: errorText(err) }, 'presence scripts not preloaded; EVALSHA falls back to EVAL'))
+      .finally(() => {
+        this.scriptsLoaded = true;
+        this.loading = undefined;
+      });
+    return this.loading;
   }
 
   private setMismatch(stored: number, mine: number): void {
