@@ -162,6 +162,24 @@ describe('renew', () => {
     expect([lapsed, usurped]).toEqual([1, 1]);
   });
 
+  it('writes nothing and returns the other count while a live lease names another shard count', async () => {
+    const renewWith = async (gw: string, shards: number): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, `${gw}-inc`, 5000, JSON.stringify({ i: `${gw}-inc`, a: {}, t: -1, k: shards }), 60_000, shards])) as unknown[];
+    expect((await renewWith('A', 4)).at(-2)).toBe(4);
+    const refused = await renewWith('B', 2);
+    expect(refused.at(-2)).toBe(4);
+    expect(refused.at(-1)).toBe(-1);
+    expect(await redis.zscore(keys().gateways, 'B')).toBeNull();
+    expect(await redis.hget(keys().gatewayInfo, 'B')).toBeNull();
+    // A lease without k (a gateway of a version before shards) counts as unsharded.
+    await redis.zrem(keys().gateways, 'A');
+    await renew('OLD');
+    expect((await renewWith('B', 2)).at(-2)).toBe(1);
+    // Once no live lease disagrees (a fleet restarted with a new count), the new count is accepted.
+    await redis.zrem(keys().gateways, 'OLD');
+    expect((await renewWith('B', 2)).at(-2)).toBe(2);
+    expect(await redis.zscore(keys().gateways, 'B')).not.toBeNull();
+  });
+
   it('touches no presence record (cost grows with gateways, not sessions)', async () => {
     await renew('A');
     for (let i = 0; i < 50; i++) await claim('A', `s${i}`, 1, `ns/sb${i}`);
