@@ -1,3 +1,4 @@
+import { createConnection } from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
@@ -5,6 +6,7 @@ import type { PresenceRecord } from '../../src/sessions/presence/presence-store.
 import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
 import { SandgateError } from '../../src/domain/errors.js';
 import { presenceKeys, shardOf } from '../../src/sessions/presence/redis-scripts.js';
+import { eventually } from '../helpers/eventually.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 // Two gateways (A and B) in one process, each with its own Redis connections, against a private
@@ -296,6 +298,45 @@ describe('RedisPresence split into shards', () => {
     expect(presenceKeys(prefix, 3).presence).toBe(`{${prefix}:3}:presence`);
     expect([...b.list()]).toHaveLength(40);
     expect(a.terms()).toEqual([0, 0, 0, 0]);
+  });
+
+  it('a counter jump in one shard rescans that shard only', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    await claim(b, 'real');
+    await presenceBecomes(a, heldBy('real'));
+    // MONITOR shows the commands scripts run, with their keys (read raw: one line per command).
+    const monitor = createConnection({ host: '127.0.0.1', port: server.port });
+    let scanned: string[] = [];
+    let lastScanAt = Date.now();
+    let pending = '';
+    monitor.on('data', (chunk: Buffer) => {
+      pending += chunk.toString('utf8');
+      const lines = pending.split('\r\n');
+      pending = lines.pop()!;
+      for (const line of lines) {
+        const m = /"hgetall" "([^"]+)"/i.exec(line);
+        if (m === null) continue;
+        scanned.push(m[1]!);
+        lastScanAt = Date.now();
+      }
+    });
+    await new Promise<void>((resolve) => monitor.once('data', () => resolve()).write('MONITOR\r\n'));
+    try {
+      // Start-up is over once no scan has run for two renewal periods (each gateway rescans a shard once
+      // more when the other announces, in that shard, that it has re-asserted its sessions).
+      await eventually(() => Date.now() - lastScanAt > (2 * TTL) / 3, 5000, 'the start-up scans to end');
+      scanned = [];
+      const k = keysOf('ns/sb');
+      // A change in ns/sb's shard whose message never arrived (see the missed-message test above).
+      await admin.hdel(k.presence, 'ns/sb');
+      await admin.incr(k.version);
+      await presenceBecomes(a, absent);
+      await eventually(() => scanned.includes(k.presence), 3000, "MONITOR's line for the rescan");
+      expect(new Set(scanned)).toEqual(new Set([k.presence]));
+    } finally {
+      monitor.destroy();
+    }
   });
 
   it('the shard is a stable hash of namespace/name (FNV-1a 32 mod S)', () => {
