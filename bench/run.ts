@@ -10,6 +10,7 @@ import { ProcessGroup } from './lib/processes.js';
 import { agreementLines, runMarkdown, sectionMarkdown, skippedLines, targetLines, type RunResult, type SectionResult } from './lib/report.js';
 import type { BenchContext, Section } from './lib/section.js';
 import type { GrpcClientKind } from './lib/grpc-load-worker.js';
+import { presenceShards } from './presence-shards.js';
 import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
@@ -38,6 +39,7 @@ const SECTIONS: readonly Section[] = [
   redisHa,
   consoleBench,
   snapshotMemory,
+  presenceShards,
 ];
 
 interface Args {

@@ -88,6 +88,7 @@ export function createPresenceStore(c: Config, gatewayId: string, log: Logger, g
     leaseTtlMs: c.leaseTtlMs,
     rescanMs: c.presenceRescanMs,
     keyPrefix: c.presenceKeyPrefix,
+    shards: c.presenceShards,
     gatewayInfo,
     log,
   });

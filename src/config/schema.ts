@@ -154,6 +154,14 @@ export const SCHEMA = {
       'JSON ioredis options for every Redis connection (presence and the API key store), e.g. Sentinel `{"sentinels":[{"host":"s1","port":26379}],"name":"mymaster"}` or Cluster `{"cluster":[{"host":"r1","port":6379}]}`; user, password and TLS come from the URL. Credentials are redacted in logs.',
   },
   presenceKeyPrefix: { kind: 'string', default: 'sandgate', description: 'Prefix of the Redis keys and channel of the presence store.' },
+  presenceShards: {
+    kind: 'int',
+    default: 1,
+    min: 1,
+    max: 1024,
+    description:
+      'Shards of Redis presence: a sandbox lives in shard FNV-1a(`namespace/name`) mod N, keys `{prefix}` (shard 0) and `{prefix:k}`, so on Redis Cluster the shards spread over masters and a scan blocks one shard at a time. Every gateway must use the same N (a mismatch is refused: `presence_shards_mismatch`); 1 keeps the unsharded key names.',
+  },
   workers: {
     kind: 'int',
     default: 1,

@@ -56,6 +56,9 @@ describe('configuration', () => {
     rejects(() => resolveConfig({ argv: ['--base-domain', `${'a'.repeat(64)}.example.com`] }), /baseDomain/);
     rejects(() => resolveConfig({ argv: ['--default-namespace', '-team'] }), /defaultNamespace must be a DNS-1123 label/);
     rejects(() => resolveConfig({ argv: ['--grpc-port'] }), /needs a value/);
+    rejects(() => resolveConfig({ argv: ['--presence-shards', '0'] }), /--presence-shards: must be between 1 and 1024/);
+    rejects(() => resolveConfig({ argv: ['--presence-shards', '2.5'] }), /--presence-shards.*whole number/);
+    expect(resolveConfig({ env: { SANDGATE_PRESENCE_SHARDS: '16' } }).presenceShards).toBe(16);
     rejects(() => resolveConfig({ argv: ['--config', 'x.yaml'], readFile: () => '- a\n- b' }), /mapping/);
   });
 

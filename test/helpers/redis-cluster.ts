@@ -23,10 +23,16 @@ export interface RedisClusterGroup {
 
 const run = promisify(execFile);
 
-export async function startRedisCluster(o: { masters?: number; replicasPerMaster?: number; nodeTimeoutMs?: number } = {}): Promise<RedisClusterGroup> {
+/**
+ * `requireFullCoverage: false` (`cluster-require-full-coverage no`) lets the masters that still hold their
+ * slots serve while another master's slots have no owner; by default Redis stops the whole cluster
+ * (CLUSTERDOWN) until a replica takes over.
+ */
+export async function startRedisCluster(o: { masters?: number; replicasPerMaster?: number; nodeTimeoutMs?: number; requireFullCoverage?: boolean } = {}): Promise<RedisClusterGroup> {
   const masters = o.masters ?? 3;
   const replicas = o.replicasPerMaster ?? 0;
   const args = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(o.nodeTimeoutMs ?? 1000), '--repl-diskless-sync', 'yes', '--repl-diskless-sync-delay', '0'];
+  if (o.requireFullCoverage === false) args.push('--cluster-require-full-coverage', 'no');
   const nodes: RedisServer[] = [];
   for (let i = 0; i < masters * (1 + replicas); i++) nodes.push(await startRedisServer({ args }));
   await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes']);

@@ -88,9 +88,16 @@ describe('a gateway that fails to start leaves nothing open', () => {
     ['the supervisor port is taken', 'supervisorPort', 'listen_failed', '--supervisor-port'],
     ['the API key store is unreachable', 'apiKeys', 'start_failed', '--api-keys'],
     ['a driver fails its start', 'driver', 'start_failed', '--drivers'],
+    ['a live gateway uses another --presence-shards', 'presenceShards', 'presence_shards_mismatch', '--presence-shards'],
   ] as const)('%s: the error names the flag, and every port and Redis connection is free again', async (_what, taken, code, flag) => {
     const p = await ports();
-    const blocker = taken === 'apiKeys' || taken === 'driver' ? undefined : await bind(p[taken]);
+    const blocker = taken === 'apiKeys' || taken === 'driver' || taken === 'presenceShards' ? undefined : await bind(p[taken]);
+    const admin = redis.admin();
+    // A live peer whose lease (in shard 0, the keys every shard count shares) says it runs 4 shards.
+    if (taken === 'presenceShards') {
+      await admin.zadd('{sandgate}:gateways', Date.now() + 60_000, 'peer-with-4-shards');
+      await admin.hset('{sandgate}:gateway-info', 'peer-with-4-shards', JSON.stringify({ i: 'peer-inc', a: {}, t: 0, k: 4 }));
+    }
     const deadRedis = await freePort();
     const keyDir = mkdtempSync(join(tmpdir(), 'sandgate-lifecycle-keys-'));
     writeFileSync(join(keyDir, 'pepper'), 'lifecycle-test-pepper-0123456789abcdef');
@@ -113,6 +120,12 @@ describe('a gateway that fails to start leaves nothing open', () => {
     );
     expect(err?.code).toBe(code);
     expect(err?.message).toContain(flag);
+    if (taken === 'presenceShards') {
+      await admin.zrem('{sandgate}:gateways', 'peer-with-4-shards');
+      // It wrote no lease: the refusal came before any write.
+      expect(await admin.zscore('{sandgate}:gateways', 'gw-fail')).toBeNull();
+    }
+    admin.disconnect();
     if (blocker !== undefined) await close(blocker);
     // Every listener that had started is closed: each port binds again.
     for (const port of Object.values(p)) await close(await bind(port));

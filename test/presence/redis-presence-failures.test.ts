@@ -89,6 +89,12 @@ describe('Redis killed and restarted empty on the same port', () => {
     await server.restart();
     await eventually(() => holds(b, 'c', 'c1')() && holds(b, 'a', 'a3')() && holds(a, 'b', 'b1')() && healthy(a, b)(), 3000, 'presence to heal');
     expect(Date.now() - t0).toBeLessThan(1500);
+    // The scripts were loaded once per connection before the re-assert burst: no EVALSHA missed the
+    // restarted server's empty script cache (a miss would have sent the script text with EVAL).
+    const stats = await server.admin().info('commandstats');
+    expect(stats).toMatch(/cmdstat_script\|load:calls=\d+/);
+    expect(stats).toMatch(/cmdstat_evalsha:calls=\d+/);
+    expect(stats).not.toMatch(/cmdstat_eval:/);
     // The re-assert raised the reset epoch counter back to what the sessions carry.
     expect(await server.admin().hget(presenceKeys(prefix).epochs, 'ns/a')).toBe('3');
     expect((await stored('ns/a'))?.s).toBe('a3');

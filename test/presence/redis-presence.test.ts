@@ -1,19 +1,24 @@
+import { createConnection } from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
 import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
-import { presenceKeys } from '../../src/sessions/presence/redis-scripts.js';
+import { SandgateError } from '../../src/domain/errors.js';
+import { presenceKeys, shardOf } from '../../src/sessions/presence/redis-scripts.js';
+import { eventually } from '../helpers/eventually.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 // Two gateways (A and B) in one process, each with its own Redis connections, against a private
-// redis-server. Lease TTLs are short so expiry is observed in well under a second.
+// redis-server. Lease TTLs are short so expiry is observed in well under a second. The core suite runs
+// unsharded and with presence split into four shards (--presence-shards 4).
 
 const TTL = 450;
 
 let server: RedisServer;
 let admin: Redis;
 let prefix = '';
+let shards = 1;
 let n = 0;
 let sink: MemoryLogSink;
 const stores: RedisPresence[] = [];
@@ -34,7 +39,7 @@ afterEach(async () => {
 });
 
 function make(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): RedisPresence {
-  const s = createRedisPresence({ url: server.url, gatewayId, leaseTtlMs: TTL, rescanMs: 60_000, keyPrefix: prefix, log: createLogger('debug', sink), ...o });
+  const s = createRedisPresence({ url: server.url, gatewayId, leaseTtlMs: TTL, rescanMs: 60_000, keyPrefix: prefix, shards, log: createLogger('debug', sink), ...o });
   stores.push(s);
   return s;
 }
@@ -68,12 +73,19 @@ function presenceBecomes(store: RedisPresence, pred: (r: PresenceRecord | undefi
 const heldBy = (sessionId: string) => (r: PresenceRecord | undefined) => r?.sessionId === sessionId;
 const absent = (r: PresenceRecord | undefined): boolean => r === undefined;
 
+/** The keys of the shard holding `field`. */
+const keysOf = (field: string): ReturnType<typeof presenceKeys> => presenceKeys(prefix, shardOf(field, shards));
+
 async function storedSession(field = 'ns/sb'): Promise<string | undefined> {
-  const raw = await admin.hget(presenceKeys(prefix).presence, field);
+  const raw = await admin.hget(keysOf(field).presence, field);
   return raw === null ? undefined : (JSON.parse(raw) as { s: string }).s;
 }
 
-describe('RedisPresence between two gateways', () => {
+describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => {
+  beforeEach(() => {
+    shards = S;
+  });
+
   it("a claim on B shows in A's mirror, with B's gateway info", async () => {
     const a = await started('A');
     const b = await started('B', { gatewayInfo: { relay: '10.0.0.2:7000' } });
@@ -175,7 +187,7 @@ describe('RedisPresence between two gateways', () => {
     const b = await started('B');
     await claim(b, 'real');
     await presenceBecomes(a, heldBy('real'), 'sb');
-    const k = presenceKeys(prefix);
+    const k = keysOf('ns/sb');
     // A change that bumped the counter but whose message never arrived (as if published while A's
     // subscriber was reconnecting): the record is gone. (A record written for B instead would race with
     // B's own collection of it: B rightly deletes a record in its name that is none of its sessions.)
@@ -190,10 +202,9 @@ describe('RedisPresence between two gateways', () => {
     const b = await started('B');
     await claim(b, 'real');
     await presenceBecomes(a, heldBy('real'));
-    const k = presenceKeys(prefix);
-    const inc = JSON.parse((await admin.hget(k.presence, 'ns/sb'))!).i as string;
-    await admin.hset(k.presence, 'ns/other', JSON.stringify({ g: 'B', i: inc, s: 'ghost', n: 'i', e: 1, t: '5' }));
-    await admin.hdel(k.presence, 'ns/sb');
+    const inc = JSON.parse((await admin.hget(keysOf('ns/sb').presence, 'ns/sb'))!).i as string;
+    await admin.hset(keysOf('ns/other').presence, 'ns/other', JSON.stringify({ g: 'B', i: inc, s: 'ghost', n: 'i', e: 1, t: '5' }));
+    await admin.hdel(keysOf('ns/sb').presence, 'ns/sb');
     await presenceBecomes(a, heldBy('ghost'), 'other', 1500);
     await presenceBecomes(a, absent, 'sb', 1500);
   });
@@ -230,10 +241,10 @@ describe('RedisPresence between two gateways', () => {
     }
     await presenceBecomes(a, heldBy('b99'), 'b99');
     const loaded = await window();
-    // Each window holds about a dozen renewals of ~10 commands each, with or without the sessions.
-    expect(idle).toBeLessThan(400);
-    expect(loaded).toBeLessThan(idle * 1.5 + 20);
-    expect(loaded).toBeLessThan(200);
+    // Each window holds about a dozen renewals of ~10 commands each per shard, with or without the sessions.
+    expect(idle).toBeLessThan(400 * S);
+    expect(loaded).toBeLessThan(idle * 1.5 + 20 * S);
+    expect(loaded).toBeLessThan(200 * S);
   });
 
   it('get() and list() never call Redis', async () => {
@@ -245,7 +256,7 @@ describe('RedisPresence between two gateways', () => {
     const after = (await admin.info('stats')).match(/total_commands_processed:(\d+)/)![1];
     expect(hits).toBe(10_000);
     // Only the INFO calls themselves and any background renewal that fell in between, not 20,000 reads.
-    expect(Number(after) - Number(before)).toBeLessThan(50);
+    expect(Number(after) - Number(before)).toBeLessThan(50 * S);
   });
 
   it('a throwing listener is logged and does not stop the others', async () => {
@@ -260,3 +271,139 @@ describe('RedisPresence between two gateways', () => {
     expect(sink.find((l) => l.msg === 'presence change listener failed')).toBeDefined();
   });
 });
+
+describe('RedisPresence split into shards', () => {
+  beforeEach(() => {
+    shards = 4;
+  });
+
+  it('spreads sandboxes over the shards by hash; each shard has its own lease copy, term and change counter', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    const names = Array.from({ length: 40 }, (_, i) => `sb${i}`);
+    for (const name of names) await claim(a, `s-${name}`, name);
+    await presenceBecomes(b, heldBy('s-sb39'), 'sb39');
+    const perShard = await Promise.all([0, 1, 2, 3].map((k) => admin.hkeys(presenceKeys(prefix, k).presence)));
+    for (const [k, fields] of perShard.entries()) {
+      // 40 sandboxes over 4 shards: every shard gets some, and each sandbox is in the shard its hash names.
+      expect(fields.length).toBeGreaterThan(0);
+      for (const f of fields) expect(shardOf(f, 4)).toBe(k);
+      expect(await admin.zscore(presenceKeys(prefix, k).gateways, 'B')).not.toBeNull();
+      expect(await admin.hget(presenceKeys(prefix, k).term, 't')).toBe('0');
+      expect(Number(await admin.get(presenceKeys(prefix, k).version))).toBeGreaterThanOrEqual(fields.length);
+    }
+    expect(perShard.flat().sort()).toEqual(names.map((x) => `ns/${x}`).sort());
+    // Shard 0 keeps the unsharded key names; the others carry their index in the hash tag.
+    expect(presenceKeys(prefix, 0).presence).toBe(`{${prefix}}:presence`);
+    expect(presenceKeys(prefix, 3).presence).toBe(`{${prefix}:3}:presence`);
+    expect([...b.list()]).toHaveLength(40);
+    expect(a.terms()).toEqual([0, 0, 0, 0]);
+  });
+
+  it('a counter jump in one shard rescans that shard only', async () => {
+    const a = await started('A');
+    const b = await started('B');
+    await claim(b, 'real');
+    await presenceBecomes(a, heldBy('real'));
+    // MONITOR shows the commands scripts run, with their keys (read raw: one line per command).
+    const monitor = createConnection({ host: '127.0.0.1', port: server.port });
+    let scanned: string[] = [];
+    let lastScanAt = Date.now();
+    let pending = '';
+    monitor.on('data', (chunk: Buffer) => {
+      pending += chunk.toString('utf8');
+      const lines = pending.split('\r\n');
+      pending = lines.pop()!;
+      for (const line of lines) {
+        const m = /"hgetall" "([^"]+)"/i.exec(line);
+        if (m === null) continue;
+        scanned.push(m[1]!);
+        lastScanAt = Date.now();
+      }
+    });
+    await new Promise<void>((resolve) => monitor.once('data', () => resolve()).write('MONITOR\r\n'));
+    try {
+      // Start-up is over once no scan has run for two renewal periods (each gateway rescans a shard once
+      // more when the other announces, in that shard, that it has re-asserted its sessions).
+      await eventually(() => Date.now() - lastScanAt > (2 * TTL) / 3, 5000, 'the start-up scans to end');
+      scanned = [];
+      const k = keysOf('ns/sb');
+      // A change in ns/sb's shard whose message never arrived (see the missed-message test above).
+      await admin.hdel(k.presence, 'ns/sb');
+      await admin.incr(k.version);
+      await presenceBecomes(a, absent);
+      await eventually(() => scanned.includes(k.presence), 3000, "MONITOR's line for the rescan");
+      expect(new Set(scanned)).toEqual(new Set([k.presence]));
+    } finally {
+      monitor.destroy();
+    }
+  });
+
+  it('the shard is a stable hash of namespace/name (FNV-1a 32 mod S)', () => {
+    // Fixed values: a change here moves sandboxes between shards and breaks every running fleet.
+    const fields = ['ns/sb', 'ns/sb1', 'team-a/sandbox-7', 'ü/ñ'];
+    expect(fields.map((f) => shardOf(f, 64))).toEqual([30, 61, 58, 31]);
+    expect(fields.map((f) => shardOf(f, 64))).toEqual(fields.map((f) => fnv1a(f) % 64));
+    expect(fnv1a('')).toBe(0x811c9dc5);
+    expect(fnv1a('a')).toBe(0xe40c292c);
+    expect(shardOf('anything', 1)).toBe(0);
+  });
+
+  it('a gateway with another shard count is refused at start with presence_shards_mismatch', async () => {
+    const a = await started('A');
+    await claim(a, 's1');
+    for (const other of [1, 2, 8]) {
+      const b = make(`B${other}`, { shards: other });
+      const err = await b.start().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(SandgateError);
+      expect((err as SandgateError).code).toBe('presence_shards_mismatch');
+      expect((err as SandgateError).details).toEqual({ shards: other, stored: 4 });
+      // It wrote nothing: no lease of its own in the shared shard 0, and A's record is untouched.
+      expect(await admin.zscore(presenceKeys(prefix, 0).gateways, `B${other}`)).toBeNull();
+      await b.close({ release: true });
+    }
+    expect(await storedSession()).toBe('s1');
+    expect(sink.find((l) => String(l.msg).includes('--presence-shards is 2 here but 4'))).toBeDefined();
+    // Once no live gateway disagrees (a fleet restarted with a new count), the new count is accepted.
+    await a.close({ release: true });
+    const c = await started('C', { shards: 2 });
+    expect(c.degraded()).toEqual([]);
+  });
+
+  it('a running gateway that meets a live lease with another shard count stops writing and reports degraded until it is gone', async () => {
+    const a = await started('A');
+    // A peer with two shards renewing in shard 0, as if it had joined while A was cut off from Redis.
+    const k0 = presenceKeys(prefix, 0);
+    await admin.zadd(k0.gateways, Date.now() + 60_000, 'X');
+    await admin.hset(k0.gatewayInfo, 'X', JSON.stringify({ i: 'x-inc', a: {}, t: 0, k: 2 }));
+    const t0 = Date.now();
+    while (!a.degraded().some((d) => d.startsWith('presence_shards_mismatch'))) {
+      if (Date.now() - t0 > 3000) throw new Error(`A not degraded: ${JSON.stringify(a.degraded())}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    // Claims are recorded locally only: nothing reaches Redis while the counts disagree.
+    const rec = await claim(a, 's1');
+    expect(a.get('ns', 'sb')).toEqual(rec);
+    expect(await storedSession()).toBeUndefined();
+    await admin.zrem(k0.gateways, 'X');
+    // The next renewal finds no disagreeing lease: A writes again and re-asserts what it claimed meanwhile.
+    while ((await storedSession()) !== 's1') {
+      if (Date.now() - t0 > 5000) throw new Error('s1 never re-asserted');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(a.degraded()).toEqual([]);
+  });
+});
+
+/** 32-bit FNV-1a over UTF-8, written out here so the test does not share the implementation. */
+function fnv1a(text: string): number {
+  let h = 0x811c9dc5;
+  for (const byte of new TextEncoder().encode(text)) {
+    h = (h ^ byte) >>> 0;
+    h = Number((BigInt(h) * 0x01000193n) % 0x100000000n);
+  }
+  return h;
+}

@@ -30,7 +30,7 @@ const run = (s: LuaScript, args: (string | number)[]): Promise<unknown> => runSc
 const claim = (gw: string, sid: string, minEpoch = 1, field = 'ns/sb', inc = `${gw}-inc`, term = 0): Promise<unknown> => run(SCRIPTS.claim, [field, gw, inc, sid, 'inst', '1000', minEpoch, term]);
 const assertRec = (gw: string, sid: string, epoch: number, field = 'ns/sb', inc = `${gw}-inc`): Promise<unknown> =>
   run(SCRIPTS.assert, [field, gw, inc, sid, 'inst', '1000', epoch]);
-const renew = async (gw: string, inc = `${gw}-inc`, ttl = 5000): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, inc, ttl, JSON.stringify({ i: inc, a: {} }), 60_000])) as unknown[];
+const renew = async (gw: string, inc = `${gw}-inc`, ttl = 5000): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, inc, ttl, JSON.stringify({ i: inc, a: {} }), 60_000, 1])) as unknown[];
 const stored = async (field = 'ns/sb'): Promise<Record<string, unknown> | undefined> => {
   const raw = await redis.hget(keys().presence, field);
   return raw === null ? undefined : (JSON.parse(raw) as Record<string, unknown>);
@@ -160,6 +160,24 @@ describe('renew', () => {
     expect(((await renew('A', 'one', 5000)) as number[])[1]).toBe(1);
     const [, lapsed, usurped] = (await renew('A', 'two', 5000)) as number[];
     expect([lapsed, usurped]).toEqual([1, 1]);
+  });
+
+  it('writes nothing and returns the other count while a live lease names another shard count', async () => {
+    const renewWith = async (gw: string, shards: number): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, `${gw}-inc`, 5000, JSON.stringify({ i: `${gw}-inc`, a: {}, t: -1, k: shards }), 60_000, shards])) as unknown[];
+    expect((await renewWith('A', 4)).at(-2)).toBe(4);
+    const refused = await renewWith('B', 2);
+    expect(refused.at(-2)).toBe(4);
+    expect(refused.at(-1)).toBe(-1);
+    expect(await redis.zscore(keys().gateways, 'B')).toBeNull();
+    expect(await redis.hget(keys().gatewayInfo, 'B')).toBeNull();
+    // A lease without k (a gateway of a version before shards) counts as unsharded.
+    await redis.zrem(keys().gateways, 'A');
+    await renew('OLD');
+    expect((await renewWith('B', 2)).at(-2)).toBe(1);
+    // Once no live lease disagrees (a fleet restarted with a new count), the new count is accepted.
+    await redis.zrem(keys().gateways, 'OLD');
+    expect((await renewWith('B', 2)).at(-2)).toBe(2);
+    expect(await redis.zscore(keys().gateways, 'B')).not.toBeNull();
   });
 
   it('touches no presence record (cost grows with gateways, not sessions)', async () => {

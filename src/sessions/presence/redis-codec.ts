@@ -66,7 +66,7 @@ export function decodeRecord(field: string, raw: unknown): StoredRecord | undefi
   };
 }
 
-/** Decodes a gateway-info value: JSON {i: incarnation, a: {attributes}, t: synced term}. */
+/** Decodes a gateway-info value: JSON {i: incarnation, a: {attributes}, t: synced term, k: shard count}. */
 export function decodeGatewayInfo(raw: unknown): { incarnation: string; info: Record<string, string>; term: number } | undefined {
   if (!isString(raw) || raw === '') return undefined;
   let o: unknown;
@@ -83,8 +83,9 @@ export function decodeGatewayInfo(raw: unknown): { incarnation: string; info: Re
   return { incarnation: o.i, info, term };
 }
 
-export function encodeGatewayInfo(incarnation: string, info: Readonly<Record<string, string>>, term: number): string {
-  return JSON.stringify({ i: incarnation, a: info, t: term });
+/** `shards` (k) is the writer's --presence-shards, compared by the renew script (redis-scripts.ts). */
+export function encodeGatewayInfo(incarnation: string, info: Readonly<Record<string, string>>, term: number, shards: number): string {
+  return JSON.stringify({ i: incarnation, a: info, t: term, k: shards });
 }
 
 /** Decodes the flat [id, expiry, infoJson]... list scripts return, translating expiry to the local clock. */

@@ -1,3 +1,4 @@
+import { Cluster } from 'ioredis';
 import type { RedisClient } from '../../lib/redis-connection.js';
 import type { LuaScript } from './redis-scripts.js';
 
@@ -17,6 +18,15 @@ export async function runScript(client: RedisClient, script: LuaScript, keys: re
     if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
     return client.eval(script.lua, keys.length, ...keys, ...args);
   }
+}
+
+/**
+ * Caches `scripts` on the server (SCRIPT LOAD; on Cluster, on every master), so the EVALSHAs of a re-assert
+ * burst after a restart or failover find them instead of each failing NOSCRIPT and sending the whole text.
+ */
+export async function loadScripts(client: RedisClient, scripts: readonly LuaScript[]): Promise<void> {
+  const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+  await Promise.all(nodes.flatMap((node) => scripts.map((s) => node.script('LOAD', s.lua))));
 }
 
 /** Closes a client without waiting on a server that may be gone. */

@@ -4,12 +4,17 @@ import { createHash } from 'node:crypto';
  * The Lua scripts of the Redis presence store (docs/presence.md, "Scripts"). Each runs atomically on the
  * server (EVAL), so a check and the write it guards cannot interleave with another gateway's.
  *
- * Every script declares the same six keys, all under one hash tag (`{prefix}`), so on Redis Cluster they
- * live in one slot and a script may touch them all (Cluster rejects scripts whose keys span slots). The
- * pub/sub channel is passed as ARGV[1]: channels are not keys.
+ * Presence is split into S shards (`--presence-shards`, docs/presence.md "Shards"): a sandbox lives in shard
+ * shardOf("namespace/name", S). Every script declares the same six keys, all keys of ONE shard under one
+ * hash tag (shard 0: `{prefix}`, the tag of an unsharded deployment; shard k ≥ 1: `{prefix:k}`), so on Redis
+ * Cluster a shard's keys live in one slot and a script may touch them all (Cluster rejects scripts whose
+ * keys span slots). Each shard holds its own copy of every gateway lease, so a script checks leases
+ * atomically with the records of its shard. The pub/sub channel (one per shard) is passed as ARGV[1]:
+ * channels are not keys.
  *
  *   KEYS[1] {p}:gateways      sorted set: gateway id → lease expiry (Redis TIME, ms)
- *   KEYS[2] {p}:gateway-info  hash: gateway id → JSON {i: incarnation, a: {attributes}, t: synced term}
+ *   KEYS[2] {p}:gateway-info  hash: gateway id → JSON {i: incarnation, a: {attributes}, t: synced term,
+ *                             k: shard count}
  *   KEYS[3] {p}:presence      hash: "namespace/name" → JSON record {g, i, s, n, e, t}
  *   KEYS[4] {p}:epochs        hash: "namespace/name" → the sandbox's epoch counter (never decreases)
  *   KEYS[5] {p}:version       string: a counter bumped by every published change
@@ -38,9 +43,13 @@ export interface PresenceKeys {
   readonly channel: string;
 }
 
-/** Key names for a prefix: one hash tag, so every key hashes to the same Cluster slot. */
-export function presenceKeys(prefix: string): PresenceKeys {
-  const tag = `{${prefix}}`;
+/**
+ * Key names of one shard: one hash tag, so every key of the shard hashes to the same Cluster slot. Shard 0
+ * keeps the unsharded names (`{prefix}:…`), so gateways of any shard count meet there and a mismatch is
+ * seen (the renew script compares the shard count in each live lease).
+ */
+export function presenceKeys(prefix: string, shard = 0): PresenceKeys {
+  const tag = shard === 0 ? `{${prefix}}` : `{${prefix}:${shard}}`;
   return {
     gateways: `${tag}:gateways`,
     gatewayInfo: `${tag}:gateway-info`,
@@ -55,6 +64,17 @@ export function presenceKeys(prefix: string): PresenceKeys {
 /** The keys in the order every script declares them. */
 export function scriptKeys(k: PresenceKeys): string[] {
   return [k.gateways, k.gatewayInfo, k.presence, k.epochs, k.version, k.term];
+}
+
+/**
+ * The shard of a sandbox ("namespace/name"): 32-bit FNV-1a over the UTF-8 bytes, modulo the shard count.
+ * Stable across processes, versions and platforms, because every gateway must agree on it.
+ */
+export function shardOf(field: string, shards: number): number {
+  if (shards === 1) return 0;
+  let h = 0x811c9dc5;
+  for (const byte of Buffer.from(field, 'utf8')) h = Math.imul(h ^ byte, 0x01000193) >>> 0;
+  return h % shards;
 }
 
 // Shared helpers, prepended to every script. TIME is allowed before writes because Redis 7 replicates
@@ -106,8 +126,8 @@ end
 export const TERM_SPAN = 2 ** 32;
 
 /**
- * renew(channel, gw, incarnation, ttlMs, infoJson, forgetAfterMs) →
- *   {now, lapsed, usurped, version, [id, expiry, infoJson]..., term}
+ * renew(channel, gw, incarnation, ttlMs, infoJson, forgetAfterMs, shards) →
+ *   {now, lapsed, usurped, version, [id, expiry, infoJson]..., shards, term}
  * Extends this gateway's lease to TIME + ttl (ZADD) and stores its info (HSET). `lapsed` = the lease was
  * absent, expired or held by another incarnation, so records may have been collected and the caller must
  * re-assert its sessions; that is also published so peers start counting this gateway's records, and so
@@ -116,10 +136,19 @@ export const TERM_SPAN = 2 ** 32;
  * client has not noticed yet: a Cluster replica promoted behind the same connection).
  * `usurped` = another live process holds the same gateway id (a misconfiguration). Leases expired longer
  * than forgetAfterMs are dropped (ZREM, HDEL). Touches no session record: its cost grows with gateways.
+ * `shards` is the caller's shard count, or, when another live gateway's lease names a different one (`k`
+ * in its info; absent: 1), that count, and nothing is written: the caller's sandboxes would hash to other
+ * shards than its peers'. A fleet restarted with a new count has no live lease left to disagree with.
  */
 const RENEW = `
 local gw, inc, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
+local shards = tonumber(ARGV[7])
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
+  local peer = id ~= gw and redis.call('HGET', KEYS[2], id)
+  local k = peer and (cjson.decode(peer).k or 1) or shards
+  if k ~= shards then return {now, 0, 0, 0, {}, k, -1} end
+end
 local prev = redis.call('ZSCORE', KEYS[1], gw)
 local prev_inc = incarnation_of(gw)
 local was_live = prev and tonumber(prev) > now
@@ -137,7 +166,7 @@ end
 if lapsed or info_changed then publish({op = 'gw', g = gw, x = exp, n = now, info = ARGV[5]}) end
 local v = tonumber(redis.call('GET', KEYS[5]) or '0')
 local t = current_term(replication())
-return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), t or -1}
+return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), shards, t or -1}
 `;
 
 /**
