@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -13,34 +13,66 @@ function files(dir: string): string[] {
   });
 }
 
+/** Every module `text` imports: static imports and re-exports, bare `import '…'`, and dynamic `import('…')`. */
+function specifiersOf(text: string): string[] {
+  return [...text.matchAll(/(?:^(?:import|export)[^'"]*from |^import |\bimport\()'([^']+)'/gm)].map((m) => m[1]!);
+}
+
 /** The project files `file` imports, as paths relative to src/. */
-function importsOf(file: string): string[] {
-  const text = readFileSync(file, 'utf8');
-  return [...text.matchAll(/^(?:import|export)[^'"]*from '(\.{1,2}\/[^']+)'/gm)].map((m) => relative(SRC, join(file, '..', m[1]!.replace(/\.js$/, '.ts'))));
+function importsOf(file: string, specifiers: readonly string[]): string[] {
+  return specifiers.filter((s) => s.startsWith('.')).map((s) => relative(SRC, join(file, '..', s.replace(/\.js$/, '.ts'))));
 }
 
 const partOf = (rel: string): string => rel.split('/')[0]!.replace(/\.ts$/, '');
 
-function table(): Map<string, string[] | 'everything'> {
+interface Row {
+  readonly parts: string[];
+  /** What the "owns" cell names in backticks: files (`x.ts`, `config/x.ts`) and folders (`envoy/`). */
+  readonly named: string[];
+}
+
+function table(): { parts: Map<string, string[] | 'everything'>; rows: Row[] } {
   const doc = readFileSync(new URL('../docs/architecture.md', import.meta.url), 'utf8');
   const section = doc.slice(doc.indexOf('## Parts'));
-  const out = new Map<string, string[] | 'everything'>();
-  for (const row of section.split('\n').filter((l) => l.startsWith('| `src/'))) {
-    const cells = row.split('|').map((c) => c.trim());
-    const parts = [...cells[1]!.matchAll(/`src\/([a-z-]+)(?:\/|\.ts)`/g)].map((m) => m[1]!);
+  const parts = new Map<string, string[] | 'everything'>();
+  const rows: Row[] = [];
+  for (const line of section.split('\n').filter((l) => l.startsWith('| `src/'))) {
+    const cells = line.split('|').map((c) => c.trim());
+    const row = { parts: [...cells[1]!.matchAll(/`src\/([a-z-]+)(?:\/|\.ts)`/g)].map((m) => m[1]!), named: [...cells[2]!.matchAll(/`([a-z-]+(?:\/[a-z-]+)*(?:\.ts|\/))`/g)].map((m) => m[1]!) };
     const may = cells[cells.length - 2]!;
     const allowed = may === 'everything' ? 'everything' : [...may.matchAll(/`([a-z-]+)`/g)].map((m) => m[1]!);
-    for (const p of parts) out.set(p, allowed);
+    for (const p of row.parts) parts.set(p, allowed);
+    rows.push(row);
   }
-  return out;
+  return { parts, rows };
 }
 
 describe('docs/architecture.md part table matches the imports', () => {
-  const parts = table();
-  const all = files(SRC).map((f) => ({ rel: relative(SRC, f), imports: importsOf(f) }));
+  const { parts, rows } = table();
+  const all = files(SRC).map((f) => {
+    const text = readFileSync(f, 'utf8');
+    const specifiers = specifiersOf(text);
+    return { rel: relative(SRC, f), text, specifiers, imports: importsOf(f, specifiers) };
+  });
 
-  it('every part under src/ is in the table', () => {
+  it('every part under src/ is in the table, and every part in the table is under src/', () => {
     for (const { rel } of all) expect(parts.has(partOf(rel)), rel).toBe(true);
+    const present = new Set(all.map((f) => partOf(f.rel)));
+    for (const part of parts.keys()) expect(present.has(part), `the table's src/${part}`).toBe(true);
+  });
+
+  it('every file and folder a row says its parts own exists in one of them', () => {
+    const dirs = new Set(all.flatMap(({ rel }) => rel.split('/').slice(0, -1).map((_, i, a) => a.slice(0, i + 1).join('/'))));
+    for (const { parts: own, named } of rows) {
+      for (const name of named) {
+        const inParts = name.endsWith('/')
+          ? [...dirs].some((d) => own.includes(partOf(d)) && `${d}/`.endsWith(`/${name}`))
+          : all.some(({ rel }) => own.includes(partOf(rel)) && (rel === name || rel.endsWith(`/${name}`)));
+        // A path from the repository's root (the console's page, assets/console/) lies outside src/.
+        const found = inParts || existsSync(fileURLToPath(new URL(`../${name}`, import.meta.url)));
+        expect(found, `${name} (owned by ${own.join(', ')})`).toBe(true);
+      }
+    }
   });
 
   it('no part imports one the table does not allow', () => {
@@ -59,6 +91,19 @@ describe('docs/architecture.md part table matches the imports', () => {
       if (allowed === 'everything') continue;
       const used = new Set(all.filter((f) => partOf(f.rel) === part).flatMap((f) => f.imports.map(partOf)));
       for (const a of allowed) expect([...used], `${part} may import ${a}`).toContain(a);
+    }
+  });
+
+  it('domain is pure: no Node module but node:crypto (hashing), no package, no clock read, no timer', () => {
+    for (const { rel, text, specifiers } of all.filter((f) => partOf(f.rel) === 'domain')) {
+      for (const s of specifiers.filter((x) => !x.startsWith('.'))) expect(s, rel).toBe('node:crypto');
+      expect(text, rel).not.toMatch(/Date\.now\(|new Date\(\)|performance\.now\(|hrtime|setTimeout\(|setInterval\(/);
+    }
+  });
+
+  it('lib imports only the error type of domain (the table: "its error type only")', () => {
+    for (const { rel, imports } of all.filter((f) => partOf(f.rel) === 'lib')) {
+      for (const t of imports.filter((x) => partOf(x) === 'domain')) expect(t, rel).toBe('domain/errors.ts');
     }
   });
 

@@ -1,4 +1,5 @@
 import cluster from 'node:cluster';
+import { memoryAfterGc } from './heap-after-gc.js';
 import { exitWithParent, serveIpc } from './ipc.js';
 
 /**
@@ -20,18 +21,13 @@ export interface HeapFacts {
   readonly arrayBuffers: number;
 }
 
-const gc = (globalThis as { gc?: () => void }).gc;
-
 // A `--workers` gateway's workers inherit these flags, but their IPC channel belongs to node:cluster: the
 // probe would unref it and a worker waiting for its shared listener would exit. The runner asks the primary.
 if (process.send !== undefined && !cluster.isWorker) {
   serveIpc(
     {
       heap(): HeapFacts {
-        if (gc === undefined) throw new Error('the heap probe needs node --expose-gc');
-        gc();
-        gc();
-        const m = process.memoryUsage();
+        const m = memoryAfterGc();
         return { heapUsed: m.heapUsed, heapTotal: m.heapTotal, rss: m.rss, external: m.external, arrayBuffers: m.arrayBuffers };
       },
     },

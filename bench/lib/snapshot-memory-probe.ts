@@ -3,6 +3,7 @@ import { sandboxKey } from '../../src/domain/sandbox.js';
 import { mapAgentSandbox } from '../../src/drivers/kubernetes/agent-sandbox-mapping.js';
 import { mapOpenKruiseSandbox } from '../../src/drivers/kubernetes/openkruise-mapping.js';
 import type { MapOptions } from '../../src/drivers/kubernetes/sandbox-object.js';
+import { heapAfterGc } from './heap-after-gc.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 import { kubeVariants, type KubeKind } from './kube-variants.js';
 
@@ -34,15 +35,6 @@ const MAPPERS: Record<KubeKind, (obj: unknown, opts: MapOptions) => BackendSnaps
   'agent-sandbox': mapAgentSandbox,
   openkruise: mapOpenKruiseSandbox,
 };
-
-const gc = (globalThis as { gc?: () => void }).gc;
-
-function heapAfterGc(): number {
-  if (gc === undefined) throw new Error('snapshot-memory-probe needs node --expose-gc');
-  gc();
-  gc();
-  return process.memoryUsage().heapUsed;
-}
 
 /** The input texts, held here for the whole probe: a local the code no longer reads may be collected early and skew a figure. */
 let texts: string[] = [];

@@ -3,6 +3,7 @@ import type { RouteOptions, RouteRequest } from '../../src/domain/route-key.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { envoyHeaders } from './envoy-requests.js';
+import { heapAfterGc } from './heap-after-gc.js';
 import { Histogram, type HistogramJson } from './histogram.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 import { decodedSnapshots } from './sandboxes.js';
@@ -38,15 +39,6 @@ export interface ViewProbeResult {
 const BATCH = 32;
 const DISTINCT_REQUESTS = 4096;
 const CHUNK = 10_000;
-
-const gc = (globalThis as { gc?: () => void }).gc;
-
-function heapAfterGc(): number {
-  if (gc === undefined) throw new Error('view-probe needs node --expose-gc');
-  gc();
-  gc();
-  return process.memoryUsage().heapUsed;
-}
 
 /** The options `sandgate serve` runs with by default. */
 const ROUTE: RouteOptions = { order: ['headers', 'e2b-headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 49983, pathPrefix: '' };

@@ -1,4 +1,4 @@
-import cluster from 'node:cluster';
+import cluster, { type Worker } from 'node:cluster';
 import { hostname } from 'node:os';
 import { resolveConfig } from '../config/load.js';
 import { SandgateError } from '../domain/errors.js';
@@ -13,37 +13,70 @@ function wantsDemo(c: Config): boolean {
   return c.demo === 'on' || (c.demo === 'auto' && c.sandboxes === '' && c.drivers.length === 0 && !c.kubernetes);
 }
 
+/** What a worker sends its primary once its gateway has started. */
+const WORKER_STARTED = 'sandgate:worker-started';
+
 /**
  * `--workers N`: the primary forks N gateway processes that share every listening socket (node:cluster
- * hands connections to workers), restarts a worker that dies, and passes SIGTERM/SIGINT on for a graceful
- * stop. Each worker is a full gateway with its own view; they agree through the shared drivers and the
- * Redis presence store, and each names itself `<gateway-id>-w<n>` there.
+ * hands connections to workers), restarts a worker that dies once all have started, and passes
+ * SIGTERM/SIGINT on for a graceful stop. Each worker is a full gateway with its own view; they agree
+ * through the shared drivers and the Redis presence store, and each names itself `<gateway-id>-w<n>` there.
+ *
+ * Start-up is all or nothing, as in one process: a worker that exits before it has started (its one-line
+ * start-up error already printed) stops the others, and the primary exits with that worker's code.
  */
 async function runPrimary(config: Config): Promise<number> {
   if (wantsDemo(config)) throw new SandgateError('config_invalid', '--workers above 1 needs a driver (--sandboxes, --drivers or --kubernetes); the demo runs in one process');
   if (config.presence === 'memory' && supervisorKeysFromConfig(config) !== undefined) {
     throw new SandgateError('config_invalid', '--workers above 1 with supervisor sessions needs --presence redis://… so every worker sees every session');
   }
+  let running = false;
   let stopping = false;
-  const fork = (): void => {
-    cluster.fork().on('exit', (code, signal) => {
-      if (stopping) return;
-      console.error(JSON.stringify({ level: 50, msg: 'worker exited; starting another', code, signal }));
-      setTimeout(fork, 500).unref();
-    });
+  let signalled = false;
+  let restart: NodeJS.Timeout | undefined;
+  // cluster.workers keeps an exited worker until its IPC channel has closed too.
+  const live = (): Worker[] => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead());
+  let allStopped: () => void = () => undefined;
+  const stopped = new Promise<void>((resolve) => (allStopped = resolve));
+  const check = (): void => {
+    if (stopping && live().length === 0) allStopped();
   };
-  for (let i = 0; i < config.workers; i++) fork();
-  return new Promise<number>((resolve) => {
-    const stop = (signal: NodeJS.Signals): void => {
-      stopping = true;
-      for (const w of Object.values(cluster.workers ?? {})) w?.process.kill(signal);
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
-    cluster.on('exit', () => {
-      if (stopping && Object.keys(cluster.workers ?? {}).length === 0) resolve(0);
+  cluster.on('exit', check);
+  const stop = (signal: NodeJS.Signals): void => {
+    stopping = true;
+    clearTimeout(restart);
+    for (const w of live()) w.process.kill(signal);
+    check();
+  };
+  const onSignal = (signal: NodeJS.Signals): void => {
+    signalled = true;
+    stop(signal);
+  };
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+
+  /** Forks a worker; resolves when it has started, or with its exit code if it exits first. */
+  const fork = (): Promise<number | undefined> =>
+    new Promise((resolve) => {
+      const w = cluster.fork();
+      w.on('message', (m: unknown) => {
+        if (m === WORKER_STARTED) resolve(undefined);
+      });
+      w.on('exit', (code, signal) => {
+        resolve(code ?? 1);
+        if (!running || stopping) return;
+        console.error(JSON.stringify({ level: 50, msg: 'worker exited; starting another', code, signal }));
+        restart = setTimeout(() => void fork(), 500);
+      });
     });
-  });
+  // The first worker starts alone: a failure every worker would meet (a port in use, a missing file) is
+  // then printed once, by it, instead of once per worker.
+  let failed = await fork();
+  if (failed === undefined && !stopping) failed = (await Promise.all(Array.from({ length: config.workers - 1 }, fork))).find((code) => code !== undefined);
+  if (failed === undefined && !stopping) running = true;
+  else stop('SIGTERM');
+  await stopped;
+  return signalled ? 0 : (failed ?? 0);
 }
 
 /** `sandgate serve`: runs until SIGTERM/SIGINT, then shuts down gracefully within shutdownTimeoutMs. */
@@ -61,6 +94,7 @@ export async function serve(argv: readonly string[]): Promise<number> {
     config = resolveConfig({ argv, env: process.env, overrides: { sandboxes: started.sandboxesPath } });
   }
   const gateway = await startGateway({ config, supervisorKeys: demo?.supervisorKeys });
+  if (cluster.isWorker) process.send!(WORKER_STARTED);
   if (demo !== undefined) {
     if (gateway.supervisorPort !== undefined) await demo.startSupervisors(gateway.supervisorPort);
     gateway.log.info(

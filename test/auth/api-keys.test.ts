@@ -13,6 +13,8 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 const run = promisify(execFile);
 const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
+/** Bounds each wait: only turns a hang into a failure; how fast a change propagates is not asserted here. */
+const HANG_MS = 10_000;
 const PEPPER = 'a-pepper-of-at-least-thirty-two-bytes-long';
 const pepper = new TextEncoder().encode(PEPPER);
 
@@ -39,7 +41,7 @@ describe('API keys', () => {
     await store.close();
   });
 
-  it('sandgate keys create / list / revoke against a file store; a watching gateway drops a revoked key within a second', async () => {
+  it('sandgate keys create / list / revoke against a file store; a watching gateway drops a revoked key without a restart', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sandgate-keys-'));
     const file = join(dir, 'keys.yaml');
     writeFileSync(join(dir, 'pepper'), PEPPER);
@@ -56,7 +58,7 @@ describe('API keys', () => {
     const auth = new ApiKeyAuth(gateway, pepper, 'admin');
     expect(auth.principal(created.key)).toEqual({ kind: 'team', team: 'team-a' });
     await run(process.execPath, [CLI, 'keys', 'revoke', '--id', created.id, ...args]);
-    await eventually(() => auth.principal(created.key).kind === 'invalid', 1000, 'revocation to reach the watching gateway');
+    await eventually(() => auth.principal(created.key).kind === 'invalid', HANG_MS, 'revocation to reach the watching gateway');
     await gateway.close();
 
     await expect(run(process.execPath, [CLI, 'keys', 'revoke', '--id', 'k_nope', ...args])).rejects.toMatchObject({ code: 2 });
@@ -70,23 +72,24 @@ describe('API keys', () => {
     });
     afterAll(() => redis.stop());
 
-    it('revocation reaches every gateway within a second (pub/sub), and a lookup never calls Redis', async () => {
+    it('revocation reaches every gateway by its published message, and a lookup never calls Redis', async () => {
       const a = new RedisApiKeyStore(redis.url, 'sandgate');
-      const b = new RedisApiKeyStore(redis.url, 'sandgate');
+      // B's periodic re-scan never runs during the test, so only the published message can bring it a change.
+      const b = new RedisApiKeyStore(redis.url, 'sandgate', 3_600_000);
       await a.start();
       await b.start();
       try {
         const k = newApiKey(pepper, 'team-b');
         await a.add(k.record);
         const authB = new ApiKeyAuth(b, pepper, 'admin');
-        await eventually(() => authB.principal(k.key).kind === 'team', 1000, 'the new key on gateway B');
+        await eventually(() => authB.principal(k.key).kind === 'team', HANG_MS, 'the new key on gateway B');
         const admin = redis.admin();
         const before = Number((/cmdstat_hgetall:calls=(\d+)/.exec(await admin.info('commandstats')) ?? [])[1] ?? 0);
         for (let i = 0; i < 1000; i++) authB.principal(k.key);
         const after = Number((/cmdstat_hgetall:calls=(\d+)/.exec(await admin.info('commandstats')) ?? [])[1] ?? 0);
         expect(after).toBe(before);
         expect(await a.revoke(k.record.id)).toBe(true);
-        await eventually(() => authB.principal(k.key).kind === 'invalid', 1000, 'revocation on gateway B');
+        await eventually(() => authB.principal(k.key).kind === 'invalid', HANG_MS, 'revocation on gateway B');
       } finally {
         await a.close();
         await b.close();
@@ -100,7 +103,7 @@ describe('API keys', () => {
       await s.add(k.record);
       await redis.kill();
       try {
-        await eventually(() => s.degraded().length > 0, 3000, 'degraded');
+        await eventually(() => s.degraded().length > 0, HANG_MS, 'degraded');
         expect(new ApiKeyAuth(s, pepper, 'admin').principal(k.key)).toEqual({ kind: 'team', team: 'team-c' });
       } finally {
         await redis.restart();

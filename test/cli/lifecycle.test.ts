@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clusterFiles, startGatewayProcess } from '../helpers/gateway-process.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
 const run = promisify(execFile);
@@ -20,12 +21,17 @@ function blocker(): Promise<{ server: Server; port: number }> {
 
 describe.concurrent('start-up failures: one line, exit code 2', () => {
   let files: { sandboxes: string; secret: string };
-  beforeAll(() => {
+  let redis: RedisServer;
+  beforeAll(async () => {
     files = clusterFiles('sandboxes: []\n');
+    redis = await startRedisServer();
   });
+  afterAll(() => redis.stop());
 
+  // A gateway that starts instead of failing would run until stopped: the timeout (SIGTERM) only ends that
+  // hang, and the test then fails on its exit code.
   const serve = (args: readonly string[]) =>
-    run(process.execPath, [CLI, 'serve', '--listen-host', '127.0.0.1', '--demo', 'off', '--sandboxes', files.sandboxes, '--supervisor-secret-file', files.secret, ...args]).then(
+    run(process.execPath, [CLI, 'serve', '--listen-host', '127.0.0.1', '--demo', 'off', '--sandboxes', files.sandboxes, '--supervisor-secret-file', files.secret, ...args], { timeout: 25_000 }).then(
       () => ({ code: 0, stderr: '' }),
       (err: { code: number; stderr: string }) => ({ code: err.code, stderr: err.stderr }),
     );
@@ -35,6 +41,19 @@ describe.concurrent('start-up failures: one line, exit code 2', () => {
     try {
       const others = LISTENERS.filter((f) => f !== flag).flatMap((f) => [f, '0']);
       const out = await serve([...others, flag, String(port)]);
+      expect(out.code).toBe(2);
+      expect(out.stderr).toBe(`sandgate: listen_failed: ${flag} ${port} is already in use (address 127.0.0.1:${port})\n`);
+    } finally {
+      server.close();
+    }
+  });
+
+  it.each(LISTENERS)('--workers 2, %s taken: the same one line, once, and exit code 2 (no worker restarted)', async (flag) => {
+    const { server, port } = await blocker();
+    try {
+      const others = LISTENERS.filter((f) => f !== flag).flatMap((f) => [f, '0']);
+      // Supervisor sessions across workers need Redis presence (and open the supervisor listener).
+      const out = await serve(['--workers', '2', '--presence', redis.url, ...others, flag, String(port)]);
       expect(out.code).toBe(2);
       expect(out.stderr).toBe(`sandgate: listen_failed: ${flag} ${port} is already in use (address 127.0.0.1:${port})\n`);
     } finally {

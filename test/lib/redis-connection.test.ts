@@ -94,8 +94,8 @@ describe('keepConnecting', () => {
       await client.connect();
       // An ended client: what ioredis leaves behind when its connector fails during a failover.
       client.disconnect();
-      await eventually(() => client.status === 'end', 2000, 'the client to end');
-      await eventually(() => client.status === 'ready', 3000, 'the client to reconnect');
+      await eventually(() => client.status === 'end', 10_000, 'the client to end');
+      await eventually(() => client.status === 'ready', 10_000, 'the client to reconnect');
       expect(await client.ping()).toBe('PONG');
       wanted = false;
       client.disconnect();

@@ -275,6 +275,9 @@ function sandbox(r: Reader): WireSandbox {
   return s;
 }
 
+// Deleted numbers its first four fields as Sandbox does, so its switch reads like the start of sandbox()'s
+// (`duplicates` pairs them, and the same-shape cases within each): tags are per message, and one switch per
+// message, each case a field of that message, is what keeps this decoder checkable against driver.proto.
 function deleted(r: Reader): WireDeleted {
   const d: Mutable<WireDeleted> = {};
   while (r.pos < r.end) {
