@@ -101,6 +101,20 @@ export const churn: Section = {
         driverCores: round2(driverCpuUs / 1e6 / seconds),
       };
       if (updates === JUDGED_RATE) {
+        // The same updates, one gRPC message each (a driver that does not batch): what batching saves.
+        const unbatched = (rate: number) => async (w: Timing): Promise<Measured> => {
+          await driver.child.request('churn', { rate: updates, batch: false });
+          const m = await check(rate)(w);
+          await driver.child.request('stop');
+          await new Promise((r) => setTimeout(r, 200));
+          return m;
+        };
+        ctx.log(`churn: ${label}, one message per update, gateway CPU at ${CHECK_RATE} Checks/s, ${pairs} pairs`);
+        const single = await alternate(pairs, tCost, unbatched(CHECK_RATE), check(CHECK_RATE));
+        const extraSingle = spread(single.a.map((m, k) => m.targetCpuCores - single.b[k]!.targetCpuCores));
+        rows.push(row(`gateway CPU per update @ ${label}, one message per update`, 'µs', (extraSingle.median * 1e6) / updates, perUpdateUs, 'vs batched per tick'));
+        notes.push(`${label}, one gRPC message per update instead of one batch per driver tick: the gateway's extra CPU ${coresText(extraSingle)} — HTTP/2 and grpc-js work per message, which a batch shares among a tick's updates`);
+        record.unbatchedExtraCores = { median: round2(extraSingle.median), min: round2(extraSingle.min), max: round2(extraSingle.max) };
         ctx.log(`churn: ${label}, Check req/s at the limit, ${pairs} pairs`);
         const limit = compareRate(await alternate(pairs, t, churning(), check()));
         rows.push(row(`Check req/s at the limit @ ${label}`, 'req/s', spread(limit.a.map((m) => m.rps)).median, spread(limit.b.map((m) => m.rps)).median, 'vs no updates'));

@@ -9,9 +9,10 @@ import { benchSnapshot } from './sandboxes.js';
  * A remote driver (proto/sandgate/driver/v1/driver.proto) for the churn section, in its own process: it
  * lists `count` ready sandboxes, then, when told, upserts them round-robin at a fixed rate — each update a
  * new resourceVersion and a new Ready transition time, as a backend's status heartbeat would be — through
- * the same WatchSandboxes stream the gateway's GrpcDriver reads in production.
+ * the same WatchSandboxes stream the gateway's GrpcDriver reads in production. A tick's updates go out as
+ * one `EventBatch` (the gateway asks for batches), or one message each with `churn {batch: false}`.
  *
- *   node dist/bench/lib/bench-driver.js PORT        (then IPC: setup {count}, churn {rate}, stop {})
+ *   node dist/bench/lib/bench-driver.js PORT        (then IPC: setup {count}, churn {rate, batch?}, stop {})
  */
 
 const TICK_MS = 10;
@@ -25,7 +26,12 @@ let timer: NodeJS.Timeout | undefined;
 let sent = 0;
 let startedAt = 0;
 
-function update(): void {
+/** Events per message at most when batching (driver.proto `EventBatch`), well under 4 MiB. */
+const MAX_BATCH = 500;
+/** Whether this churn run batches for gateways that accept batches (the `churn` request's `batch`). */
+let batching = true;
+
+function update(pending: WireWatchEvent[]): void {
   const i = cursor;
   cursor = (cursor + 1) % snapshots.length;
   const prior = snapshots[i]!;
@@ -35,13 +41,27 @@ function update(): void {
     conditions: [{ ...prior.conditions[0]!, lastTransitionTime: new Date(1_735_689_600_000 + version * 1000).toISOString() }],
   };
   snapshots[i] = s;
-  const event: WireWatchEvent = { upserted: snapshotToWire(s) };
-  for (const w of watchers) w.write(event);
+  pending.push({ upserted: snapshotToWire(s) });
   sent++;
 }
 
-/** Starts sending `rate` updates per second, evenly in ticks of TICK_MS; rate 0 stops. */
-function churn(rate: number): { rate: number } {
+/** Writes one tick's events: as batches to watchers that asked for them (when batching), else one by one. */
+function flush(pending: readonly WireWatchEvent[]): void {
+  for (const w of watchers) {
+    if (batching && w.request.accepts_batches === true) {
+      for (let i = 0; i < pending.length; i += MAX_BATCH) w.write({ batch: { events: pending.slice(i, i + MAX_BATCH) } });
+    } else {
+      for (const e of pending) w.write(e);
+    }
+  }
+}
+
+/**
+ * Starts sending `rate` updates per second, evenly in ticks of TICK_MS (what one tick produced goes out
+ * as one batch to a gateway that accepts batches, unless `batch` is false); rate 0 stops.
+ */
+function churn(rate: number, batch: boolean): { rate: number } {
+  batching = batch;
   clearInterval(timer);
   timer = undefined;
   sent = 0;
@@ -50,7 +70,9 @@ function churn(rate: number): { rate: number } {
   timer = setInterval(() => {
     // Catch up to where the rate says we should be, so a late tick does not lower the rate.
     const due = Math.floor(((performance.now() - startedAt) / 1000) * rate);
-    while (sent < due) update();
+    const pending: WireWatchEvent[] = [];
+    while (sent < due) update(pending);
+    if (pending.length > 0) flush(pending);
   }, TICK_MS);
   return { rate };
 }
@@ -86,7 +108,7 @@ serveIpc({
     for (let i = 0; i < count; i++) snapshots.push(benchSnapshot(i, version));
     return { count };
   },
-  churn: ({ rate }: { rate: number }) => churn(rate),
+  churn: ({ rate, batch }: { rate: number; batch?: boolean }) => churn(rate, batch !== false),
   stop: () => stop(),
   watchers: () => watchers.size,
 });

@@ -34,6 +34,9 @@ interface Held<R> {
   readonly snapshot: BackendSnapshot;
 }
 
+
+/** Events per message of the initial list when the gateway accepts batches (driver.proto `EventBatch`). */
+const LIST_BATCH = 500;
 export class ExampleDriver<S extends Style> {
   readonly style: S;
   /** Resume calls received, in order (also for sandboxes it does not know). */
@@ -73,6 +76,9 @@ export class ExampleDriver<S extends Style> {
   get address(): string {
     return `${this.host.includes(':') ? `[${this.host}]` : this.host}:${this.boundPort}`;
   }
+
+  /** The WatchRequest of every stream opened so far (tests read what the gateway asked for). */
+  readonly watchRequests: WireWatchRequest[] = [];
 
   /** Open WatchSandboxes streams. */
   get watchers(): number {
@@ -146,8 +152,16 @@ export class ExampleDriver<S extends Style> {
     const server = new Server();
     server.addService(sandboxDriverService(this.protoDir).service, {
       WatchSandboxes: (call: ServerWritableStream<WireWatchRequest, WireWatchEvent>) => {
-        for (const h of this.held.values()) call.write({ snapshot: snapshotToWire(h.snapshot) });
-        call.write({ synced: {} });
+        this.watchRequests.push(call.request);
+        const list: WireWatchEvent[] = [...this.held.values()].map((h) => ({ snapshot: snapshotToWire(h.snapshot) }));
+        list.push({ synced: {} });
+        if (call.request.accepts_batches === true) {
+          // The initial list in batches: one gRPC message per LIST_BATCH events instead of one each, and
+          // each message well under the gateway's 4 MiB receive limit.
+          for (let i = 0; i < list.length; i += LIST_BATCH) call.write({ batch: { events: list.slice(i, i + LIST_BATCH) } });
+        } else {
+          for (const e of list) call.write(e);
+        }
         this.watches.add(call);
         const drop = (): void => void this.watches.delete(call);
         call.on('cancelled', drop);

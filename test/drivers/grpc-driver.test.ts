@@ -86,6 +86,33 @@ describe('GrpcDriver', () => {
     expect(sink.view.get('team-a', 'web')?.snapshot.state).toBe('paused');
   });
 
+  it('asks for batches, reads the initial list in batches, and applies a batch in order, dropping only its invalid event', async () => {
+    const many = Array.from({ length: 1200 }, (_, i) => container(`s${i}`, 'running', `10.1.${i >> 8}.${i & 255}`));
+    const { backend, sink } = await setup(many);
+    expect(backend.watchRequests.map((r) => r.accepts_batches)).toEqual([true]);
+    // 1,201 events (1,200 snapshots and synced) arrived as three batches and made one list.
+    expect(sink.replaces.length).toBe(1);
+    expect(sink.replaces[0]!.length).toBe(1200);
+    const web = snapshotToWire(backend.set(container('s0', 'paused', '10.1.0.0')));
+    await sink.until(() => sink.events.length === 1, 'the single upsert');
+    backend.sendRaw({
+      batch: {
+        events: [
+          { upserted: { ...web, state: 'BACKEND_STATE_STARTING', resource_version: String(Number(web.resource_version) + 1) } },
+          { upserted: { ...web, namespace: 'Not_A_Label' } },
+          { deleted: { namespace: 'team-a', name: 's1', uid: 'c-s1', resource_version: String(Number(web.resource_version) + 2) } },
+          { upserted: { ...web, state: 'BACKEND_STATE_READY', resource_version: String(Number(web.resource_version) + 3) } },
+        ],
+      },
+    });
+    await sink.until(() => sink.events.length === 4, 'the three valid events of the batch');
+    expect(sink.events.slice(1).map((e) => (e.type === 'upsert' ? `upsert ${e.snapshot.name} ${e.snapshot.state}` : `delete ${e.name}`))).toEqual(['upsert s0 starting', 'delete s1', 'upsert s0 ready']);
+    expect(sink.errors.map((e) => (e as DriverError).field)).toEqual(['upserted.namespace']);
+    expect(sink.errors[0]!.message).toContain('event dropped');
+    expect(sink.view.get('team-a', 's1')).toBeUndefined();
+    expect(sink.view.get('team-a', 's0')?.snapshot.state).toBe('ready');
+  });
+
   it('reconnects after the driver process restarts and resyncs: a sandbox deleted meanwhile disappears', async () => {
     const { backend, driver, sink } = await setup([container('web', 'running'), container('gone', 'running', '10.0.0.9')]);
     expect(sink.view.size).toBe(2);
@@ -164,6 +191,7 @@ describe('GrpcDriver', () => {
       { name: 'a snapshot after synced', event: { snapshot: good } },
       { name: 'a second synced', event: { synced: {} } },
       { name: 'an event with nothing set', event: {} },
+      { name: 'a batch inside a batch', event: { batch: { events: [{ batch: { events: [{ upserted: { ...good, state: 'BACKEND_STATE_PAUSED' } }] } }] } } },
     ];
 
     it.each(cases)('$name', async ({ event, field }) => {

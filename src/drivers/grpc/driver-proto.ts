@@ -137,15 +137,18 @@ export interface WireDeleted {
 
 export interface WireWatchEvent {
   /** Which member of the `event` oneof is set (filled in when decoding). */
-  readonly event?: 'snapshot' | 'synced' | 'upserted' | 'deleted';
+  readonly event?: 'snapshot' | 'synced' | 'upserted' | 'deleted' | 'batch';
   readonly snapshot?: WireSandbox | null;
   readonly synced?: Record<string, never> | null;
   readonly upserted?: WireSandbox | null;
   readonly deleted?: WireDeleted | null;
+  readonly batch?: { readonly events?: readonly WireWatchEvent[] } | null;
 }
 
 export interface WireWatchRequest {
   readonly gateway_id?: string;
+  /** The gateway reads `WatchEvent.batch` (driver.proto). */
+  readonly accepts_batches?: boolean;
 }
 
 export interface WireSandboxRef {

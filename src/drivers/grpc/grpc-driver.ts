@@ -182,7 +182,7 @@ export class GrpcDriver implements Driver {
 
   /** Runs one stream to its end; resolves whether it got as far as `synced`. */
   private watchOnce(sink: DriverSink): Promise<boolean> {
-    const call = this.client!.WatchSandboxes({ gateway_id: this.opts.gatewayId });
+    const call = this.client!.WatchSandboxes({ gateway_id: this.opts.gatewayId, accepts_batches: true });
     this.call = call;
     this.streams++;
     const st: StreamState = { synced: false, listing: [] };
@@ -222,10 +222,15 @@ export class GrpcDriver implements Driver {
     });
   }
 
-  private handle(sink: DriverSink, st: StreamState, ev: WireWatchEvent): void {
+  private handle(sink: DriverSink, st: StreamState, ev: WireWatchEvent, inBatch = false): void {
     const invalid = (message: string, cause?: unknown): void =>
-      sink.error(new DriverError('driver_message_invalid', `driver ${this.id}: ${message}; message dropped`, { cause, field: (cause as DriverError | undefined)?.field }));
+      sink.error(new DriverError('driver_message_invalid', `driver ${this.id}: ${message}; ${inBatch ? 'event' : 'message'} dropped`, { cause, field: (cause as DriverError | undefined)?.field }));
     switch (ev.event) {
+      case 'batch':
+        if (inBatch) return invalid('a batch inside a batch');
+        // In order, each as if it came alone: one invalid event is dropped, the others apply.
+        for (const e of ev.batch?.events ?? []) this.handle(sink, st, e, true);
+        return;
       case 'snapshot':
         if (st.synced) return invalid('snapshot after synced (use upserted)');
         try {

@@ -6,7 +6,7 @@ import type { WireCondition, WireDeleted, WireSandbox, WireTimestamp, WireWatchE
  * `watch-event-decoder` compares both on generated messages): fields present on the wire only, repeated
  * fields always arrays, enums by name (an unknown number stays a number), int64 as a decimal string, the
  * oneof member names in `event` / `endpoint`, a repeated message field replaced rather than merged, and
- * every unknown field skipped. It reads the bytes once into the final objects, where protobufjs builds a
+ * every unknown field skipped — as is a known field sent with another wire type (protobufjs misreads one). It reads the bytes once into the final objects, where protobufjs builds a
  * message and then copies it with `toObject()` — measured at about half of the gateway's cost per update
  * (bench section 5, churn). Malformed bytes throw, and grpc-js then ends the call with INTERNAL, as for
  * proto-loader's decoder; the driver reconnects.
@@ -302,9 +302,22 @@ function deleted(r: Reader): WireDeleted {
   return d;
 }
 
+function eventBatch(r: Reader): { events: WireWatchEvent[] } {
+  const events: WireWatchEvent[] = [];
+  while (r.pos < r.end) {
+    const tag = r.uint32();
+    if (tag === 0x0a) events.push(watchEvent(r.sub()));
+    else r.skip(tag & 7);
+  }
+  return { events };
+}
+
 /** driver.proto `WatchEvent` bytes → the object proto-loader would give (see above). Throws on malformed bytes. */
 export function decodeWatchEvent(buf: Buffer): WireWatchEvent {
-  const r = new Reader(buf, 0, buf.length);
+  return watchEvent(new Reader(buf, 0, buf.length));
+}
+
+function watchEvent(r: Reader): WireWatchEvent {
   const ev: Mutable<WireWatchEvent> = {};
   while (r.pos < r.end) {
     const tag = r.uint32();
@@ -322,11 +335,15 @@ export function decodeWatchEvent(buf: Buffer): WireWatchEvent {
       case 0x22:
         ev.deleted = deleted(r.sub());
         break;
+      case 0x2a:
+        ev.batch = eventBatch(r.sub());
+        break;
       default:
         r.skip(tag & 7);
     }
   }
-  if (ev.deleted !== undefined) ev.event = 'deleted';
+  if (ev.batch !== undefined) ev.event = 'batch';
+  else if (ev.deleted !== undefined) ev.event = 'deleted';
   else if (ev.upserted !== undefined) ev.event = 'upserted';
   else if (ev.synced !== undefined) ev.event = 'synced';
   else if (ev.snapshot !== undefined) ev.event = 'snapshot';
