@@ -187,7 +187,7 @@ describe('presence through a Sentinel failover (gateway processes)', () => {
     expectUniqueEpochs(w);
     // A supervisor connecting after the failover is claimed on the new master, in the new term.
     await supervisor('gone', gs[0]!);
-    await eventually(async () => (await gs[1]!.sandbox('team-a', 'gone'))?.phase === 'Ready', 3000, 'a new claim to reach B');
+    await eventually(async () => (await gs[1]!.sandbox('team-a', 'gone'))?.phase === 'Ready', 15_000, 'a new claim to reach B');
     expect((await gs[1]!.sandbox('team-a', 'gone'))?.session?.epoch).toBeGreaterThan(2 ** 32);
   });
 

@@ -52,11 +52,13 @@ async function started(gatewayId: string, o: Partial<RedisPresenceOptions> = {})
 
 const claim = (s: RedisPresence, sessionId: string, name = 'sb'): Promise<PresenceRecord> => s.claim('ns', name, { sessionId, instanceId: `inst-${sessionId}`, since: 1_700_000_000_123 });
 
-/** Resolves with the elapsed ms once `store`'s presence of ns/name satisfies `pred` (checked now and on every change). */
-function presenceBecomes(store: RedisPresence, pred: (r: PresenceRecord | undefined) => boolean, name = 'sb', timeoutMs = 3000): Promise<number> {
-  const t0 = Date.now();
+/**
+ * Resolves once `store`'s presence of ns/name satisfies `pred` (checked now and on every change). The
+ * timeout only guards against a hang; no test reads how long it took.
+ */
+function presenceBecomes(store: RedisPresence, pred: (r: PresenceRecord | undefined) => boolean, name = 'sb', timeoutMs = 10_000): Promise<void> {
   return new Promise((resolve, reject) => {
-    if (pred(store.get('ns', name))) return resolve(0);
+    if (pred(store.get('ns', name))) return resolve();
     const timer = setTimeout(() => {
       off();
       reject(new Error(`presence of ns/${name} on ${store.gatewayId} did not change as expected; now ${JSON.stringify(store.get('ns', name))}`));
@@ -65,7 +67,7 @@ function presenceBecomes(store: RedisPresence, pred: (r: PresenceRecord | undefi
       if (ns !== 'ns' || nm !== name || !pred(r)) return;
       clearTimeout(timer);
       off();
-      resolve(Date.now() - t0);
+      resolve();
     });
   });
 }
@@ -113,30 +115,33 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
     expect(a.get('ns', 'sb')?.sessionId).toBe('s1');
   });
 
-  it("B's lease lapses (no renewal, no release) → A drops B's sessions within about one TTL", async () => {
+  it("B's lease lapses (no renewal, no release) → A drops B's sessions once the lease has run out, not before", async () => {
     const a = await started('A');
     const b = await started('B');
     await claim(b, 's1');
     await presenceBecomes(a, heldBy('s1'));
-    const t0 = Date.now();
     await b.close({ release: false });
-    await presenceBecomes(a, absent, 'sb', TTL * 4);
-    const elapsed = Date.now() - t0;
-    // The lease was renewed at most TTL/3 before the close, so it ends between 2/3 TTL and one TTL later.
-    expect(elapsed).toBeGreaterThanOrEqual(TTL / 2);
-    expect(elapsed).toBeLessThan(TTL + 300);
+    await presenceBecomes(a, absent);
+    // Read at once after A dropped the session: B's lease is still stored (nobody released it), and by
+    // Redis's own clock it had already expired — A did not give up on a live lease.
+    const [sec, micro] = await admin.time();
+    const lease = await admin.zscore(presenceKeys(prefix, 0).gateways, 'B');
+    expect(lease).not.toBeNull();
+    expect(Number(lease)).toBeLessThanOrEqual(Number(sec) * 1000 + Math.floor(Number(micro) / 1000));
     expect(a.gatewayInfo('B')).toBeUndefined();
     expect(a.gatewayLeases().map((l) => l.gatewayId)).not.toContain('B');
   });
 
-  it('graceful close({release: true}) removes B at once, not after the TTL', async () => {
-    const a = await started('A', { leaseTtlMs: 10_000 });
-    const b = await started('B', { leaseTtlMs: 10_000 });
+  it('graceful close({release: true}) removes B at once: its lease is deleted, not left to expire', async () => {
+    const a = await started('A', { leaseTtlMs: 60_000 });
+    const b = await started('B', { leaseTtlMs: 60_000 });
     await claim(b, 's1');
     await presenceBecomes(a, heldBy('s1'));
     await b.close({ release: true });
-    const elapsed = await presenceBecomes(a, absent);
-    expect(elapsed).toBeLessThan(1000);
+    // With a 60 s lease, only B's leave (the lease deleted and the change published) can drop it within
+    // the wait's guard.
+    await presenceBecomes(a, absent);
+    expect(await admin.zscore(presenceKeys(prefix, 0).gateways, 'B')).toBeNull();
     expect(a.gatewayInfo('B')).toBeUndefined();
     expect(await storedSession()).toBeUndefined();
   });
@@ -182,8 +187,9 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
     expect(epochs).toEqual([1, 2, 3]);
   });
 
-  it('a missed pub/sub message is healed within one renewal when the change counter moved', async () => {
-    const a = await started('A');
+  it('a missed pub/sub message is healed by the renewal that sees the change counter move (not the re-scan)', async () => {
+    // No periodic re-scan within the test: only the counter check at a renewal can notice.
+    const a = await started('A', { rescanMs: 3_600_000 });
     const b = await started('B');
     await claim(b, 'real');
     await presenceBecomes(a, heldBy('real'), 'sb');
@@ -193,8 +199,7 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
     // B's own collection of it: B rightly deletes a record in its name that is none of its sessions.)
     await admin.hdel(k.presence, 'ns/sb');
     await admin.incr(k.version);
-    const elapsed = await presenceBecomes(a, absent, 'sb');
-    expect(elapsed).toBeLessThan(TTL);
+    await presenceBecomes(a, absent, 'sb');
   });
 
   it('a write that bypassed the scripts entirely is healed by the periodic re-scan', async () => {
@@ -226,25 +231,35 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
   it("renewal cost follows gateways, not sessions: 200 idle sessions add no Redis commands", async () => {
     const a = await started('A', { leaseTtlMs: 300 });
     const b = await started('B', { leaseTtlMs: 300 });
-    const window = async (): Promise<number> => {
+    /** Redis commands per script call over the next dozen renewals (only renewals run while sessions are idle). */
+    const perRenewal = async (): Promise<number> => {
       await admin.config('RESETSTAT');
-      await new Promise((r) => setTimeout(r, 600)); // six renewal periods of 100 ms
-      const stats = await admin.info('commandstats');
-      let calls = 0;
-      for (const m of stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)) if (m[1] !== 'info' && m[1] !== 'config') calls += Number(m[2]);
-      return calls;
+      const counts = new Map<string, number>();
+      await eventually(
+        async () => {
+          counts.clear();
+          for (const m of (await admin.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)) counts.set(m[1]!, Number(m[2]));
+          return (counts.get('evalsha') ?? 0) >= 12 * S;
+        },
+        10_000,
+        'a dozen renewals per shard',
+      );
+      let commands = 0;
+      for (const [name, calls] of counts) if (name !== 'info' && name !== 'config' && name !== 'evalsha') commands += calls;
+      return commands / counts.get('evalsha')!;
     };
-    const idle = await window();
+    const idle = await perRenewal();
     for (let i = 0; i < 100; i++) {
       await claim(a, `a${i}`, `a${i}`);
       await claim(b, `b${i}`, `b${i}`);
     }
     await presenceBecomes(a, heldBy('b99'), 'b99');
-    const loaded = await window();
-    // Each window holds about a dozen renewals of ~10 commands each per shard, with or without the sessions.
-    expect(idle).toBeLessThan(400 * S);
-    expect(loaded).toBeLessThan(idle * 1.5 + 20 * S);
-    expect(loaded).toBeLessThan(200 * S);
+    const loaded = await perRenewal();
+    // The renew script touches leases and the change counter, never a session record: about the same
+    // commands per renewal with 200 sessions as with none (a renewal varies by a command or two — a
+    // lease info written or a lapsed peer dropped — where reading the sessions would add hundreds).
+    expect(idle).toBeGreaterThan(0);
+    expect(loaded).toBeLessThanOrEqual(idle + 3);
   });
 
   it('get() and list() never call Redis', async () => {
@@ -379,21 +394,14 @@ describe('RedisPresence split into shards', () => {
     const k0 = presenceKeys(prefix, 0);
     await admin.zadd(k0.gateways, Date.now() + 60_000, 'X');
     await admin.hset(k0.gatewayInfo, 'X', JSON.stringify({ i: 'x-inc', a: {}, t: 0, k: 2 }));
-    const t0 = Date.now();
-    while (!a.degraded().some((d) => d.startsWith('presence_shards_mismatch'))) {
-      if (Date.now() - t0 > 3000) throw new Error(`A not degraded: ${JSON.stringify(a.degraded())}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await eventually(() => a.degraded().some((d) => d.startsWith('presence_shards_mismatch')), 10_000, () => `A to report the mismatch; degraded: ${JSON.stringify(a.degraded())}`);
     // Claims are recorded locally only: nothing reaches Redis while the counts disagree.
     const rec = await claim(a, 's1');
     expect(a.get('ns', 'sb')).toEqual(rec);
     expect(await storedSession()).toBeUndefined();
     await admin.zrem(k0.gateways, 'X');
     // The next renewal finds no disagreeing lease: A writes again and re-asserts what it claimed meanwhile.
-    while ((await storedSession()) !== 's1') {
-      if (Date.now() - t0 > 5000) throw new Error('s1 never re-asserted');
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await eventually(async () => (await storedSession()) === 's1', 10_000, 's1 to be re-asserted');
     expect(a.degraded()).toEqual([]);
   });
 });
