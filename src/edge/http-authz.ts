@@ -15,6 +15,10 @@ import { isDeny, originForm, singleHost } from './request-target.js';
  */
 
 export const AUTHZ_PREFIX = '/authz';
+export const PATH_HEADER = 'x-sandgate-path';
+export const SANDBOX_HEADER = 'x-sandgate-sandbox';
+/** Envoy's HTTP ext_authz removes the request headers this response header lists (comma-separated). */
+export const ENVOY_REMOVE_HEADER = 'x-envoy-auth-headers-to-remove';
 
 /** True for the paths HTTP authz answers: `/authz` itself, anything under `/authz/`, or `/authz?…`. */
 export function isAuthzPath(url: string): boolean {
@@ -23,10 +27,6 @@ export function isAuthzPath(url: string): boolean {
   const next = url.charCodeAt(AUTHZ_PREFIX.length);
   return next === 0x2f || next === 0x3f;
 }
-export const PATH_HEADER = 'x-sandgate-path';
-export const SANDBOX_HEADER = 'x-sandgate-sandbox';
-/** Envoy's HTTP ext_authz removes the request headers this response header lists (comma-separated). */
-export const ENVOY_REMOVE_HEADER = 'x-envoy-auth-headers-to-remove';
 
 export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
   const headers = req.headers as HeaderMap;

@@ -92,10 +92,10 @@ export function isStale(held: string, next: string): boolean {
 const UNMATCHABLE = '\u0000no-traffic-token-secret';
 
 /**
- * A derived token is HMAC(secret, id) over the sandbox's first id that it holds — never a refused one,
- * whose token would be the holder's — or its legacy id.
+ * The sandbox's traffic token. A derived token is HMAC(secret, id) over the sandbox's first id that it
+ * holds (one of `claims` not refused as `inUse`: a refused id's token would be the holder's) or its
+ * legacy id.
  */
-/** The sandbox's traffic token; a derived one is bound to an id it holds (`claims` not refused as `inUse`). */
 function accessTokenOf(s: BackendSnapshot, claims: readonly string[], inUse: readonly string[], derive: ((id: string) => string) | undefined): string | undefined {
   const t = s.accessToken;
   if (t === undefined || typeof t === 'string') return t;
