@@ -359,6 +359,9 @@ describe('RedisPresence split into shards', () => {
     const fields = ['ns/sb', 'ns/sb1', 'team-a/sandbox-7', 'ü/ñ'];
     expect(fields.map((f) => shardOf(f, 64))).toEqual([30, 61, 58, 31]);
     expect(fields.map((f) => shardOf(f, 64))).toEqual(fields.map((f) => fnv1a(f) % 64));
+    // Every UTF-8 length, and lone surrogates (encoded as U+FFFD), hash as their UTF-8 bytes.
+    const wide = ['ns/é', 'ns/€-x', 'ns/😀', 'ns/\ud800', 'ns/a\udc00b', 'ns/\ud83d', '日本/ß'];
+    expect(wide.map((f) => shardOf(f, 1021))).toEqual(wide.map((f) => fnv1a(f) % 1021));
     expect(fnv1a('')).toBe(0x811c9dc5);
     expect(fnv1a('a')).toBe(0xe40c292c);
     expect(shardOf('anything', 1)).toBe(0);
@@ -396,9 +399,17 @@ describe('RedisPresence split into shards', () => {
     await admin.hset(k0.gatewayInfo, 'X', JSON.stringify({ i: 'x-inc', a: {}, t: 0, k: 2 }));
     await eventually(() => a.degraded().some((d) => d.startsWith('presence_shards_mismatch')), 10_000, () => `A to report the mismatch; degraded: ${JSON.stringify(a.degraded())}`);
     // Claims are recorded locally only: nothing reaches Redis while the counts disagree.
+    const leases = async (): Promise<(string | null)[]> => Promise.all([1, 2, 3].map((k) => admin.zscore(presenceKeys(prefix, k).gateways, 'A')));
+    const before = await leases();
     const rec = await claim(a, 's1');
     expect(a.get('ns', 'sb')).toEqual(rec);
     expect(await storedSession()).toBeUndefined();
+    // Nor in the renewals that follow: ns/sb hashes to shard 2, one the two-shard peer never reads, and no
+    // round may re-assert the session there or renew A's lease in shards 1-3.
+    await new Promise((r) => setTimeout(r, 4 * TTL));
+    expect(shardOf('ns/sb', 4)).toBe(2);
+    expect(await storedSession()).toBeUndefined();
+    expect(await leases()).toEqual(before);
     await admin.zrem(k0.gateways, 'X');
     // The next renewal finds no disagreeing lease: A writes again and re-asserts what it claimed meanwhile.
     await eventually(async () => (await storedSession()) === 's1', 10_000, 's1 to be re-asserted');

@@ -180,6 +180,17 @@ describe('renew', () => {
     expect(await redis.zscore(keys().gateways, 'B')).not.toBeNull();
   });
 
+  it('a peer lease info that is not JSON, or whose shard count is not a count, fails no renewal and counts as agreeing', async () => {
+    const renewWith = async (gw: string, shards: number): Promise<unknown[]> => (await run(SCRIPTS.renew, [gw, `${gw}-inc`, 5000, JSON.stringify({ i: `${gw}-inc`, a: {}, t: -1, k: shards }), 60_000, shards])) as unknown[];
+    await renewWith('A', 4);
+    for (const bad of ['not json', '"a string"', JSON.stringify({ i: 'x', k: '4x' }), JSON.stringify({ i: 'x', k: 1.5 }), JSON.stringify({ i: 'x', k: -2 })]) {
+      await redis.hset(keys().gatewayInfo, 'A', bad);
+      const reply = await renewWith('B', 2);
+      expect(reply.at(-2), bad).toBe(2);
+      expect(await redis.zscore(keys().gateways, 'B'), bad).not.toBeNull();
+    }
+  });
+
   it('touches no presence record (cost grows with gateways, not sessions)', async () => {
     await renew('A');
     for (let i = 0; i < 50; i++) await claim('A', `s${i}`, 1, `ns/sb${i}`);

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../../lib/redis-connection.js';
 import { PresenceMirror, type MirrorEvents } from './presence-mirror.js';
 import type { PresenceRecord, SessionClaim } from './presence-store.js';
-import { runScript } from './redis-connection.js';
+import { errorText, runScript } from './redis-connection.js';
 import { decodeLeases, decodeMessage, decodeRecord, encodeGatewayInfo, fieldOf, type PresenceMessage, type StoredRecord } from './redis-codec.js';
 import { presenceKeys, scriptKeys, SCRIPTS, TERM_SPAN, type PresenceKeys } from './redis-scripts.js';
 
@@ -181,7 +181,7 @@ export class PresenceShard {
 
   /** A command in this shard failed: serve from the mirror, queue writes, until a round succeeds. */
   fail(err: unknown): void {
-    const text = err instanceof Error ? err.message : String(err);
+    const text = errorText(err);
     if (this.problem === undefined) this.host.log.warn({ shard: this.index, err: text }, 'presence store cannot reach the Redis master of this shard; serving from the mirror');
     this.problem = this.host.shards === 1 ? text : `shard ${this.index}: ${text}`;
     this.wentOffline();

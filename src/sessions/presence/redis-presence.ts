@@ -173,8 +173,13 @@ export class RedisPresence implements PresenceStore {
     clearTimeout(waited);
     if (this.main.status !== 'ready' && this.problem === undefined) this.setOffline(new Error(`not connected yet (${this.main.status})`));
     await this.kick();
-    // Joining a fleet that shards otherwise would break fencing: refuse to start (docs/errors.md).
-    if (this.mismatch !== undefined) throw this.mismatch;
+    // Joining a fleet that shards otherwise would break fencing: refuse to start (docs/errors.md), leaving
+    // no timer or connection behind.
+    if (this.mismatch !== undefined) {
+      const refused = this.mismatch;
+      await this.close({ release: false });
+      throw refused;
+    }
     this.rescanTimer = setInterval(() => {
       for (const s of this.shards) s.wantReload();
       void this.kick();
@@ -321,14 +326,17 @@ export class RedisPresence implements PresenceStore {
   }
 
   /**
-   * One round in every shard. The shards' rounds run side by side, so a shard whose master is failing over
-   * (its commands time out) delays no other shard's renewal; their scans still run one at a time.
+   * One round in every shard: shard 0 first (see below), then the others side by side; their scans run one
+   * at a time. The next round waits for the slowest (docs/presence.md, Timing).
    */
   private async tick(): Promise<void> {
     if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
     if (this.main.status !== 'ready') return;
     if (!this.scriptsLoaded) await this.loadScripts();
-    const rounds = await Promise.all(this.shards.map((s) => s.tick()));
+    // Every gateway renews in shard 0, whatever its shard count, so a disagreeing count shows there; until
+    // it agrees no other shard is touched (a shard a peer never reads must get no lease, term or record).
+    const first = await this.shards[0]!.tick();
+    const rounds = first === 'mismatch' ? [first] : [first, ...(await Promise.all(this.shards.slice(1).map((s) => s.tick())))];
     if (rounds.includes('again')) this.tickAgain = true;
     if (this.mismatch !== undefined && rounds.every((r) => r === 'done' || r === 'again')) {
       this.log.info({ shards: this.shards.length }, 'presence shard count agrees with the live gateways again; writing to Redis');

@@ -73,7 +73,25 @@ export function scriptKeys(k: PresenceKeys): string[] {
 export function shardOf(field: string, shards: number): number {
   if (shards === 1) return 0;
   let h = 0x811c9dc5;
-  for (const byte of Buffer.from(field, 'utf8')) h = Math.imul(h ^ byte, 0x01000193) >>> 0;
+  // get() calls this on every routed read: hash the UTF-16 code units as their UTF-8 bytes, no Buffer.
+  for (let i = 0; i < field.length; i++) {
+    let c = field.charCodeAt(i);
+    if (c < 0x80) {
+      h = Math.imul(h ^ c, 0x01000193) >>> 0;
+      continue;
+    }
+    if (c >= 0xd800 && c < 0xdc00 && i + 1 < field.length) {
+      const lo = field.charCodeAt(i + 1);
+      if (lo >= 0xdc00 && lo < 0xe000) {
+        c = 0x10000 + ((c - 0xd800) << 10) + (lo - 0xdc00);
+        i++;
+      }
+    }
+    // A lone surrogate encodes as U+FFFD, as Buffer.from(…, 'utf8') does.
+    if (c >= 0xd800 && c < 0xe000) c = 0xfffd;
+    const bytes = c < 0x800 ? [0xc0 | (c >> 6), 0x80 | (c & 0x3f)] : c < 0x10000 ? [0xe0 | (c >> 12), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f)] : [0xf0 | (c >> 18), 0x80 | ((c >> 12) & 0x3f), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f)];
+    for (const b of bytes) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  }
   return h % shards;
 }
 
@@ -146,7 +164,16 @@ local now = now_ms()
 local shards = tonumber(ARGV[7])
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
   local peer = id ~= gw and redis.call('HGET', KEYS[2], id)
-  local k = peer and (cjson.decode(peer).k or 1) or shards
+  local k = shards
+  if peer then
+    -- A value that is not our JSON (or a k that is not a count) says nothing about the layout: skip it
+    -- rather than let one bad field fail every gateway's renewal in this shard.
+    local ok, o = pcall(cjson.decode, peer)
+    if ok and type(o) == 'table' then
+      k = o.k == nil and 1 or tonumber(o.k)
+      if k == nil or k < 1 or k % 1 ~= 0 then k = shards end
+    end
+  end
   if k ~= shards then return {now, 0, 0, 0, {}, k, -1} end
 end
 local prev = redis.call('ZSCORE', KEYS[1], gw)
