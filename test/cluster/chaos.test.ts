@@ -127,7 +127,7 @@ async function failover(lose: boolean): Promise<void> {
   const master = await redis.master();
   const replica = redis.nodes.find((n) => n !== master)!;
   // The demoted master of the previous failover must be an in-sync replica before the next one.
-  await eventually(async () => (await master.admin().info('replication')).includes('state=online'), 10_000, 'an online replica');
+  await eventually(async () => (await master.admin().info('replication')).includes('state=online'), 30_000, 'an online replica');
   if (lose) await replica.admin().call('CLIENT', 'PAUSE', '300', 'WRITE');
   await eventually(
     async () => {

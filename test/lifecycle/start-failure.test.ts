@@ -93,40 +93,44 @@ describe('a gateway that fails to start leaves nothing open', () => {
     const p = await ports();
     const blocker = taken === 'apiKeys' || taken === 'driver' || taken === 'presenceShards' ? undefined : await bind(p[taken]);
     const admin = redis.admin();
-    // A live peer whose lease (in shard 0, the keys every shard count shares) says it runs 4 shards.
-    if (taken === 'presenceShards') {
-      await admin.zadd('{sandgate}:gateways', Date.now() + 60_000, 'peer-with-4-shards');
-      await admin.hset('{sandgate}:gateway-info', 'peer-with-4-shards', JSON.stringify({ i: 'peer-inc', a: {}, t: 0, k: 4 }));
+    try {
+      // A live peer whose lease (in shard 0, the keys every shard count shares) says it runs 4 shards.
+      if (taken === 'presenceShards') {
+        await admin.zadd('{sandgate}:gateways', Date.now() + 60_000, 'peer-with-4-shards');
+        await admin.hset('{sandgate}:gateway-info', 'peer-with-4-shards', JSON.stringify({ i: 'peer-inc', a: {}, t: 0, k: 4 }));
+      }
+      const deadRedis = await freePort();
+      const keyDir = mkdtempSync(join(tmpdir(), 'sandgate-lifecycle-keys-'));
+      writeFileSync(join(keyDir, 'pepper'), 'lifecycle-test-pepper-0123456789abcdef');
+      const config = resolveConfig({
+        overrides: {
+          listenHost: '127.0.0.1',
+          ...p,
+          gatewayId: 'gw-fail',
+          presence: redis.url,
+          supervisorSecretFile: secretFile,
+          shutdownTimeoutMs: 1000,
+          ...(taken === 'apiKeys' ? { apiKeys: `redis://127.0.0.1:${deadRedis}`, keyPepperFile: join(keyDir, 'pepper') } : {}),
+        },
+      });
+      // Fails after the listeners, the presence store and the supervisor endpoint have started.
+      const broken: Driver = { id: 'grpc/broken', start: () => Promise.reject(new Error('connection refused')), stop: () => Promise.resolve() };
+      const err = await startGateway({ config, drivers: taken === 'driver' ? [broken] : [], logDestination: new MemoryLogSink() }).then(
+        () => undefined,
+        (e: unknown) => e as { code: string; message: string },
+      );
+      expect(err?.code).toBe(code);
+      expect(err?.message).toContain(flag);
+      if (taken === 'presenceShards') {
+        await admin.zrem('{sandgate}:gateways', 'peer-with-4-shards');
+        // It wrote no lease: the refusal came before any write.
+        expect(await admin.zscore('{sandgate}:gateways', 'gw-fail')).toBeNull();
+      }
+    } finally {
+      // Even when an assertion above failed: a client left open here would fail every later case's count.
+      admin.disconnect();
+      if (blocker !== undefined) await close(blocker);
     }
-    const deadRedis = await freePort();
-    const keyDir = mkdtempSync(join(tmpdir(), 'sandgate-lifecycle-keys-'));
-    writeFileSync(join(keyDir, 'pepper'), 'lifecycle-test-pepper-0123456789abcdef');
-    const config = resolveConfig({
-      overrides: {
-        listenHost: '127.0.0.1',
-        ...p,
-        gatewayId: 'gw-fail',
-        presence: redis.url,
-        supervisorSecretFile: secretFile,
-        shutdownTimeoutMs: 1000,
-        ...(taken === 'apiKeys' ? { apiKeys: `redis://127.0.0.1:${deadRedis}`, keyPepperFile: join(keyDir, 'pepper') } : {}),
-      },
-    });
-    // Fails after the listeners, the presence store and the supervisor endpoint have started.
-    const broken: Driver = { id: 'grpc/broken', start: () => Promise.reject(new Error('connection refused')), stop: () => Promise.resolve() };
-    const err = await startGateway({ config, drivers: taken === 'driver' ? [broken] : [], logDestination: new MemoryLogSink() }).then(
-      () => undefined,
-      (e: unknown) => e as { code: string; message: string },
-    );
-    expect(err?.code).toBe(code);
-    expect(err?.message).toContain(flag);
-    if (taken === 'presenceShards') {
-      await admin.zrem('{sandgate}:gateways', 'peer-with-4-shards');
-      // It wrote no lease: the refusal came before any write.
-      expect(await admin.zscore('{sandgate}:gateways', 'gw-fail')).toBeNull();
-    }
-    admin.disconnect();
-    if (blocker !== undefined) await close(blocker);
     // Every listener that had started is closed: each port binds again.
     for (const port of Object.values(p)) await close(await bind(port));
     // The presence store starts before the supervisor endpoint and the drivers: where it had connected,
