@@ -45,7 +45,7 @@ describe('visibility', () => {
     expect(m.expireLeases(499)).toBe(500);
     expect(m.expireLeases(500)).toBeUndefined();
     expect(changes).toEqual(['ns/sb=B:s@1', 'ns/sb=-']);
-    expect(m.gatewayInfo('B')).toBeUndefined();
+    expect(m.lease('B')).toBeUndefined();
   });
 
   it('a local session wins over a remote one and hides nothing when released', () => {

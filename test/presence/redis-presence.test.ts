@@ -125,10 +125,11 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
     // Read at once after A dropped the session: B's lease is still stored (nobody released it), and by
     // Redis's own clock it had already expired — A did not give up on a live lease.
     const [sec, micro] = await admin.time();
-    const lease = await admin.zscore(presenceKeys(prefix, 0).gateways, 'B');
+    const lease = await admin.zscore(keysOf('ns/sb').gateways, 'B');
     expect(lease).not.toBeNull();
     expect(Number(lease)).toBeLessThanOrEqual(Number(sec) * 1000 + Math.floor(Number(micro) / 1000));
-    expect(a.gatewayInfo('B')).toBeUndefined();
+    // B's address goes once its lease has lapsed in every shard's mirror (each copy has its own expiry).
+    await eventually(() => a.gatewayInfo('B') === undefined, 5000, "B's info to go");
     expect(a.gatewayLeases().map((l) => l.gatewayId)).not.toContain('B');
   });
 
@@ -352,6 +353,29 @@ describe('RedisPresence split into shards', () => {
     } finally {
       monitor.destroy();
     }
+  });
+
+  it("a peer missing from one shard's mirror: its sandboxes there vanish, its relay address still serves those elsewhere", async () => {
+    const a = await started('A');
+    // B renews once a minute: nothing puts its lease back in the emptied shard during the test.
+    const b = await started('B', { leaseTtlMs: 60_000, gatewayInfo: { relay: '10.0.0.2:7000' } });
+    const names = Array.from({ length: 20 }, (_, i) => `sb${i}`);
+    const gone = names[0]!;
+    const kept = names.find((x) => shardOf(`ns/${x}`, 4) !== shardOf(`ns/${gone}`, 4))!;
+    await claim(b, 's-gone', gone);
+    await claim(b, 's-kept', kept);
+    await presenceBecomes(a, heldBy('s-gone'), gone);
+    await presenceBecomes(a, heldBy('s-kept'), kept);
+    // B's lease disappears from the shard of `gone` only (as if that shard's copy had lapsed): A's next
+    // renewal there drops it, and with it B's records in that shard (the per-shard lease check is the fence).
+    const k = presenceKeys(prefix, shardOf(`ns/${gone}`, 4));
+    await admin.zrem(k.gateways, 'B');
+    await admin.hdel(k.gatewayInfo, 'B');
+    await presenceBecomes(a, absent, gone);
+    // The relay lookup still finds B for the sandbox in a shard where its lease is live.
+    expect(a.get('ns', kept)?.sessionId).toBe('s-kept');
+    expect(a.gatewayInfo('B')).toEqual({ relay: '10.0.0.2:7000' });
+    expect(a.gatewayLeases().map((l) => l.gatewayId)).toContain('B');
   });
 
   it('the shard is a stable hash of namespace/name (FNV-1a 32 mod S)', () => {

@@ -27,6 +27,8 @@ export interface MirrorEvents {
   lost(record: PresenceRecord): void;
   /** A peer announced it has re-asserted its sessions in the current term: reload to read its records. */
   synced?(gatewayId: string): void;
+  /** A gateway's lease here was added, replaced (renewed, deadline moved) or dropped: see lease(). */
+  lease?(gatewayId: string): void;
 }
 
 /** A record Redis holds that no live lease backs, named exactly so its deletion can be fenced. */
@@ -78,13 +80,9 @@ export class PresenceMirror {
     return (this.known.get(field) ?? 0) + 1;
   }
 
-  gatewayInfo(gatewayId: string): Readonly<Record<string, string>> | undefined {
-    return this.leases.get(gatewayId)?.info;
-  }
-
-  /** The live leases, with what each gateway published and its local-clock deadline. */
-  liveLeases(): GatewayLease[] {
-    return [...this.leases.values()];
+  /** A gateway's live lease here, with what it published and its local-clock deadline. */
+  lease(gatewayId: string): GatewayLease | undefined {
+    return this.leases.get(gatewayId);
   }
 
   leaseIncarnation(gatewayId: string): string | undefined {
@@ -98,7 +96,11 @@ export class PresenceMirror {
    */
   setTerm(term: number, graceDeadline?: number): void {
     if (term !== this.term && graceDeadline !== undefined) {
-      for (const [id, l] of this.leases) if (l.deadline < graceDeadline) this.leases.set(id, { ...l, deadline: graceDeadline });
+      for (const [id, l] of this.leases) {
+        if (l.deadline >= graceDeadline) continue;
+        this.leases.set(id, { ...l, deadline: graceDeadline });
+        this.events.lease?.(id);
+      }
     }
     this.term = term;
   }
@@ -168,6 +170,7 @@ export class PresenceMirror {
     const before = this.leases.get(lease.gatewayId);
     const wasSynced = this.synced(lease.gatewayId);
     this.leases.set(lease.gatewayId, lease);
+    this.events.lease?.(lease.gatewayId);
     if (before === undefined || before.incarnation !== lease.incarnation) this.refreshGateway(lease.gatewayId);
     // A lease seen for the first time is read together with its records; only a known one that catches
     // up to the term needs another scan.
@@ -176,6 +179,7 @@ export class PresenceMirror {
 
   dropLease(gatewayId: string): void {
     if (!this.leases.delete(gatewayId)) return;
+    this.events.lease?.(gatewayId);
     this.refreshGateway(gatewayId);
   }
 

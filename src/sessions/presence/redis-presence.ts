@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { SandgateError } from '../../domain/errors.js';
+import { PeerLeases } from './peer-leases.js';
 import { ListenerSet } from './presence-listeners.js';
 import { PresenceShard, type ShardHost } from './presence-shard.js';
 import type { LiveLease, PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
@@ -60,6 +61,7 @@ export class RedisPresence implements PresenceStore {
   private readonly sub: RedisClient;
   private readonly shards: readonly PresenceShard[];
   private readonly byChannel: ReadonlyMap<string, PresenceShard>;
+  private readonly peers: PeerLeases;
   private readonly changes = new ListenerSet<[string, string, PresenceRecord | undefined]>();
   private readonly losses = new ListenerSet<[PresenceRecord]>();
   /** Per-sandbox queue, so a claim, a release and a re-assert of one sandbox never interleave. */
@@ -133,8 +135,10 @@ export class RedisPresence implements PresenceStore {
         this.log.warn({ namespace: record.namespace, name: record.name, sessionId: record.sessionId, epoch: record.epoch }, 'local session superseded by a newer claim');
         this.report(this.losses.emit(record), 'lost');
       },
+      lease: (gatewayId: string) => this.peers.refresh(gatewayId),
     };
     this.shards = Array.from({ length: shardCount }, (_, k) => new PresenceShard(k, opts.keyPrefix ?? 'sandgate', host, events));
+    this.peers = new PeerLeases(this.shards.map((s) => s.mirror));
     this.byChannel = new Map(this.shards.map((s) => [s.keys.channel, s] as const));
   }
 
@@ -239,30 +243,16 @@ export class RedisPresence implements PresenceStore {
   }
 
   /**
-   * The attributes a live gateway published with its lease (e.g. its relay address), from the mirrors.
-   * Every shard holds a copy of each lease; a gateway counts as live while its lease is live in every
-   * shard, so its info disappears with the first shard that sees the lease lapse (as its records do there).
+   * The attributes a live gateway published with its lease (e.g. its relay address): one lookup in the
+   * lease map derived from the shards' mirrors (peer-leases.ts: live in at least one shard).
    */
   gatewayInfo(gatewayId: string): Readonly<Record<string, string>> | undefined {
-    for (const s of this.shards) if (s.mirror.gatewayInfo(gatewayId) === undefined) return undefined;
-    return this.shards[0]!.mirror.gatewayInfo(gatewayId);
+    return this.peers.get(gatewayId)?.info;
   }
 
   gatewayLeases(): LiveLease[] {
     const now = this.now();
-    const deadlines = new Map(this.shards[0]!.mirror.liveLeases().map((l) => [l.gatewayId, l.deadline] as const));
-    for (const s of this.shards.slice(1)) {
-      const here = new Map(s.mirror.liveLeases().map((l) => [l.gatewayId, l.deadline] as const));
-      for (const [id, deadline] of deadlines) {
-        const d = here.get(id);
-        if (d === undefined) deadlines.delete(id);
-        else deadlines.set(id, Math.min(deadline, d));
-      }
-    }
-    return this.shards[0]!.mirror
-      .liveLeases()
-      .filter((l) => deadlines.has(l.gatewayId))
-      .map((l) => ({ gatewayId: l.gatewayId, info: l.info, expiresInMs: Math.max(0, deadlines.get(l.gatewayId)! - now) }));
+    return Array.from(this.peers.values(), (l) => ({ gatewayId: l.gatewayId, info: l.info, expiresInMs: Math.max(0, l.deadline - now) }));
   }
 
   async close(opts: { release: boolean }): Promise<void> {
