@@ -1,11 +1,11 @@
 import { createConnection } from 'node:net';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { Redis } from 'ioredis';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
 import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
 import { SandgateError } from '../../src/domain/errors.js';
-import { presenceKeys, shardOf } from '../../src/sessions/presence/redis-scripts.js';
+import { presenceKeys, SCRIPTS, shardOf } from '../../src/sessions/presence/redis-scripts.js';
 import { eventually } from '../helpers/eventually.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -376,6 +376,39 @@ describe('RedisPresence split into shards', () => {
     expect(a.get('ns', kept)?.sessionId).toBe('s-kept');
     expect(a.gatewayInfo('B')).toEqual({ relay: '10.0.0.2:7000' });
     expect(a.gatewayLeases().map((l) => l.gatewayId)).toContain('B');
+  });
+
+  it("renewals go on while a scan is blocked and while one shard's renewal hangs", async () => {
+    await started('A', { rescanMs: 50 });
+    // From here on, every scan of A's and every renewal in shard 2 waits on `gate` before it is sent.
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const held = { scans: 0, renewals: 0 };
+    const evalsha = Redis.prototype.evalsha;
+    const mine = new Set([0, 1, 2, 3].map((k) => presenceKeys(prefix, k).gateways));
+    const spy = vi.spyOn(Redis.prototype, 'evalsha').mockImplementation(function (this: Redis, ...args: Parameters<Redis['evalsha']>) {
+      // runScript sends (sha, number of keys, ...keys, ...args); every script's first key is the shard's `gateways`.
+      const [sha, , firstKey] = args;
+      const scan = sha === SCRIPTS.snapshot.sha && mine.has(String(firstKey));
+      const renewal = sha === SCRIPTS.renew.sha && firstKey === presenceKeys(prefix, 2).gateways;
+      if (!scan && !renewal) return evalsha.apply(this, args);
+      held[scan ? 'scans' : 'renewals']++;
+      return gate.then(() => evalsha.apply(this, args)) as ReturnType<Redis['evalsha']>;
+    });
+    try {
+      await eventually(() => held.scans > 0 && held.renewals > 0, 5000, () => `a scan and a shard-2 renewal to be held: ${JSON.stringify(held)}`);
+      // A's lease in shards 0, 1 and 3 is extended twice more (each renewal moves its expiry forward).
+      const expiries = (): Promise<number[]> => Promise.all([0, 1, 3].map(async (k) => Number(await admin.zscore(presenceKeys(prefix, k).gateways, 'A'))));
+      for (let round = 0; round < 2; round++) {
+        const before = await expiries();
+        await eventually(async () => (await expiries()).every((x, j) => x > before[j]!), 5000, () => `A's leases to be renewed past ${JSON.stringify(before)}`);
+      }
+      expect(held.scans).toBe(1);
+      expect(held.renewals).toBe(1);
+    } finally {
+      spy.mockRestore();
+      open();
+    }
   });
 
   it('the shard is a stable hash of namespace/name (FNV-1a 32 mod S)', () => {

@@ -26,7 +26,10 @@ export interface ShardHost {
   offline(): boolean;
   /** A shard's script succeeded: the connection works. */
   setOnline(): void;
+  /** Runs a round of the shards' work (everything but renewals) now, or right after the running one. */
   kick(): void;
+  /** Runs a renewal round now, or right after the running one. */
+  renewNow(): void;
   /** Caches the scripts on the server(s) before a burst of them (at most one load in flight). */
   loadScripts(): Promise<void>;
   /** Runs `fn` after every other shard's scan, so one gateway never scans two shards at once. */
@@ -39,8 +42,8 @@ export interface ShardHost {
   layoutMismatch(stored: number): void;
 }
 
-/** What one round of a shard's background work found ('failed': a command failed, see PresenceShard.problem). */
-export type ShardTick = 'done' | 'again' | 'mismatch' | 'failed';
+/** What a shard's renewal found ('failed': the command failed, see PresenceShard.problem). */
+export type ShardRenewal = 'done' | 'mismatch' | 'failed';
 
 type RenewReply = [number, number, number, number, unknown[], number, number];
 type TermReply = [number, number, number];
@@ -70,6 +73,9 @@ export class PresenceShard {
   private resync = true;
   /** Local time of the last renewal reply: lease deadlines are only trusted while this is recent. */
   private lastRenewedAt = Number.NEGATIVE_INFINITY;
+  /** A renewal succeeded since the last failed command: the master answers (see work()). */
+  private renewedSinceFailure = false;
+  private renewal: Promise<ShardRenewal> | undefined;
   /** This shard master's term as adopted on the current connection; undefined: adopt before claiming. */
   private term: number | undefined;
   private sealed = false;
@@ -184,6 +190,7 @@ export class PresenceShard {
     const text = errorText(err);
     if (this.problem === undefined) this.host.log.warn({ shard: this.index, err: text }, 'presence store cannot reach the Redis master of this shard; serving from the mirror');
     this.problem = this.host.shards === 1 ? text : `shard ${this.index}: ${text}`;
+    this.renewedSinceFailure = false;
     this.wentOffline();
   }
 
@@ -206,9 +213,9 @@ export class PresenceShard {
     return undefined;
   }
 
-  /** Resolves once no term adoption is in flight. */
+  /** Resolves once no term adoption or renewal is in flight. */
   async settled(): Promise<void> {
-    await Promise.allSettled([this.adopting]);
+    await Promise.allSettled([this.adopting, this.renewal]);
   }
 
   stop(): void {
@@ -224,55 +231,89 @@ export class PresenceShard {
   }
 
   /**
-   * One round of background work in this shard: adopt the term, renew the lease, read the live leases and
-   * the change counter, push queued writes, re-scan when something was missed, announce the synced term.
-   * A failed command ends the round ('failed') and leaves the other shards' rounds alone.
+   * Renews this gateway's lease in the shard and reads every live lease, the change counter and the stored
+   * term (one script). Runs on the renewal timer, apart from the rest of the shard's work (tick()), so a
+   * scan, a burst of re-asserts or another shard's hung master never delays it; at most one is in flight.
    */
-  async tick(): Promise<ShardTick> {
+  renew(): Promise<ShardRenewal> {
+    this.renewal ??= this.renewOnce().finally(() => (this.renewal = undefined));
+    return this.renewal;
+  }
+
+  private async renewOnce(): Promise<ShardRenewal> {
+    const { host } = this;
+    const args = [this.keys.channel, host.gatewayId, host.incarnation, host.ttlMs, this.infoJson, Math.max(10 * host.ttlMs, 60_000), host.shards];
+    let reply: RenewReply;
     try {
-      return await this.round();
+      reply = (await runScript(host.main, SCRIPTS.renew, this.keyList, args)) as RenewReply;
     } catch (err) {
       this.fail(err);
       return 'failed';
     }
-  }
-
-  private async round(): Promise<ShardTick> {
-    const { host } = this;
-    await this.ensureTerm();
-    const term = this.term;
-    const args = [this.keys.channel, host.gatewayId, host.incarnation, host.ttlMs, this.infoJson, Math.max(10 * host.ttlMs, 60_000), host.shards];
-    const [redisNow, lapsed, usurped, version, leases, layout, storedTerm] = (await runScript(host.main, SCRIPTS.renew, this.keyList, args)) as RenewReply;
+    const [redisNow, lapsed, usurped, version, leases, layout, storedTerm] = reply;
     if (layout !== host.shards) {
       host.layoutMismatch(layout);
       return 'mismatch';
     }
-    this.lastRenewedAt = host.now();
-    if (storedTerm !== term) {
-      // The stored term is not this master's: a failover behind the same connection (a Cluster replica
-      // promoted, a slot moved to a new node). Adopt the new term first; the next round does the rest.
-      host.log.warn({ shard: this.index, term, storedTerm }, 'presence term changed under this connection; adopting the new one');
-      if (this.term === term) this.term = undefined;
-      return 'again';
-    }
+    this.renewedSinceFailure = true;
+    host.setOnline();
     // Every shard holds a copy of the lease: one log line per renewal is enough.
     if (usurped === 1 && this.index === 0) host.log.error('another live process holds this gateway id; gateway ids must be unique');
+    if (lapsed === 1) {
+      if (!this.resync) host.log.warn({ shard: this.index }, 'gateway lease had lapsed; re-asserting local sessions');
+      this.resync = true;
+    }
+    if (this.term === undefined || storedTerm !== this.term) {
+      // No term adopted on this connection yet, or the stored term is not this master's: a failover behind
+      // the same connection (a Cluster replica promoted, a slot moved to a new node). The leases and the
+      // counter read here belong to a term the mirror has not adopted (adopting grants peers a grace to
+      // reach the new master): the work round adopts it first, the next renewal reads them.
+      if (this.term !== undefined) host.log.warn({ shard: this.index, term: this.term, storedTerm }, 'presence term changed under this connection; adopting the new one');
+      this.term = undefined;
+      host.kick();
+      return 'done';
+    }
+    this.lastRenewedAt = host.now();
     this.mirror.replaceLeases(decodeLeases(leases, redisNow, host.now()));
-    if (lapsed === 1 || this.resync) {
-      if (lapsed === 1 && !this.resync) host.log.warn({ shard: this.index }, 'gateway lease had lapsed; re-asserting local sessions');
+    this.checkVersion(version);
+    this.scheduleLapse();
+    if (this.resync || this.reloadWanted || this.problem !== undefined) host.kick();
+    return 'done';
+  }
+
+  /**
+   * One round of the shard's other background work: adopt the term, push queued writes, re-scan when
+   * something was missed, collect records no lease backs, announce the synced term. A failed command ends
+   * the round and leaves the other shards' rounds and every renewal alone. Nothing is written while the
+   * store may not write (a shard-count mismatch stands, the connection is down, the store is closed).
+   */
+  async tick(): Promise<void> {
+    try {
+      await this.work();
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  private async work(): Promise<void> {
+    const { host } = this;
+    if (!host.writable()) return;
+    await this.ensureTerm();
+    const term = this.term;
+    if (this.resync) {
       for (const r of this.mirror.localRecords()) this.dirty.add(fieldOf(r.namespace, r.name));
       this.resync = false;
     }
-    this.checkVersion(version);
     await this.flush();
     if (this.reloadWanted) {
       // Cleared first: a gap seen while replaying held messages asks for another scan.
       this.reloadWanted = false;
       await this.reload();
-      await this.collect();
+      if (host.writable()) await this.collect();
     }
-    host.setOnline();
-    if (this.problem !== undefined) {
+    // The shard is reachable again once a renewal has succeeded since the failure and the work is done
+    // (a round with nothing to do sends no command, so it alone proves nothing).
+    if (this.problem !== undefined && this.renewedSinceFailure) {
       this.problem = undefined;
       host.log.info({ shard: this.index }, 'presence shard reachable again');
     }
@@ -282,9 +323,8 @@ export class PresenceShard {
     if (term !== undefined && this.syncedTerm !== term && this.term === term && !this.resync && !this.reloadWanted && this.dirty.size === 0) {
       this.syncedTerm = term;
       this.infoJson = encodeGatewayInfo(host.incarnation, host.info, term, host.shards);
-      return 'again';
+      host.renewNow();
     }
-    return 'done';
   }
 
   /**

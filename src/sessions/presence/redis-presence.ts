@@ -5,6 +5,7 @@ import { SandgateError } from '../../domain/errors.js';
 import { PeerLeases } from './peer-leases.js';
 import { ListenerSet } from './presence-listeners.js';
 import { PresenceShard, type ShardHost } from './presence-shard.js';
+import { Rounds } from './rounds.js';
 import type { LiveLease, PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
 import { createRedisClient, describeRedisTarget, keepConnecting, topologyOf, type RedisClient, type RedisConnectionOptions, type RedisTarget } from '../../lib/redis-connection.js';
 import { disconnect, errorText, loadScripts } from './redis-connection.js';
@@ -43,8 +44,8 @@ export function createRedisPresence(opts: RedisPresenceOptions): RedisPresence {
 /**
  * Cluster-wide presence through Redis (docs/presence.md). Presence is split into shards by sandbox
  * (presence-shard.ts: keys, mirror, term and change stream of one shard); this class owns what the shards
- * share: the two connections, the per-sandbox operation queue, the listeners and the background tick,
- * which walks the shards one by one every TTL/3. Reads are served from the shards' mirrors, so
+ * share: the two connections, the per-sandbox operation queue, the listeners, and the two background loops:
+ * lease renewals every TTL/3, and apart from them the shards' other work (queued writes, scans). Reads are served from the shards' mirrors, so
  * get()/list() never touch Redis. While Redis is unreachable, local claims and releases still apply to the
  * mirrors, are queued, and degraded() says why.
  */
@@ -78,9 +79,8 @@ export class RedisPresence implements PresenceStore {
   /** The tail of the scans in flight: shards renew concurrently but scan one at a time. */
   private scanning: Promise<unknown> = Promise.resolve();
   private readonly commandTimeoutMs: number;
-  private ticking: Promise<void> | undefined;
-  private tickAgain = false;
-  private tickTimer: NodeJS.Timeout | undefined;
+  private readonly renewals: Rounds;
+  private readonly work: Rounds;
   private rescanTimer: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -91,6 +91,8 @@ export class RedisPresence implements PresenceStore {
     this.ttlMs = opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
     this.renewMs = Math.floor(this.ttlMs / 3);
     this.rescanMs = opts.rescanMs ?? DEFAULT_RESCAN_MS;
+    this.renewals = new Rounds(() => this.renewRound(), this.renewMs);
+    this.work = new Rounds(() => this.tick(), this.renewMs);
     const shardCount = opts.shards ?? 1;
     // The config schema validates these for operators; this guards other callers against a busy loop.
     assert(opts.gatewayId !== '', 'gatewayId must not be empty');
@@ -125,6 +127,7 @@ export class RedisPresence implements PresenceStore {
         return run;
       },
       kick: () => void this.kick(),
+      renewNow: () => void this.renewals.kick(),
       serial: (field, fn) => this.serial(field, fn),
       busy: (field) => this.chains.has(field),
       layoutMismatch: (stored) => this.setMismatch(stored, shardCount),
@@ -147,12 +150,13 @@ export class RedisPresence implements PresenceStore {
     this.main.on('ready', () => {
       this.scriptsLoaded = false;
       for (const s of this.shards) s.reconnected();
+      void this.renewals.kick();
       void this.kick();
     });
     if (topologyOf(this.target) === 'cluster') {
       // The node map changed (a slot moved, a replica was promoted): the renewal checks the terms at once.
-      this.main.on('+node', () => void this.kick());
-      this.main.on('-node', () => void this.kick());
+      this.main.on('+node', () => void this.renewals.kick());
+      this.main.on('-node', () => void this.renewals.kick());
     }
     this.main.on('error', (err: Error) => this.setOffline(err));
     keepConnecting(this.main, () => !this.closed);
@@ -176,6 +180,9 @@ export class RedisPresence implements PresenceStore {
     ]);
     clearTimeout(waited);
     if (this.main.status !== 'ready' && this.problem === undefined) this.setOffline(new Error(`not connected yet (${this.main.status})`));
+    // A first renewal in every shard (a disagreeing shard count shows in shard 0), then the mirror's load.
+    await this.renewals.kick();
+    await Promise.all(this.shards.map((s) => s.settled()));
     await this.kick();
     // Joining a fleet that shards otherwise would break fencing: refuse to start (docs/errors.md), leaving
     // no timer or connection behind.
@@ -258,10 +265,9 @@ export class RedisPresence implements PresenceStore {
   async close(opts: { release: boolean }): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    clearTimeout(this.tickTimer);
     clearInterval(this.rescanTimer);
     for (const s of this.shards) s.stop();
-    await Promise.allSettled([this.ticking, ...this.shards.map((s) => s.settled()), ...this.chains.values()]);
+    await Promise.allSettled([this.renewals.stop(), this.work.stop(), ...this.shards.map((s) => s.settled()), ...this.chains.values()]);
     if (opts.release && this.main.status === 'ready' && this.mismatch === undefined) {
       try {
         let n = 0;
@@ -293,45 +299,39 @@ export class RedisPresence implements PresenceStore {
     return run;
   }
 
-  /** Runs the background tick now (or once more right after the running one). */
+  /** Runs a round of the shards' work now (or once more right after the running one). */
   private kick(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.ticking !== undefined) {
-      this.tickAgain = true;
-      return this.ticking;
-    }
-    clearTimeout(this.tickTimer);
-    this.ticking = (async () => {
-      do {
-        this.tickAgain = false;
-        await this.tick();
-      } while (this.tickAgain && !this.closed);
-    })().finally(() => {
-      this.ticking = undefined;
-      if (this.closed) return;
-      this.tickTimer = setTimeout(() => void this.kick(), this.renewMs);
-      this.tickTimer.unref();
-    });
-    return this.ticking;
+    return this.work.kick();
   }
 
   /**
-   * One round in every shard: shard 0 first (see below), then the others side by side; their scans run one
-   * at a time. The next round waits for the slowest (docs/presence.md, Timing).
+   * One renewal in every shard: shard 0 first (see below), then the others side by side. Those are not
+   * awaited: the next round starts TTL/3 after shard 0's renewal, so a shard whose master hangs delays no
+   * other shard's renewal (its own next one starts once it has failed; docs/presence.md, Timing).
    */
-  private async tick(): Promise<void> {
-    if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
+  private async renewRound(): Promise<void> {
     if (this.main.status !== 'ready') return;
     if (!this.scriptsLoaded) await this.loadScripts();
     // Every gateway renews in shard 0, whatever its shard count, so a disagreeing count shows there; until
     // it agrees no other shard is touched (a shard a peer never reads must get no lease, term or record).
-    const first = await this.shards[0]!.tick();
-    const rounds = first === 'mismatch' ? [first] : [first, ...(await Promise.all(this.shards.slice(1).map((s) => s.tick())))];
-    if (rounds.includes('again')) this.tickAgain = true;
-    if (this.mismatch !== undefined && rounds.every((r) => r === 'done' || r === 'again')) {
+    const first = await this.shards[0]!.renew();
+    if (first === 'mismatch') return;
+    const others = this.shards.slice(1).map((s) => s.renew());
+    if (this.mismatch === undefined) return;
+    const rounds = [first, ...(await Promise.all(others))];
+    if (rounds.every((r) => r === 'done')) {
       this.log.info({ shards: this.shards.length }, 'presence shard count agrees with the live gateways again; writing to Redis');
       this.mismatch = undefined;
+      void this.kick();
     }
+  }
+
+  /** One round of every shard's other work, side by side; their scans run one at a time. */
+  private async tick(): Promise<void> {
+    if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
+    if (this.main.status !== 'ready' || this.mismatch !== undefined) return;
+    if (!this.scriptsLoaded) await this.loadScripts();
+    await Promise.all(this.shards.map((s) => s.tick()));
   }
 
   /**
