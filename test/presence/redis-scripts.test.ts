@@ -200,6 +200,27 @@ describe('renew', () => {
     expect(stats).not.toMatch(/cmdstat_hgetall|cmdstat_hdel/);
     expect(Number(/cmdstat_hset:calls=(\d+)/.exec(stats)?.[1])).toBe(1);
   });
+
+  it('reads the live leases once: one range read and one HGET per live gateway, and returns them all', async () => {
+    for (const gw of ['B', 'C', 'D', 'E']) await renew(gw);
+    await renew('A');
+    await redis.config('RESETSTAT');
+    const [now, , , , leases] = (await renew('A')) as [number, number, number, number, string[]];
+    const stats = await redis.info('commandstats');
+    const calls = (cmd: string): number => Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+    // One ZRANGEBYSCORE of the live leases and one of the long-expired ones to forget.
+    expect(calls('zrangebyscore')).toBe(2);
+    expect(calls('hget')).toBe(5);
+    expect(calls('zscore')).toBe(0);
+    const byId = new Map(Array.from({ length: leases.length / 3 }, (_, j) => [leases[3 * j]!, [Number(leases[3 * j + 1]) - now, JSON.parse(leases[3 * j + 2]!) as { i: string }]] as const));
+    expect([...byId.keys()].sort()).toEqual(['A', 'B', 'C', 'D', 'E']);
+    // This gateway's own entry is the lease just written.
+    expect(byId.get('A')?.[0]).toBe(5000);
+    expect(byId.get('A')?.[1].i).toBe('A-inc');
+    // A first renewal (no live lease yet) returns its lease too.
+    const [now2, , , , fresh] = (await renew('F')) as [number, number, number, number, string[]];
+    expect(fresh.slice(-3, -1)).toEqual(['F', String(now2 + 5000)]);
+  });
 });
 
 describe('collect', () => {

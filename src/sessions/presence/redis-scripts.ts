@@ -162,27 +162,30 @@ const RENEW = `
 local gw, inc, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
 local shards = tonumber(ARGV[7])
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
-  local peer = id ~= gw and redis.call('HGET', KEYS[2], id)
-  local k = shards
-  if peer then
+-- The live leases are read once: checked for the shard count here, returned below (with this gateway's
+-- own entry as written now).
+local live = live_gateways(now)
+local own
+for j = 1, #live, 3 do
+  if live[j] == gw then
+    own = j
+  else
     -- A value that is not our JSON (or a k that is not a count) says nothing about the layout: skip it
     -- rather than let one bad field fail every gateway's renewal in this shard.
-    local ok, o = pcall(cjson.decode, peer)
+    local k = shards
+    local ok, o = pcall(cjson.decode, live[j + 2])
     if ok and type(o) == 'table' then
       k = o.k == nil and 1 or tonumber(o.k)
       if k == nil or k < 1 or k % 1 ~= 0 then k = shards end
     end
+    if k ~= shards then return {now, 0, 0, 0, {}, k, -1} end
   end
-  if k ~= shards then return {now, 0, 0, 0, {}, k, -1} end
 end
-local prev = redis.call('ZSCORE', KEYS[1], gw)
-local prev_inc = incarnation_of(gw)
-local was_live = prev and tonumber(prev) > now
-local lapsed = (not was_live) or prev_inc ~= inc
-local usurped = was_live and prev_inc ~= inc
+local prev_inc = own and live[own + 2] ~= '' and cjson.decode(live[own + 2]).i
+local lapsed = (not own) or prev_inc ~= inc
+local usurped = own and prev_inc ~= inc
 local exp = now + ttl
-local info_changed = redis.call('HGET', KEYS[2], gw) ~= ARGV[5]
+local info_changed = (own and live[own + 2] or redis.call('HGET', KEYS[2], gw)) ~= ARGV[5]
 redis.call('ZADD', KEYS[1], exp, gw)
 redis.call('HSET', KEYS[2], gw, ARGV[5])
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[6]))
@@ -191,9 +194,11 @@ for _, id in ipairs(old) do
   redis.call('HDEL', KEYS[2], id)
 end
 if lapsed or info_changed then publish({op = 'gw', g = gw, x = exp, n = now, info = ARGV[5]}) end
+if not own then own = #live + 1 end
+live[own], live[own + 1], live[own + 2] = gw, fmt(exp), ARGV[5]
 local v = tonumber(redis.call('GET', KEYS[5]) or '0')
 local t = current_term(replication())
-return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live_gateways(now), shards, t or -1}
+return {now, lapsed and 1 or 0, usurped and 1 or 0, v, live, shards, t or -1}
 `;
 
 /**
