@@ -72,10 +72,11 @@ export class RedisPresence implements PresenceStore {
   /** Set while a live peer's lease names another shard count than this gateway's: nothing is written meanwhile. */
   private mismatch: SandgateError | undefined;
   private subscribing: Promise<void> | undefined;
-  /** The SCRIPT LOAD in flight, if any. */
-  private loading: Promise<void> | undefined;
-  /** SCRIPT LOAD was tried on this connection (a failure is not retried: EVALSHA falls back to EVAL). */
-  private scriptsLoaded = false;
+  /**
+   * SCRIPT LOAD on this connection: not tried yet (undefined), in flight, or 'tried' (a failure is not
+   * retried: EVALSHA falls back to EVAL).
+   */
+  private scripts: Promise<void> | 'tried' | undefined;
   /** The tail of the scans in flight: shards renew concurrently but scan one at a time. */
   private scanning: Promise<unknown> = Promise.resolve();
   private readonly commandTimeoutMs: number;
@@ -148,7 +149,7 @@ export class RedisPresence implements PresenceStore {
   async start(): Promise<void> {
     this.log.info({ redis: describeRedisTarget(this.target), shards: this.shards.length }, 'presence store connecting');
     this.main.on('ready', () => {
-      this.scriptsLoaded = false;
+      this.scripts = undefined;
       for (const s of this.shards) s.reconnected();
       void this.renewals.kick();
       void this.kick();
@@ -311,7 +312,7 @@ export class RedisPresence implements PresenceStore {
    */
   private async renewRound(): Promise<void> {
     if (this.main.status !== 'ready') return;
-    if (!this.scriptsLoaded) await this.loadScripts();
+    if (this.scripts !== 'tried') await this.loadScripts();
     // Every gateway renews in shard 0, whatever its shard count, so a disagreeing count shows there; until
     // it agrees no other shard is touched (a shard a peer never reads must get no lease, term or record).
     const first = await this.shards[0]!.renew();
@@ -330,7 +331,7 @@ export class RedisPresence implements PresenceStore {
   private async tick(): Promise<void> {
     if (this.subProblem !== undefined && this.sub.status === 'ready') void this.subscribe();
     if (this.main.status !== 'ready' || this.mismatch !== undefined) return;
-    if (!this.scriptsLoaded) await this.loadScripts();
+    if (this.scripts !== 'tried') await this.loadScripts();
     await Promise.all(this.shards.map((s) => s.tick()));
   }
 
@@ -340,13 +341,15 @@ export class RedisPresence implements PresenceStore {
    * once (runScript), and the shard rounds report whatever is really wrong with the connection.
    */
   private loadScripts(): Promise<void> {
-    this.loading ??= loadScripts(this.main, Object.values(SCRIPTS))
+    if (this.scripts instanceof Promise) return this.scripts;
+    const load: Promise<void> = loadScripts(this.main, Object.values(SCRIPTS))
       .catch((err: unknown) => this.log.debug({ err: errorText(err) }, 'presence scripts not preloaded; EVALSHA falls back to EVAL'))
       .finally(() => {
-        this.scriptsLoaded = true;
-        this.loading = undefined;
+        // A reconnect meanwhile reset it: that connection still needs its own load.
+        if (this.scripts === load) this.scripts = 'tried';
       });
-    return this.loading;
+    this.scripts = load;
+    return load;
   }
 
   private setMismatch(stored: number, mine: number): void {
