@@ -36,6 +36,9 @@ export interface RedisPresenceOptions {
 export const DEFAULT_LEASE_TTL_MS = 10_000;
 export const DEFAULT_RESCAN_MS = 30_000;
 
+/** The queue key of the scans (shards scan one at a time); never a sandbox's, which always holds a '/'. */
+const SCANS = 'scans';
+
 /** Creates the Redis presence store; call start() to connect and load the mirror. */
 export function createRedisPresence(opts: RedisPresenceOptions): RedisPresence {
   return new RedisPresence(opts);
@@ -65,7 +68,10 @@ export class RedisPresence implements PresenceStore {
   private readonly peers: PeerLeases;
   private readonly changes = new ListenerSet<[string, string, PresenceRecord | undefined]>();
   private readonly losses = new ListenerSet<[PresenceRecord]>();
-  /** Per-sandbox queue, so a claim, a release and a re-assert of one sandbox never interleave. */
+  /**
+   * Per-sandbox queue, so a claim, a release and a re-assert of one sandbox never interleave; the scans
+   * queue under SCANS.
+   */
   private readonly chains = new Map<string, Promise<unknown>>();
   private problem: string | undefined;
   private subProblem: string | undefined = 'presence store subscription not started';
@@ -77,8 +83,6 @@ export class RedisPresence implements PresenceStore {
    * retried: EVALSHA falls back to EVAL).
    */
   private scripts: Promise<void> | 'tried' | undefined;
-  /** The tail of the scans in flight: shards renew concurrently but scan one at a time. */
-  private scanning: Promise<unknown> = Promise.resolve();
   private readonly commandTimeoutMs: number;
   private readonly renewals: Rounds;
   private readonly work: Rounds;
@@ -122,11 +126,7 @@ export class RedisPresence implements PresenceStore {
       offline: () => this.closed || this.problem !== undefined,
       setOnline: () => this.setOnline(),
       loadScripts: () => this.loadScripts(),
-      oneScanAtATime: (fn) => {
-        const run = this.scanning.then(fn, fn);
-        this.scanning = run.catch(() => undefined);
-        return run;
-      },
+      oneScanAtATime: (fn) => this.serial(SCANS, fn),
       kick: () => void this.kick(),
       renewNow: () => void this.renewals.kick(),
       serial: (field, fn) => this.serial(field, fn),
@@ -290,12 +290,13 @@ export class RedisPresence implements PresenceStore {
     return !this.closed && this.problem === undefined && this.mismatch === undefined && this.main.status === 'ready';
   }
 
-  private serial<T>(field: string, fn: () => Promise<T>): Promise<T> {
-    const run = (this.chains.get(field) ?? Promise.resolve()).then(fn, fn);
+  /** Runs `fn` after everything queued earlier under `key` (a sandbox's field, or SCANS). */
+  private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const run = (this.chains.get(key) ?? Promise.resolve()).then(fn, fn);
     const tail = run.catch(() => undefined);
-    this.chains.set(field, tail);
+    this.chains.set(key, tail);
     void tail.then(() => {
-      if (this.chains.get(field) === tail) this.chains.delete(field);
+      if (this.chains.get(key) === tail) this.chains.delete(key);
     });
     return run;
   }
