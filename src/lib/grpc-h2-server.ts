@@ -1,4 +1,4 @@
-import { createServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import { constants, createServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { gunzipSync, inflateSync } from 'node:zlib';
 
@@ -180,7 +180,7 @@ class Call implements ServerCall<unknown, unknown> {
         stream.end();
       } else {
         this.headersSent = true;
-        stream.respond({ ...RESPONSE_HEADERS, ...trailers }, END_STREAM);
+        refuse(stream, { ...RESPONSE_HEADERS, ...trailers });
       }
     }
     if (abort) this.ac?.abort();
@@ -240,6 +240,15 @@ export function percentEncode(s: string): string {
     out += b >= 0x20 && b <= 0x7e && b !== 0x25 ? String.fromCharCode(b) : '%' + b.toString(16).toUpperCase().padStart(2, '0');
   }
   return out;
+}
+
+/**
+ * A complete response before the request is complete: then RST_STREAM NO_ERROR, so the client stops
+ * sending (RFC 9113 §8.1) — a client announcing a 4 GiB message need not be read to its end.
+ */
+function refuse(stream: ServerHttp2Stream, headers: OutgoingHttpHeaders): void {
+  stream.respond(headers, END_STREAM);
+  if (!stream.readableEnded) stream.close(constants.NGHTTP2_NO_ERROR);
 }
 
 function onDeadline(call: Call): void {
@@ -451,18 +460,18 @@ export class GrpcH2Server {
     stream.on('error', ignore);
     // PROTOCOL-HTTP2.md: gRPC is POST with content-type application/grpc[+format][;params].
     if (headers[':method'] !== 'POST') {
-      stream.respond({ ':status': 405, allow: 'POST' }, END_STREAM);
+      refuse(stream, { ':status': 405, allow: 'POST' });
       return;
     }
     const type = headers['content-type'];
     if (type === undefined || !(type === 'application/grpc' || type.startsWith('application/grpc+') || type.startsWith('application/grpc;'))) {
-      stream.respond({ ':status': 415 }, END_STREAM);
+      refuse(stream, { ':status': 415 });
       return;
     }
     const path = headers[':path'] ?? '';
     const method = this.methods.get(path);
     if (method === undefined) {
-      stream.respond({ ...RESPONSE_HEADERS, 'grpc-status': String(GrpcStatus.UNIMPLEMENTED), 'grpc-message': percentEncode(`The server does not implement the method ${path}`) }, END_STREAM);
+      refuse(stream, { ...RESPONSE_HEADERS, 'grpc-status': String(GrpcStatus.UNIMPLEMENTED), 'grpc-message': percentEncode(`The server does not implement the method ${path}`) });
       return;
     }
     const encoding = headers['grpc-encoding'];
