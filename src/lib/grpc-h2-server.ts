@@ -479,8 +479,8 @@ export class GrpcH2Server {
     stream[kCall] = call;
     stream.on('data', onData);
     stream.on('end', onEnd);
-    stream.once('close', onClose);
-    stream.once('wantTrailers', onWantTrailers);
+    stream.on('close', onClose);
+    stream.on('wantTrailers', onWantTrailers);
     const timeout = headers['grpc-timeout'];
     if (typeof timeout === 'string') {
       const m = TIMEOUT.exec(timeout);
