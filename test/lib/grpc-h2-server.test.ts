@@ -1,5 +1,6 @@
 import { connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import { deflateSync, gzipSync } from 'node:zlib';
+import { service as healthService } from 'grpc-health-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
 import { GrpcH2Server, GrpcStatus, MAX_RECEIVE_MESSAGE_BYTES, percentEncode, type ServerCall } from '../../src/lib/grpc-h2-server.js';
@@ -361,6 +362,22 @@ describe('GrpcH2Server (raw HTTP/2 client)', () => {
     const server = await ask('');
     expect(messages(server.data)[0]).toEqual(Buffer.from([0x08, 2]));
     expect(statusOf(await ask('other'))).toBe(GrpcStatus.NOT_FOUND);
+  });
+
+  it('health List: every service and its status', async () => {
+    const s = open(connectNow(), HEALTH_PATH + 'List');
+    s.end(frame(Buffer.alloc(0)));
+    const r = await reply(s);
+    expect(statusOf(r)).toBe(GrpcStatus.OK);
+    const list = healthService.List!.responseDeserialize(messages(r.data)[0]!) as { statuses: Record<string, { status: string }> };
+    expect(list.statuses).toEqual({ '': { status: 'NOT_SERVING' }, known: { status: 'SERVING' } });
+  });
+
+  it('answers HTTP/2 pings (Envoy keeps connections and pings them)', async () => {
+    const sess = connectNow();
+    await new Promise((resolve) => sess.once('connect', resolve));
+    const err = await new Promise<Error | null>((resolve) => sess.ping((e) => resolve(e)));
+    expect(err).toBeNull();
   });
 
   it('health Watch: the status now, each change, SERVICE_UNKNOWN then updates for an unknown service; a second request message is UNIMPLEMENTED', async () => {
