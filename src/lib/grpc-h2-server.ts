@@ -16,7 +16,6 @@ import { gunzipSync, inflateSync } from 'node:zlib';
 /** gRPC status codes (grpc/doc/statuscodes.md). */
 export const GrpcStatus = {
   OK: 0,
-  CANCELLED: 1,
   UNKNOWN: 2,
   DEADLINE_EXCEEDED: 4,
   NOT_FOUND: 5,
@@ -47,8 +46,6 @@ export interface ServerCall<Req, Res> {
    * server was forced down. Made on first read, so calls that never wait pay nothing for it.
    */
   readonly signal: AbortSignal;
-  /** Whether the call has ended (by either side). */
-  readonly ended: boolean;
   /** Sends one response message (a server-streaming or bidi call). */
   write(message: Res): void;
   /** Ends the call with status OK, after `last` if given (a unary call's answer). */
@@ -137,10 +134,6 @@ class Call implements ServerCall<unknown, unknown> {
       if (this.state === State.Ended) this.ac.abort();
     }
     return this.ac.signal;
-  }
-
-  get ended(): boolean {
-    return this.state === State.Ended;
   }
 
   write(message: unknown): void {

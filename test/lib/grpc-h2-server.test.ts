@@ -338,7 +338,6 @@ describe('GrpcH2Server (raw HTTP/2 client)', () => {
     const aborted = new Promise((resolve) => signal.addEventListener('abort', resolve));
     s.close(constants.NGHTTP2_CANCEL);
     await aborted;
-    expect(held[0]!.ended).toBe(true);
   });
 
   it('a dropped connection aborts the signal of a held call', async () => {
