@@ -170,7 +170,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const gatewayId = config.gatewayId !== '' ? config.gatewayId : `${hostname()}-${process.pid}`;
   const log = createLogger(config.logLevel, opts.logDestination).child({ gatewayId });
   log.info({ config: redacted(config) }, 'configuration');
-  // grpc-js prints its own errors (a failed bind, twice) on stderr; they belong in the log at debug.
+  // grpc-js (the client of remote drivers) prints its own errors on stderr; they belong in the log at debug.
   const grpcLog = log.child({ part: 'grpc' });
   setLogger({ error: (...a: unknown[]) => grpcLog.debug(a.join(' ')), info: (...a: unknown[]) => grpcLog.debug(a.join(' ')), debug: (...a: unknown[]) => grpcLog.debug(a.join(' ')) });
 

@@ -5,13 +5,10 @@ import { SandgateError } from '../domain/errors.js';
  * cause — `--proxy-port 8080 is already in use (address 0.0.0.0:8080)` — instead of a stack trace.
  */
 
-/** The system error code of a failed bind: `err.code`, or (grpc-js folds it into its message) the first `E…` word. */
+/** The system error code of a failed bind or host lookup (`EADDRINUSE`, `ENOTFOUND`, …). */
 function errnoOf(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | undefined)?.code;
-  if (typeof code === 'string') return code;
-  const m = /\b(E[A-Z]{3,})\b/.exec(String((err as Error | undefined)?.message ?? err));
-  if (m !== null) return m[1];
-  return /Name resolution failed/.test(String((err as Error | undefined)?.message)) ? 'ENOTFOUND' : undefined;
+  return typeof code === 'string' ? code : undefined;
 }
 
 /** `listen_failed` for a listener (`--proxy-port`) that could not bind `host:port`. */

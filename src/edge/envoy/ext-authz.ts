@@ -1,7 +1,7 @@
-import { type sendUnaryData, type ServerUnaryCall, type UntypedServiceImplementation } from '@grpc/grpc-js';
-import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
+import { deny, type Allow, type Deny } from '../../domain/decide.js';
 import { GRPC_STATUS } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
+import type { UnaryHandler } from '../../lib/grpc-h2-server.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
@@ -77,26 +77,21 @@ export function deniedResponse(d: Deny, accept: string | undefined): object {
   };
 }
 
-export function extAuthzService(decider: Decider, opts: DoorOptions, log: Logger): UntypedServiceImplementation {
-  const answer = (cb: sendUnaryData<object>, d: Decision, req: RouteRequest): void => {
-    cb(null, d.allow ? allowResponse(d, opts, req) : deniedResponse(d, req.headers.accept));
-  };
-  return {
-    Check(call: ServerUnaryCall<CheckRequest, object>, cb: sendUnaryData<object>): void {
-      let req: RouteRequest | undefined;
-      try {
-        req = checkRequestToRoute(call.request);
-        const r = req;
-        const abortOn = (): AbortSignal => {
-          const ac = new AbortController();
-          call.once('cancelled', () => ac.abort());
-          return ac.signal;
-        };
-        void decider.decideAndAnswer('ext_authz', r, abortOn, (d) => answer(cb, d, r));
-      } catch (err) {
-        log.error({ err }, 'ext_authz Check failed');
-        cb(null, deniedResponse(deny('internal_error'), req?.headers.accept));
-      }
-    },
+export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger): UnaryHandler<CheckRequest, object> {
+  return (call) => {
+    let req: RouteRequest | undefined;
+    try {
+      req = checkRequestToRoute(call.request);
+      const r = req;
+      void decider.decideAndAnswer(
+        'ext_authz',
+        r,
+        () => call.signal,
+        (d) => call.end(d.allow ? allowResponse(d, opts, r) : deniedResponse(d, r.headers.accept)),
+      );
+    } catch (err) {
+      log.error({ err }, 'ext_authz Check failed');
+      call.end(deniedResponse(deny('internal_error'), req?.headers.accept));
+    }
   };
 }

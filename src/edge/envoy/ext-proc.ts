@@ -1,6 +1,6 @@
-import type { ServerDuplexStream, UntypedServiceImplementation } from '@grpc/grpc-js';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
+import type { BidiHandler } from '../../lib/grpc-h2-server.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
@@ -88,59 +88,45 @@ function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): obj
   return d.allow ? allowMessage(d, opts, req) : denyMessage(d, req.headers.accept);
 }
 
-export function extProcService(decider: Decider, opts: DoorOptions, log: Logger): UntypedServiceImplementation {
-  return {
-    Process(call: ServerDuplexStream<ProcessingRequest, object>): void {
-      let ac: AbortController | undefined;
-      // Answers must leave in request order; a readiness wait holds later answers behind it.
-      let queue: Promise<void> | undefined;
-      let done = false;
-      const send = (msg: object): void => {
-        if (!done) call.write(msg);
-      };
-      const handle = (msg: ProcessingRequest): Promise<void> | undefined => {
-        if (msg.request !== 'request_headers') {
-          send((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
-          return undefined;
-        }
-        let req: RouteRequest | undefined;
-        try {
-          req = headersToRoute(msg.request_headers?.headers?.headers);
-          const r = req;
-          return decider.decideAndAnswer('ext_proc', r, () => (ac ??= new AbortController()).signal, (d) => send(decisionMessage(d, opts, r)));
-        } catch (err) {
-          log.error({ err }, 'ext_proc request_headers failed');
-          send(denyMessage(deny('internal_error'), req?.headers.accept));
-          return undefined;
-        }
-      };
-      const track = (p: Promise<void>): void => {
-        const q: Promise<void> = p.finally(() => {
-          if (queue === q) queue = undefined;
-        });
-        queue = q;
-      };
-      call.on('data', (msg: ProcessingRequest) => {
+export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger): BidiHandler<ProcessingRequest, object> {
+  return (call) => {
+    // Answers must leave in request order; a readiness wait holds later answers behind it. Once the call
+    // has ended (Envoy reset it, the deadline passed) call.write does nothing and call.signal has aborted.
+    let queue: Promise<void> | undefined;
+    const send = (msg: object): void => call.write(msg);
+    const handle = (msg: ProcessingRequest): Promise<void> | undefined => {
+      if (msg.request !== 'request_headers') {
+        send((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
+        return undefined;
+      }
+      let req: RouteRequest | undefined;
+      try {
+        req = headersToRoute(msg.request_headers?.headers?.headers);
+        const r = req;
+        return decider.decideAndAnswer('ext_proc', r, () => call.signal, (d) => send(decisionMessage(d, opts, r)));
+      } catch (err) {
+        log.error({ err }, 'ext_proc request_headers failed');
+        send(denyMessage(deny('internal_error'), req?.headers.accept));
+        return undefined;
+      }
+    };
+    const track = (p: Promise<void>): void => {
+      const q: Promise<void> = p.finally(() => {
+        if (queue === q) queue = undefined;
+      });
+      queue = q;
+    };
+    return {
+      message(msg) {
         if (queue !== undefined) return track(queue.then(() => handle(msg)));
         const p = handle(msg);
         if (p !== undefined) track(p);
-      });
-      const finish = (): void => {
-        if (done) return;
-        done = true;
-        ac?.abort();
-      };
-      call.on('end', () => {
+      },
+      halfClose() {
         // Envoy half-closed: answer what is in flight, then close our side.
-        const close = (): void => {
-          if (!done) call.end();
-          finish();
-        };
-        if (queue === undefined) close();
-        else void queue.then(close);
-      });
-      call.on('cancelled', finish);
-      call.on('error', finish);
-    },
+        if (queue === undefined) call.end();
+        else void queue.then(() => call.end());
+      },
+    };
   };
 }
