@@ -1,10 +1,10 @@
-import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { loadSync } from '@grpc/proto-loader';
 import { GrpcStatus, type GrpcH2Server, type MethodDefinition, type ServerCall } from './grpc-h2-server.js';
-import { packageRoot } from './package-root.js';
 
 /**
- * `grpc.health.v1.Health` (proto/grpc/health/v1/health.proto, gRPC's health-checking protocol) on a
+ * `grpc.health.v1.Health` (gRPC's health-checking protocol; its .proto as the grpc-health-check package ships it) on a
  * GrpcH2Server, with the semantics of grpc-health-check's HealthImplementation: Check answers a known
  * service's status and NOT_FOUND for any other; Watch sends the current status (SERVICE_UNKNOWN for an
  * unknown service) and then every change until the client goes away; List answers every status.
@@ -32,13 +32,14 @@ interface HealthMethods {
 
 /** grpc-health-check's loader options; `defaults` makes an absent service name "" (the server as a whole). */
 function healthMethods(): HealthMethods {
-  const pkg = loadSync('grpc/health/v1/health.proto', {
+  const root = join(dirname(createRequire(import.meta.url).resolve('grpc-health-check')), '..', '..', 'proto');
+  const pkg = loadSync('health/v1/health.proto', {
     keepCase: true,
     longs: String,
     enums: String,
     defaults: true,
     oneofs: true,
-    includeDirs: [join(packageRoot(), 'proto')],
+    includeDirs: [root],
   });
   return pkg['grpc.health.v1.Health'] as unknown as HealthMethods;
 }
