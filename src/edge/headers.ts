@@ -41,23 +41,14 @@ export interface DoorOptions {
   /** The header that carries the decided upstream (always overwritten, never taken from a client). */
   readonly upstreamHeader: string;
   /** Lower-case request headers never forwarded to a sandbox: the routing headers plus credentials. */
-  readonly removeHeaders: readonly string[];
+  readonly removeHeaders: ReadonlySet<string>;
   /** Mints the target-bound credential a relay decision carries to a relay listener (docs/relay.md). */
   readonly relay: RelayCredentials;
 }
 
 /** The routing headers, plus `credentials`: what a door removes before a request reaches the sandbox. */
-export function removedHeaders(credentials: readonly string[]): readonly string[] {
-  return [...new Set([...ROUTING_HEADERS, ...credentials.map((h) => h.toLowerCase())])];
-}
-
-/** The headers of `names` present in a request (no allocation when none is). */
-export function presentHeaders(headers: HeaderMap, names: readonly string[]): string[] | undefined {
-  let out: string[] | undefined;
-  for (const name of names) {
-    if (headers[name] !== undefined) (out ??= []).push(name);
-  }
-  return out;
+export function removedHeaders(credentials: readonly string[]): ReadonlySet<string> {
+  return new Set([...ROUTING_HEADERS, ...credentials.map((h) => h.toLowerCase())]);
 }
 
 /** Every request header with this prefix is the gateways' own namespace: never passed on from a client (docs/tenancy.md). */
@@ -67,12 +58,12 @@ export const GATEWAY_HEADER_PREFIX = 'x-sandgate-';
  * The request headers a door tells Envoy to remove before the sandbox sees the request: those of `names`
  * present (routing headers, credentials), plus every client-sent `x-sandgate-*` header — a sandbox may
  * trust the gateways' namespace — except the ones this answer sets itself (`set`, which it overwrites).
- * No allocation when there is nothing to remove.
+ * One pass over the request's headers, in their order; no allocation when there is nothing to remove.
  */
-export function headersToRemove(headers: HeaderMap, names: readonly string[], set: readonly string[]): string[] | undefined {
-  let out = presentHeaders(headers, names);
+export function headersToRemove(headers: HeaderMap, names: ReadonlySet<string>, set: readonly string[]): string[] | undefined {
+  let out: string[] | undefined;
   for (const k in headers) {
-    if (k.startsWith(GATEWAY_HEADER_PREFIX) && !set.includes(k) && out?.includes(k) !== true) (out ??= []).push(k);
+    if (names.has(k) || (k.startsWith(GATEWAY_HEADER_PREFIX) && !set.includes(k))) (out ??= []).push(k);
   }
   return out;
 }

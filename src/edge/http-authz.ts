@@ -52,7 +52,7 @@ function checkedRoute(req: IncomingMessage, route: RouteRequest): RouteRequest |
 }
 
 export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
-  const answer = (res: ServerResponse, d: Decision, req: RouteRequest): void => {
+  const answer = (d: Decision, req: RouteRequest, res: ServerResponse): void => {
     if (res.destroyed) return;
     if (d.allow) {
       // One flat list handed to writeHead: with no setHeader() before it, Node writes the list as it is
@@ -76,7 +76,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
   return function handleAuthz(req: IncomingMessage, res: ServerResponse): void {
     const parsed = httpAuthzRoute(req);
     const route = checkedRoute(req, parsed);
-    if (isDeny(route)) return answer(res, route, parsed);
-    void decider.decideAndAnswer('http_authz', route, () => abortOnClose(res), (d) => answer(res, d, route));
+    if (isDeny(route)) return answer(route, parsed, res);
+    void decider.decideAndAnswer('http_authz', route, res, abortOnClose, answer);
   };
 }

@@ -60,6 +60,11 @@ export interface BidiListener<Req> {
   halfClose(): void;
 }
 
+/** A call's abort signal: a function made once, for APIs that take one instead of a closure per call. */
+export function callSignal(call: { readonly signal: AbortSignal }): AbortSignal {
+  return call.signal;
+}
+
 export type UnaryHandler<Req, Res> = (call: ServerCall<Req, Res>) => void;
 export type BidiHandler<Req, Res> = (call: ServerCall<undefined, Res>) => BidiListener<Req>;
 

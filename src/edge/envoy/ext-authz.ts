@@ -1,7 +1,7 @@
-import { deny, type Allow, type Deny } from '../../domain/decide.js';
+import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import { GRPC_STATUS } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import type { UnaryHandler } from '../../lib/grpc-h2-server.js';
+import { callSignal, type ServerCall, type UnaryHandler } from '../../lib/grpc-h2-server.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
@@ -78,17 +78,13 @@ export function deniedResponse(d: Deny, accept: string | undefined): object {
 }
 
 export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger): UnaryHandler<CheckRequest, object> {
+  const answer = (d: Decision, r: RouteRequest, call: ServerCall<CheckRequest, object>): void =>
+    call.end(d.allow ? allowResponse(d, opts, r) : deniedResponse(d, r.headers.accept));
   return (call) => {
     let req: RouteRequest | undefined;
     try {
       req = checkRequestToRoute(call.request);
-      const r = req;
-      void decider.decideAndAnswer(
-        'ext_authz',
-        r,
-        () => call.signal,
-        (d) => call.end(d.allow ? allowResponse(d, opts, r) : deniedResponse(d, r.headers.accept)),
-      );
+      void decider.decideAndAnswer('ext_authz', req, call, callSignal, answer);
     } catch (err) {
       log.error({ err }, 'ext_authz Check failed');
       call.end(deniedResponse(deny('internal_error'), req?.headers.accept));

@@ -1,6 +1,6 @@
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import type { BidiHandler } from '../../lib/grpc-h2-server.js';
+import { callSignal, type BidiHandler, type ServerCall } from '../../lib/grpc-h2-server.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
@@ -89,6 +89,7 @@ function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): obj
 }
 
 export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger): BidiHandler<ProcessingRequest, object> {
+  const answer = (d: Decision, r: RouteRequest, call: ServerCall<undefined, object>): void => call.write(decisionMessage(d, opts, r));
   return (call) => {
     // Answers must leave in request order; a readiness wait holds later answers behind it. Once the call
     // has ended (Envoy reset it, the deadline passed) call.write does nothing and call.signal has aborted.
@@ -102,8 +103,7 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger)
       let req: RouteRequest | undefined;
       try {
         req = headersToRoute(msg.request_headers?.headers?.headers);
-        const r = req;
-        return decider.decideAndAnswer('ext_proc', r, () => call.signal, (d) => send(decisionMessage(d, opts, r)));
+        return decider.decideAndAnswer('ext_proc', req, call, callSignal, answer);
       } catch (err) {
         log.error({ err }, 'ext_proc request_headers failed');
         send(denyMessage(deny('internal_error'), req?.headers.accept));

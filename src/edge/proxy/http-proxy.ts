@@ -104,7 +104,7 @@ export class EmbeddedProxy {
 
   /** Decides, waiting through a readiness gap while the client is still there. */
   private decideFor(route: RouteRequest, gone: { once(event: 'close', fn: () => void): unknown }, then: (d: Decision) => void): void {
-    void this.decider.decideAndAnswer('proxy', route, () => abortOnClose(gone), then);
+    void this.decider.decideAndAnswer('proxy', route, gone, abortOnClose, then);
   }
 
   private request(req: IncomingMessage, res: ServerResponse): void {
