@@ -410,14 +410,20 @@ describe('GrpcH2Server (raw HTTP/2 client)', () => {
   });
 });
 
+/** A server whose Check handler holds every call (in `held`), and a client connection to it. */
+async function holdingServer() {
+  const held: ServerCall<unknown, unknown>[] = [];
+  const server = new GrpcH2Server({ onHandlerError: () => {} });
+  server.addUnary(CHECK, (call) => void held.push(call as ServerCall<unknown, unknown>));
+  const port = await server.listen('127.0.0.1', 0);
+  const session = connect(`http://127.0.0.1:${port}`);
+  session.on('error', () => {});
+  return { held, server, port, session };
+}
+
 describe('GrpcH2Server.close', () => {
   it('graceful: refuses new connections and streams, lets the call in flight finish, then resolves', async () => {
-    const held: ServerCall<unknown, unknown>[] = [];
-    const server = new GrpcH2Server({ onHandlerError: () => {} });
-    server.addUnary(CHECK, (call) => void held.push(call as ServerCall<unknown, unknown>));
-    const port = await server.listen('127.0.0.1', 0);
-    const session = connect(`http://127.0.0.1:${port}`);
-    session.on('error', () => {});
+    const { held, server, port, session } = await holdingServer();
     try {
       const inFlight = open(session, CHECK_PATH);
       inFlight.end(frame(checkRequest('hold')));
@@ -442,12 +448,7 @@ describe('GrpcH2Server.close', () => {
   });
 
   it('after the grace period: destroys the connections and the held call aborts', async () => {
-    const held: ServerCall<unknown, unknown>[] = [];
-    const server = new GrpcH2Server({ onHandlerError: () => {} });
-    server.addUnary(CHECK, (call) => void held.push(call as ServerCall<unknown, unknown>));
-    const port = await server.listen('127.0.0.1', 0);
-    const session = connect(`http://127.0.0.1:${port}`);
-    session.on('error', () => {});
+    const { held, server, session } = await holdingServer();
     const s = open(session, CHECK_PATH);
     s.end(frame(checkRequest('hold')));
     const answered = reply(s);
