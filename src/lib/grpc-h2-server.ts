@@ -5,9 +5,10 @@ import { gunzipSync, inflateSync } from 'node:zlib';
 /**
  * A small gRPC server on node:http2 (gRPC's PROTOCOL-HTTP2.md): unary, server-streaming and bidi methods,
  * with the message codecs of a @grpc/proto-loader service definition. It answers each case with the status
- * grpc-js's Server gives (server.js, server-interceptors.js) and costs less CPU per call: one listener set
- * per stream with shared functions, one Buffer per outgoing message, a Buffer.concat only when a message
- * spans DATA frames.
+ * grpc-js's Server gives (server.js, server-interceptors.js) — except a non-POST request (HTTP 405; grpc-js
+ * checks no method) and a stream ending mid-message (INTERNAL; grpc-js drops the part and answers
+ * UNIMPLEMENTED) — and costs less CPU per call: one listener set per stream with shared functions, one
+ * Buffer per outgoing message, a Buffer.concat only when a message spans DATA frames.
  *
  * Not carried over from grpc-js: response compression (grpc-js sends none either), client-streaming
  * methods, custom metadata, keepalive pings from the server (nghttp2 answers the client's pings).

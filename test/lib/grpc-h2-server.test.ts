@@ -330,23 +330,16 @@ describe('GrpcH2Server (raw HTTP/2 client)', () => {
     expect(statusOf(await reply(s))).toBe(GrpcStatus.INTERNAL);
   });
 
-  it('a client RST_STREAM aborts the signal of a held call', async () => {
+  it.each([
+    ['a client RST_STREAM', (s: ClientHttp2Stream) => s.close(constants.NGHTTP2_CANCEL)],
+    ['a dropped connection', () => session.destroy()],
+  ])('%s aborts the signal of a held call', async (_what, end) => {
     const s = open(connectNow(), CHECK_PATH);
     s.end(frame(checkRequest('hold')));
     await eventually(() => held.length === 1, 5000, 'the call to reach the handler');
     const signal = held[0]!.signal;
     const aborted = new Promise((resolve) => signal.addEventListener('abort', resolve));
-    s.close(constants.NGHTTP2_CANCEL);
-    await aborted;
-  });
-
-  it('a dropped connection aborts the signal of a held call', async () => {
-    const s = open(connectNow(), CHECK_PATH);
-    s.end(frame(checkRequest('hold')));
-    await eventually(() => held.length === 1, 5000, 'the call to reach the handler');
-    const signal = held[0]!.signal;
-    const aborted = new Promise((resolve) => signal.addEventListener('abort', resolve));
-    session.destroy();
+    end(s);
     await aborted;
   });
 

@@ -94,10 +94,9 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger)
     // Answers must leave in request order; a readiness wait holds later answers behind it. Once the call
     // has ended (Envoy reset it, the deadline passed) call.write does nothing and call.signal has aborted.
     let queue: Promise<void> | undefined;
-    const send = (msg: object): void => call.write(msg);
     const handle = (msg: ProcessingRequest): Promise<void> | undefined => {
       if (msg.request !== 'request_headers') {
-        send((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
+        call.write((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
         return undefined;
       }
       let req: RouteRequest | undefined;
@@ -106,7 +105,7 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger)
         return decider.decideAndAnswer('ext_proc', req, call, callSignal, answer);
       } catch (err) {
         log.error({ err }, 'ext_proc request_headers failed');
-        send(denyMessage(deny('internal_error'), req?.headers.accept));
+        call.write(denyMessage(deny('internal_error'), req?.headers.accept));
         return undefined;
       }
     };
