@@ -78,6 +78,42 @@ describe('embedded proxy', () => {
     expect(r.headers['keep-alive']).not.toBe('timeout=5');
   });
 
+  it('passes response headers as the sandbox sent them (case, duplicates, order, latin1 bytes), without hop-by-hop or Connection-named ones', async () => {
+    // A raw upstream: every byte of the head is chosen here, including a non-ASCII one.
+    const head = Buffer.concat([
+      Buffer.from('HTTP/1.1 201 Created\r\nX-Case-Kept: A\r\nSet-Cookie: a=1\r\nConnection: keep-alive, X-Named\r\nSet-Cookie: b=2\r\nX-Latin: caf'),
+      Buffer.from([0xe9]),
+      Buffer.from('\r\nX-Named: gone\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok'),
+    ]);
+    const raw = createNetServer((socket) => socket.once('data', () => socket.write(head)));
+    await new Promise<void>((r) => raw.listen(0, '127.0.0.1', () => r()));
+    try {
+      const r = await viaProxy(t.gw.proxyPort!, { host: host((raw.address() as AddressInfo).port) });
+      expect([r.status, await text(r)]).toEqual([201, 'ok']);
+      const names = r.res.rawHeaders.filter((_, i) => i % 2 === 0);
+      expect(names.filter((n) => n !== 'Date' && n !== 'Connection' && n !== 'Keep-Alive')).toEqual(['X-Case-Kept', 'Set-Cookie', 'Set-Cookie', 'X-Latin', 'Content-Length']);
+      expect(r.headers['set-cookie']).toEqual(['a=1', 'b=2']);
+      expect(Buffer.from(r.headers['x-latin'] as string, 'latin1')).toEqual(Buffer.from([0x63, 0x61, 0x66, 0xe9]));
+      expect(r.headers['x-named']).toBeUndefined();
+      expect(r.headers['keep-alive']).not.toBe('timeout=5');
+    } finally {
+      raw.close();
+    }
+  });
+
+  it('does not pass on a 1xx (103 Early Hints) before the final response; the final response follows', async () => {
+    const up = await startUpstream((_req, res) => {
+      res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' });
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('final');
+    });
+    try {
+      const r = await viaProxy(t.gw.proxyPort!, { host: host(up.port) });
+      expect([r.status, await text(r)]).toEqual([200, 'final']);
+    } finally {
+      await up.close();
+    }
+  });
+
   it('rewrites the path for path routes', async () => {
     const r = await viaProxy(t.gw.proxyPort!, { host: 'gw.example.com', path: `/sbx/team-a/web/${echo.port}/inner/x?q=2` });
     await text(r);
@@ -264,6 +300,37 @@ describe('embedded proxy', () => {
 });
 
 describe('embedded proxy: per-sandbox connection cap', () => {
+  it('a client that leaves while the response head is awaited aborts the upstream request and gives its slot back', async () => {
+    const upstreamSaw: string[] = [];
+    let arrived = 0;
+    const up = await startUpstream((req, res) => {
+      if (req.url === '/after') return void res.end('after');
+      arrived++;
+      res.on('close', () => upstreamSaw.push(res.writableFinished ? 'finished' : 'closed unanswered'));
+    });
+    const t = await startTestGateway([new TestDriver([snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })])], {
+      maxConnectionsPerSandbox: 1,
+    });
+    try {
+      const host = `${up.port}-web.team-a.localhost`;
+      const held = request({ host: '127.0.0.1', port: t.gw.proxyPort!, path: '/held', headers: { host }, agent: false });
+      held.on('error', () => {});
+      held.end();
+      await eventually(() => arrived === 1, 5000, 'the held request to reach the upstream');
+      const refused = await viaProxy(t.gw.proxyPort!, { host, path: '/after' });
+      expect([refused.status, JSON.parse(await text(refused)).code]).toEqual([429, 'too_many_connections']);
+      held.destroy();
+      // The slot goes back before the upstream request is aborted, so once the upstream sees it go the next request fits.
+      await eventually(() => upstreamSaw.length === 1, 5000, 'the upstream to see the request go');
+      expect(upstreamSaw).toEqual(['closed unanswered']);
+      const next = await viaProxy(t.gw.proxyPort!, { host, path: '/after' });
+      expect([next.status, await text(next)]).toEqual([200, 'after']);
+    } finally {
+      await t.close();
+      await up.close();
+    }
+  });
+
   it('answers 429 too_many_connections past --max-connections-per-sandbox, and frees the slot when a response ends', async () => {
     const held: (() => void)[] = [];
     const up = await startUpstream((_req, res) => held.push(() => res.end('done')));

@@ -93,22 +93,32 @@ export function filterRequestHeaders(raw: readonly string[], drop: ReadonlySet<s
 
 const RESPONSE_DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
 
+/** A raw header name or value as text: undici hands Buffers, node:http strings; latin1 keeps every byte as it came. */
+function text(v: string | Buffer): string {
+  return typeof v === 'string' ? v : v.toString('latin1');
+}
+
 /**
- * An upstream response's headers as the flat list (name, value, …) `writeHead` takes, without hop-by-hop
- * headers and those `Connection` names. A new list rather than deleting from the parsed object: deleting
- * properties turns the object into a slow dictionary, which showed in the proxy's profile and its GC time.
+ * An upstream response's raw headers (name, value, name, value… as undici or node:http parsed them) as
+ * the flat list `writeHead` takes: order, case and duplicates kept, hop-by-hop headers and the names its
+ * `Connection` headers list dropped. Built straight from the raw list: no parsed object in between.
  */
-export function forwardResponseHeaders(headers: Readonly<Record<string, string | string[] | undefined>>): (string | string[])[] {
-  const conn = headers.connection;
+export function forwardResponseHeaders(raw: readonly (string | Buffer)[]): string[] {
   let named: Set<string> | undefined;
-  if (conn !== undefined && conn !== 'keep-alive' && conn !== 'close') {
-    for (const t of (Array.isArray(conn) ? conn.join(',') : conn).split(',')) (named ??= new Set()).add(t.trim().toLowerCase());
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.length !== 10) continue;
+    const name = text(raw[i]!);
+    if (name.toLowerCase() !== 'connection') continue;
+    const value = text(raw[i + 1]!);
+    if (value === 'keep-alive' || value === 'close') continue;
+    for (const t of value.split(',')) (named ??= new Set()).add(t.trim().toLowerCase());
   }
-  const out: (string | string[])[] = [];
-  for (const k in headers) {
-    const v = headers[k];
-    if (v === undefined || RESPONSE_DROP.has(k) || named?.has(k) === true) continue;
-    out.push(k, v);
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = text(raw[i]!);
+    const lower = name.toLowerCase();
+    if (RESPONSE_DROP.has(lower) || named?.has(lower) === true) continue;
+    out.push(name, text(raw[i + 1]!));
   }
   return out;
 }

@@ -2,7 +2,6 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
-import type { ErrorCode } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
@@ -14,8 +13,9 @@ import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
 import { ConnectionLimit } from './connection-limit.js';
-import { forwardFailure } from '../forwarding/failure-codes.js';
-import { dropSet, forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
+import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js';
+import { UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
+import { dropSet, forwardRequestHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
 import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forwarding/websocket-tunnel.js';
 import { sandboxKey } from '../../domain/sandbox.js';
 
@@ -57,7 +57,7 @@ export interface ProxyOptions {
   readonly maxConnectionsPerSandbox?: number;
 }
 
-export class EmbeddedProxy {
+export class EmbeddedProxy implements ExchangeOwner {
   private readonly server: Server;
   private readonly agent: Agent;
   private readonly drop: ReadonlySet<string>;
@@ -113,19 +113,22 @@ export class EmbeddedProxy {
     const route = this.route(req, t);
     this.decideFor(route, res, (d) => {
       if (!d.allow) return this.refuse(res, d, route);
-      if (!this.take(d, res)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
+      if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
       this.forward(req, res, d, route);
     });
   }
 
   /** Takes a connection slot for the decided sandbox until `closes` closes (nothing to give back without a cap). */
   private take(d: Allow, closes: { on(event: 'close', fn: () => void): unknown }): boolean {
-    if (!this.connections.limited) return true;
-    const key = d.entry.key;
-    if (!this.connections.acquire(key)) return false;
-    // `on`, not `once`: a response or socket closes once, and once's wrapper and removal cost on every request.
-    closes.on('close', () => this.connections.release(key));
+    if (!this.connections.acquire(d.entry.key)) return false;
+    this.releaseOnClose(d, closes);
     return true;
+  }
+
+  private releaseOnClose(d: Allow, closes: { on(event: 'close', fn: () => void): unknown }): void {
+    if (!this.connections.limited) return;
+    // `on`, not `once`: a response or socket closes once, and once's wrapper and removal cost on every request.
+    closes.on('close', () => this.connections.release(d.entry.key));
   }
 
   private refuse(res: ServerResponse, d: Deny, route: RouteRequest): void {
@@ -135,12 +138,14 @@ export class EmbeddedProxy {
     res.writeHead(r.status).end(r.body);
   }
 
+  /** Carries an allowed request whose connection slot is taken: the exchange, or the relay path, gives it back on close. */
   private forward(req: IncomingMessage, res: ServerResponse, d: Allow, route: RouteRequest): void {
     const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
-    if (!d.relay) return this.send(req, res, d, path, headers, (err) => forwardFailure('sandbox', err), route);
+    if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route);
     const local = this.localRelay(d);
+    if (local !== undefined) this.releaseOnClose(d, res);
     if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route);
     if (local !== undefined) {
       const timeouts = { headersTimeoutMs: this.opts.headersTimeoutMs, idleTimeoutMs: this.opts.idleTimeoutMs };
@@ -150,7 +155,7 @@ export class EmbeddedProxy {
       });
     }
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    this.send(req, res, d, path, headers, (err) => forwardFailure('peer_gateway', err), route);
+    this.send(req, res, d, path, headers, 'peer_gateway', route);
   }
 
   /**
@@ -167,36 +172,22 @@ export class EmbeddedProxy {
   }
 
   /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
-  private send(req: IncomingMessage, res: ServerResponse, d: Allow, path: string, headers: string[], failure: (err: unknown) => ErrorCode, route: RouteRequest): void {
-    // The client went away before the response finished: abort the upstream request too. undici takes any
-    // EventEmitter that emits 'abort' as its signal; using the response itself spares an AbortController
-    // per request, which was the proxy's largest own cost in the profile. The listener and the response
-    // factory are shared functions (the response rides in `opaque`): no closures per request for them.
-    res.on('close', abortUnfinished);
+  private send(req: IncomingMessage, res: ServerResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest): void {
     const hasBody = req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
-    this.agent.stream(
-      {
-        origin: 'http://' + d.upstream,
-        path,
-        method: req.method as 'GET',
-        headers,
-        body: hasBody ? req : null,
-        signal: res,
-        opaque: res,
-      },
-      writeResponseHead,
-      (err) => {
-        if (err === null) return;
-        if (!res.headersSent) {
-          if (res.destroyed) return;
-          const code = failure(err);
-          this.log.debug({ err, upstream: d.upstream, code }, 'upstream failed before the response');
-          return this.refuse(res, deny(code, undefined, d.entry), route);
-        }
-        // Reset mid-response: the client must see a broken response, not a hang or a silent truncation.
-        res.destroy();
-      },
+    this.agent.dispatch(
+      { origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: hasBody ? req : null },
+      new UpstreamExchange(this, req, res, d, route, hop),
     );
+  }
+
+  upstreamFailed(x: UpstreamExchange, err: Error): void {
+    const code = forwardFailure(x.hop, err);
+    this.log.debug({ err, upstream: x.decision.upstream, code }, 'upstream failed before the response');
+    this.refuse(x.res, deny(code, undefined, x.decision.entry), x.route);
+  }
+
+  closed(x: UpstreamExchange): void {
+    this.connections.release(x.decision.entry.key);
   }
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
@@ -223,18 +214,4 @@ export class EmbeddedProxy {
       spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route));
     });
   }
-}
-
-/** A response's 'close' listener (called with the response as `this`): aborts the upstream request if unfinished. */
-function abortUnfinished(this: ServerResponse): void {
-  if (!this.writableFinished) this.emit('abort');
-}
-
-/** undici's stream factory: the upstream's status and headers onto the client's response (in `opaque`). */
-function writeResponseHead({ statusCode, headers, opaque }: Dispatcher.StreamFactoryData<unknown>): ServerResponse {
-  const res = opaque as ServerResponse;
-  res.writeHead(statusCode, forwardResponseHeaders(headers));
-  // Server-Sent Events: send the head now, do not wait for the first event.
-  if (headers['content-type']?.toString().startsWith('text/event-stream')) res.flushHeaders();
-  return res;
 }

@@ -78,7 +78,7 @@ export function exchange(req: IncomingMessage, res: ServerResponse, path: string
   creq.on('response', (ures) => {
     clearTimeout(headTimer);
     if (res.destroyed) return void creq.destroy();
-    res.writeHead(ures.statusCode ?? 502, forwardResponseHeaders(ures.headers));
+    res.writeHead(ures.statusCode ?? 502, forwardResponseHeaders(ures.rawHeaders));
     // Server-Sent Events: send the head now, do not wait for the first event.
     if (ures.headers['content-type']?.startsWith('text/event-stream') === true) res.flushHeaders();
     ures.pipe(res);

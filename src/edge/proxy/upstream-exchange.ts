@@ -1,0 +1,90 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import type { Allow } from '../../domain/decide.js';
+import type { RouteRequest } from '../../domain/route-key.js';
+import type { ForwardHop } from '../forwarding/failure-codes.js';
+import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
+
+/**
+ * One proxied request carried through undici's dispatcher, its response written into the client's as it
+ * arrives. A handler of undici's own (the callbacks its connection calls) rather than `Agent.stream()`:
+ * stream() wraps every request in an AsyncResource, hangs `finished()`'s listeners, a drain listener
+ * and an abort-signal listener on the response and parses the response head into an object, all of
+ * which the proxy's profile showed per request. Here the response head goes from undici's raw list
+ * straight to `writeHead`, backpressure listens for 'drain' only when a write is refused, and the one
+ * listener per request is the client response's 'close' (abort the upstream request if unfinished,
+ * give the connection slot back).
+ */
+
+/** What the proxy does when the upstream fails before any response byte reached the client. */
+export interface ExchangeOwner {
+  upstreamFailed(exchange: UpstreamExchange, err: Error): void;
+  /** The client's response closed, however it ended (the connection slot goes back). */
+  closed(exchange: UpstreamExchange): void;
+}
+
+export class UpstreamExchange implements Dispatcher.DispatchHandler {
+  private abort: ((err?: Error) => void) | undefined;
+  private resume: (() => void) | undefined;
+
+  constructor(
+    private readonly owner: ExchangeOwner,
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly decision: Allow,
+    readonly route: RouteRequest,
+    /** Where a failure happened, for its error code: the sandbox, or a peer gateway's relay listener. */
+    readonly hop: ForwardHop,
+  ) {
+    res.on('close', () => {
+      owner.closed(this);
+      if (!res.writableFinished) this.abort?.();
+    });
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    // The client left while the request waited for a pooled connection.
+    if (this.res.destroyed) return abort();
+    this.abort = abort;
+  }
+
+  onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
+    // 1xx (100 Continue, 103 Early Hints) are not passed on: the final response follows.
+    if (statusCode < 200) return true;
+    const res = this.res;
+    this.resume = resume;
+    const headers = forwardResponseHeaders(raw);
+    res.writeHead(statusCode, headers);
+    // Server-Sent Events: send the head now, do not wait for the first event.
+    if (isEventStream(headers)) res.flushHeaders();
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.res.write(chunk)) return true;
+    // Backpressure: undici stops reading the upstream until the client drains.
+    this.res.once('drain', this.resume!);
+    return false;
+  }
+
+  onComplete(): void {
+    this.res.end();
+  }
+
+  onError(err: Error): void {
+    const res = this.res;
+    // A request body still arriving has nowhere to go: its connection is cut.
+    if (!this.req.complete) this.req.destroy();
+    // Reset mid-response: the client must see a broken response, not a hang or a silent truncation.
+    if (res.headersSent) return void res.destroy();
+    if (res.destroyed) return;
+    this.owner.upstreamFailed(this, err);
+  }
+}
+
+function isEventStream(headers: readonly string[]): boolean {
+  for (let i = 0; i < headers.length; i += 2) {
+    if (headers[i]!.length === 12 && headers[i]!.toLowerCase() === 'content-type') return headers[i + 1]!.startsWith('text/event-stream');
+  }
+  return false;
+}
