@@ -1,11 +1,13 @@
 import { GrpcLoad } from './lib/grpc-load.js';
+import { warmUp } from './lib/interleave.js';
 import { Histogram, summarise, type LatencySummary } from './lib/histogram.js';
 import { benchScript } from './lib/machine.js';
-import { paired, round2, runData, runProblems, saturationNote } from './lib/measure.js';
+import { alternate, compareCost, compareRate, costData, costNotes, costRows, formatRatio, judgedFigure, pairsFor, spread } from './lib/cost.js';
+import { measured, round2, runProblems, saturationNote, type Measured } from './lib/measure.js';
 import { row, target, type Row, type TargetResult } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
-import { timing, type BenchContext, type Section } from './lib/section.js';
-import { startGateway } from './lib/targets.js';
+import { timing, type BenchContext, type Section, type Timing } from './lib/section.js';
+import { startGateway, type Target } from './lib/targets.js';
 import type { ViewProbeResult } from './lib/view-probe.js';
 
 /**
@@ -21,6 +23,8 @@ const P99_LIMIT_US = 5;
 const MIN_THROUGHPUT_RATIO = 0.95;
 const MAX_BYTES_PER_SANDBOX = 1024;
 const IN_FLIGHT = 64;
+/** Checks offered per second in the cost trials: well under what either gateway answers. */
+const CHECK_RATE = 3000;
 
 interface Probed extends ViewProbeResult {
   readonly latency: LatencySummary;
@@ -71,18 +75,35 @@ export const scale: Section = {
       ),
     );
 
-    ctx.log(`scale: Check throughput, ${label(LARGE)} vs ${label(SMALL)} sandboxes`);
-    const t = timing(ctx, { warmupMs: 500, durationMs: 2000 }, { warmupMs: 1000, durationMs: 8000 });
+    const pairs = pairsFor(ctx);
+    ctx.log(`scale: Check cost and throughput, ${label(LARGE)} vs ${label(SMALL)} sandboxes, ${pairs} alternating pairs each`);
+    const t = timing(ctx, { warmupMs: 500, durationMs: 1500 }, { warmupMs: 1000, durationMs: 3000 });
+    const tCost = timing(ctx, { warmupMs: 300, durationMs: 2000 }, { warmupMs: 1000, durationMs: 4000 });
     const small = await startGateway(ctx.procs, { name: `sandgate-${label(SMALL)}`, sandboxes: writeSandboxesFile(ctx.tmp, SMALL, 'none') }, ctx.targetOptions);
     const large = await startGateway(ctx.procs, { name: `sandgate-${label(LARGE)}`, sandboxes: writeSandboxesFile(ctx.tmp, LARGE, 'none'), readyTimeoutMs: 180_000 }, ctx.targetOptions);
     const load = await GrpcLoad.start(ctx.procs, ctx.loadProcesses, ctx.grpcClient);
-    const pair = await paired(large, small, t, (tgt, w) => load.run({ target: tgt.grpcTarget, kind: 'check', inFlight: IN_FLIGHT, ...w, sandboxes: tgt === large ? LARGE : SMALL }));
-    const ratio = pair.g.rps / pair.b.rps;
-    rows.push(row(`Check req/s @ ${IN_FLIGHT} in flight, ${label(LARGE)} sandboxes`, 'req/s', pair.g.rps, pair.b.rps, `vs ${label(SMALL)}`));
-    rows.push(row(`Check p99 @ ${IN_FLIGHT} in flight, ${label(LARGE)} sandboxes`, 'µs', pair.g.latency.p99, pair.b.latency.p99, `vs ${label(SMALL)}`));
-    targets.push(target(`Check throughput ${label(LARGE)}/${label(SMALL)} ≥ ${MIN_THROUGHPUT_RATIO}`, ratio >= MIN_THROUGHPUT_RATIO, `${ratio.toFixed(2)}×`));
-    notes.push(...runProblems(`Check @ ${label(LARGE)}`, pair.g), ...runProblems(`Check @ ${label(SMALL)}`, pair.b));
-    const warn = saturationNote(`Check ${label(LARGE)} vs ${label(SMALL)}`, pair);
+    const arm = (tgt: Target, size: number, rate?: number) => (w: Timing) =>
+      measured(tgt, w, () => load.run({ target: tgt.grpcTarget, kind: 'check', inFlight: IN_FLIGHT, ...w, sandboxes: size, rate }));
+    // The 100k gateway has just loaded its file: its heap settles and its code warms before any trial counts.
+    await warmUp({ large: arm(large, LARGE), small: arm(small, SMALL) }, ctx.quick ? 2000 : 4000);
+    const cost = compareCost(CHECK_RATE, await alternate(pairs, tCost, arm(large, LARGE, CHECK_RATE), arm(small, SMALL, CHECK_RATE)), { a: label(LARGE), b: label(SMALL) });
+    const rate = compareRate(await alternate(pairs, t, arm(large, LARGE), arm(small, SMALL)));
+    // A gateway answers Checks on one thread: what it can answer is the inverse of what one costs it.
+    const capacity = spread(cost.aUs.values.map((a, k) => cost.bUs.values[k]! / a));
+    const median = (ms: readonly Measured[], f: (m: Measured) => number): number => spread(ms.map(f)).median;
+    rows.push(...costRows(`Check @ ${IN_FLIGHT} in flight, ${label(LARGE)} sandboxes`, cost, rate, `vs ${label(SMALL)}`));
+    rows.push(row(`Check p99 @ ${IN_FLIGHT} in flight at the limit, ${label(LARGE)} sandboxes`, 'µs', median(rate.a, (m) => m.latency.p99), median(rate.b, (m) => m.latency.p99), `vs ${label(SMALL)}`));
+    targets.push(
+      target(
+        `Check throughput ${label(LARGE)}/${label(SMALL)} ≥ ${MIN_THROUGHPUT_RATIO}`,
+        capacity.median >= MIN_THROUGHPUT_RATIO,
+        `${formatRatio(capacity)} from CPU per Check at ${CHECK_RATE.toLocaleString('en-US')}/s offered (${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs); req/s at the limit ${formatRatio(rate.ratio)}`,
+        judgedFigure(capacity, '×'),
+      ),
+    );
+    notes.push(...costNotes(`Check ${label(LARGE)} vs ${label(SMALL)}`, cost, rate));
+    rate.a.forEach((m, k) => notes.push(...runProblems(`Check @ ${label(LARGE)}, trial ${k + 1}`, m), ...runProblems(`Check @ ${label(SMALL)}, trial ${k + 1}`, rate.b[k]!)));
+    const warn = rate.a.map((g, k) => saturationNote(`Check ${label(LARGE)} vs ${label(SMALL)} at the limit, pair ${k + 1}`, { g, b: rate.b[k]! })).find((n) => n !== undefined);
     if (warn !== undefined) notes.push(warn);
 
     const [hs, hl] = [await small.heap(), await large.heap()];
@@ -99,7 +120,7 @@ export const scale: Section = {
         snapshotBytesPerSandbox: Math.round(p.snapshotBytesPerSandbox),
         applyNsPerSandbox: Math.round(p.applyNsPerSandbox),
       })),
-      check: { large: runData(pair.g), small: runData(pair.b), ratio: round2(ratio) },
+      check: { ...costData(cost, rate), capacity: { median: round2(capacity.median), min: round2(capacity.min), max: round2(capacity.max) } },
       gatewayHeap: { small: hs, large: hl, bytesPerSandbox: Math.round(processPerSandbox) },
     };
     return { baseline: 'see each row', rows, targets, notes, data };

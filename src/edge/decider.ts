@@ -53,6 +53,8 @@ export class Decider {
   private readonly log: Logger;
   private readonly auth: RequestAuth | undefined;
   private readonly resumer: Resumer | undefined;
+  /** The log level is fixed at start: read once, not per decision. */
+  private readonly debug: boolean;
 
   // Copied into fields, not kept as one object: every request reads them, and own fields keep that a
   // single property load.
@@ -64,6 +66,7 @@ export class Decider {
     this.log = o.log;
     this.auth = o.auth;
     this.resumer = o.resumer;
+    this.debug = o.log.isLevelEnabled('debug');
   }
 
   /** The access check for one request (undefined when nothing can require one). */
@@ -212,12 +215,12 @@ export class Decider {
   private recordDecision(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {
     this.metrics.decision(door, d.allow ? undefined : d.code, seconds);
     if (d.allow) {
-      if (this.log.isLevelEnabled('debug')) {
+      if (this.debug) {
         this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }
     } else if (d.status >= 500 && d.code !== 'sandbox_not_ready' && d.code !== 'gateway_not_ready') {
       this.log.error({ door, requestId: req.headers['x-request-id'], code: d.code, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? ''), reason: d.reason }, d.message);
-    } else if (this.log.isLevelEnabled('debug')) {
+    } else if (this.debug) {
       this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? '') }, d.message);
     }
   }

@@ -139,6 +139,12 @@ function upstreamHostOf(endpoint: Endpoint): string | undefined {
 
 export class SandboxView implements RouteTable {
   private readonly entries = new Map<string, ViewEntry>();
+  /**
+   * The same entries by namespace, then name: what get() reads on every request. Two lookups on the
+   * request's own namespace and name strings cost a third of one on `namespace/name`, which must be
+   * built, flattened and hashed per request (docs/benchmarks.md, scale).
+   */
+  private readonly byNamespace = new Map<string, Map<string, ViewEntry>>();
   private readonly ids = new IdIndex((key) => this.entries.get(key)?.snapshot);
   private readonly refused = { in_use: 0, names_another_sandbox: 0 };
   private readonly idListeners = new Set<(r: IdRefused) => void>();
@@ -203,7 +209,7 @@ export class SandboxView implements RouteTable {
   }
 
   get(namespace: string, name: string): ViewEntry | undefined {
-    return this.entries.get(sandboxKey(namespace, name));
+    return this.byNamespace.get(namespace)?.get(name);
   }
 
   getById(id: string): ViewEntry | undefined {
@@ -379,6 +385,9 @@ export class SandboxView implements RouteTable {
     this.countRefusals(held, -1);
     this.countRefusals(entry, 1);
     this.entries.set(key, entry);
+    let names = this.byNamespace.get(entry.namespace);
+    if (names === undefined) this.byNamespace.set(entry.namespace, (names = new Map()));
+    names.set(entry.name, entry);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
     else this.expiring.delete(key);
     this.emit(key, entry, version, held);
@@ -417,6 +426,8 @@ export class SandboxView implements RouteTable {
 
   private remove(key: string, held: ViewEntry): void {
     this.entries.delete(key);
+    const names = this.byNamespace.get(held.namespace);
+    if (names !== undefined && names.delete(held.name) && names.size === 0) this.byNamespace.delete(held.namespace);
     if (held.accessToken !== undefined || held.envdAccessToken !== undefined) this.tokenCount--;
     this.expiring.delete(key);
     this.countRefusals(held, -1);

@@ -17,6 +17,22 @@ describe('SandboxView ordering and fences', () => {
     expect(view.get('team-a', 'web')?.status.phase).toBe('Provisioning');
   });
 
+  it('get() finds each sandbox by namespace and name, apart from same-named sandboxes of other namespaces, through deletes, relists and re-adds', () => {
+    const { view } = makeView();
+    view.registerDriver('d');
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ namespace: 'team-a', name: 'web', uid: 'a1' }) });
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ namespace: 'team-b', name: 'web', uid: 'b1' }) });
+    expect([view.get('team-a', 'web')?.snapshot.uid, view.get('team-b', 'web')?.snapshot.uid, view.get('team-c', 'web')]).toEqual(['a1', 'b1', undefined]);
+    view.apply('d', { type: 'delete', namespace: 'team-a', name: 'web', uid: 'a1', resourceVersion: '2' });
+    expect([view.get('team-a', 'web'), view.get('team-b', 'web')?.snapshot.uid]).toEqual([undefined, 'b1']);
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ namespace: 'team-a', name: 'web', uid: 'a2' }) });
+    expect(view.get('team-a', 'web')?.snapshot.uid).toBe('a2');
+    // A relist without team-b's sandbox removes it; get() agrees with the entries the view lists.
+    view.replace('d', [snapshot({ namespace: 'team-a', name: 'web', uid: 'a2' })]);
+    expect([view.get('team-a', 'web')?.snapshot.uid, view.get('team-b', 'web')]).toEqual(['a2', undefined]);
+    expect([...view.list()].map((e) => e.key)).toEqual(['team-a/web']);
+  });
+
   it('orders decimal versions numerically, not as strings', () => {
     expect(isStale('9', '10')).toBe(false);
     expect(isStale('10', '9')).toBe(true);
