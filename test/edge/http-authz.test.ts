@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rawRequest } from '../helpers/upstream.js';
 import { snapshot } from '../helpers/snapshots.js';
@@ -43,11 +44,37 @@ describe('HTTP authz (Envoy http_service, nginx auth_request)', () => {
     ['port not allowed', { host: '22-web.team-a.localhost' }, 403, 'port_not_allowed'],
     ['bad port header', { host: 'gw', 'x-sandbox-id': 'web', 'x-sandbox-port': '-1' }, 400, 'invalid_route'],
     ['duplicate conflicting ids (joined by Node)', { host: 'gw', 'x-sandbox-id': ['web', 'api'] as unknown as string }, 400, 'invalid_route'],
+    ['two X-Forwarded-Host headers', { host: 'gw', 'x-forwarded-host': ['8000-web.team-a.localhost', '8000-web.team-b.localhost'] as unknown as string }, 400, 'invalid_route'],
   ])('denies %s', async (_n, headers, status, code) => {
     const r = await get(t.admin, '/authz/', headers);
     expect(r.status).toBe(status);
     expect(r.headers['content-type']).toBe('application/json');
     expect(JSON.parse(r.body).code).toBe(code);
+  });
+
+  it('reads header names in any case (nginx passes the client\'s own), and lists every removed one in lower case', async () => {
+    const r = await get(t.admin, '/authz/', { Host: 'gw', 'X-Sandbox-Id': 'web', 'X-Sandbox-Namespace': 'team-a', 'X-Sandbox-Port': '8000', 'X-Sandgate-Trusted-User': 'root', Authorization: 'Bearer x' });
+    expect(r.status).toBe(200);
+    expect(r.headers['x-sandgate-upstream']).toBe('127.0.0.2:8000');
+    expect(String(r.headers['x-envoy-auth-headers-to-remove']).split(',').sort()).toEqual(['authorization', 'x-sandbox-id', 'x-sandbox-namespace', 'x-sandbox-port', 'x-sandgate-trusted-user']);
+  });
+
+  it.each([
+    ['application/json', 'application/json'],
+    ['text/html', 'text/html; charset=utf-8'],
+  ])('two Host headers → 400 invalid_route, answered as %s asks', async (accept, type) => {
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(t.admin).port), '127.0.0.1', () =>
+        socket.end(`GET /authz/ HTTP/1.1\r\nHost: 8000-web.team-a.localhost\r\nHost: 8000-other.team-b.localhost\r\nAccept: ${accept}\r\nConnection: close\r\n\r\n`),
+      );
+      let got = '';
+      socket.on('data', (c: Buffer) => (got += c.toString()));
+      socket.on('end', () => resolve(got));
+      socket.on('error', reject);
+    });
+    expect(raw.startsWith('HTTP/1.1 400 ')).toBe(true);
+    expect(raw.toLowerCase()).toContain(`content-type: ${type}`);
+    expect(raw).not.toContain('x-sandgate-upstream');
   });
 
   it('serves an HTML page to browsers', async () => {
