@@ -76,7 +76,9 @@ export class TargetStartError extends Error {
 let profiles = 0;
 
 function nodeFlags(name: string, opts: TargetOptions): string[] {
-  const flags = ['--expose-gc', '--import', pathToFileURL(benchScript('lib/heap-probe.js')).href];
+  // --no-memory-reducer: V8's few full GCs some seconds after start-up would land in one trial's window
+  // (docs/benchmarks.md, "Cost, not just rate").
+  const flags = ['--expose-gc', '--no-memory-reducer', '--import', pathToFileURL(benchScript('lib/heap-probe.js')).href];
   if (opts.profileDir !== undefined) flags.push('--cpu-prof', '--cpu-prof-dir', opts.profileDir, '--cpu-prof-name', `${++profiles}-${name}.cpuprofile`);
   return flags;
 }

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
 import { answerFor, decide, deny, type Access, type Decision, type Deny } from '../domain/decide.js';
-import { parseRoute, ROUTING_HEADERS, type RouteOptions, type RouteRequest } from '../domain/route-key.js';
+import { parseRoute, type RouteOptions, type RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Logger } from '../observability/logger.js';
 import type { Door, GatewayMetrics, WaitOutcomeLabel } from '../observability/metrics.js';
@@ -40,9 +40,6 @@ export interface DeciderOptions {
   readonly resumer?: Resumer | undefined;
 }
 
-/** The request id logged with a decision. */
-const REQUEST_ID_HEADER = 'x-request-id';
-
 /**
  * The front doors' shared use of decide(): it times and counts every decision and, for a sandbox in a
  * short readiness gap, waits for the view to change (not polling) up to the readiness wait, deciding again
@@ -58,8 +55,6 @@ export class Decider {
   private readonly resumer: Resumer | undefined;
   /** The log level is fixed at start: read once, not per decision. */
   private readonly debug: boolean;
-  /** Every request header (lower case) a decision reads: routing, access and the request id it logs. */
-  readonly headerNames: ReadonlySet<string>;
 
   // Copied into fields, not kept as one object: every request reads them, and own fields keep that a
   // single property load.
@@ -72,9 +67,6 @@ export class Decider {
     this.auth = o.auth;
     this.resumer = o.resumer;
     this.debug = o.log.isLevelEnabled('debug');
-    const a = o.auth;
-    const auth = a === undefined ? [] : [...a.tokenHeaders, a.apiKeyHeader, ...(a.envdTokenHeader === '' ? [] : [a.envdTokenHeader])];
-    this.headerNames = new Set([...ROUTING_HEADERS, ...auth, REQUEST_ID_HEADER]);
   }
 
   /** The access check for one request (undefined when nothing can require one). */
@@ -224,12 +216,12 @@ export class Decider {
     this.metrics.decision(door, d.allow ? undefined : d.code, seconds);
     if (d.allow) {
       if (this.debug) {
-        this.log.debug({ door, requestId: req.headers[REQUEST_ID_HEADER], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
+        this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }
     } else if (d.status >= 500 && d.code !== 'sandbox_not_ready' && d.code !== 'gateway_not_ready') {
-      this.log.error({ door, requestId: req.headers[REQUEST_ID_HEADER], code: d.code, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? ''), reason: d.reason }, d.message);
+      this.log.error({ door, requestId: req.headers['x-request-id'], code: d.code, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? ''), reason: d.reason }, d.message);
     } else if (this.debug) {
-      this.log.debug({ door, requestId: req.headers[REQUEST_ID_HEADER], code: d.code, status: d.status, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? '') }, d.message);
+      this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? '') }, d.message);
     }
   }
 }

@@ -1,11 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { deny, type Decision, type Deny } from '../domain/decide.js';
+import type { Decision, Deny } from '../domain/decide.js';
 import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
 import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
-import { addHeader, GATEWAY_HEADER_PREFIX, headersToRemove, type DoorOptions } from './headers.js';
+import { headersToRemove, type DoorOptions } from './headers.js';
 import { relayHeaders } from './relay/relay-headers.js';
-import { isDeny, originForm } from './request-target.js';
+import { isDeny, originForm, singleHost } from './request-target.js';
 
 /**
  * HTTP authz: the same decision for Envoy's ext_authz `http_service` and nginx `auth_request`. Any path
@@ -28,35 +28,21 @@ export function isAuthzPath(url: string): boolean {
   return next === 0x2f || next === 0x3f;
 }
 
-/**
- * The request's headers the door and its decision read (`names`, and every `x-sandgate-*` header, which
- * the answer tells Envoy to remove), from `rawHeaders` in one pass: lower-case names, repeats joined with
- * "," as Envoy's ext_authz map joins them. Node's `req.headers` would build an entry for every header the
- * request carries, most of which nothing here reads. A second Host header is the 400 `invalid_route`.
- */
-export function readHeaders(raw: readonly string[], names: ReadonlySet<string>): HeaderMap | Deny {
-  const out: Record<string, string> = {};
-  for (let i = 0; i < raw.length; i += 2) {
-    const lower = raw[i]!.toLowerCase();
-    if (!names.has(lower) && !lower.startsWith(GATEWAY_HEADER_PREFIX)) continue;
-    if (lower === 'host' && out.host !== undefined) return deny('invalid_route', 'The request has more than one Host header');
-    addHeader(out, lower, raw[i + 1]!);
-  }
-  return out;
-}
-
-/** The route HTTP authz decides: the original Host (or X-Forwarded-Host) and path (see above). */
-export function httpAuthzRoute(url: string, headers: HeaderMap): RouteRequest {
+export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
+  const headers = req.headers as HeaderMap;
+  const url = req.url ?? '/';
   const original = headers['x-original-uri'];
   const path = original !== undefined ? original : url.length > AUTHZ_PREFIX.length ? url.slice(AUTHZ_PREFIX.length) : '/';
   return { headers, host: headers['x-forwarded-host'] ?? headers.host, path };
 }
 
 /**
- * The route, or the 400 `invalid_route` a malformed request gets: an absolute-form original URI (nginx's
- * `$request_uri` keeps it) whose authority disagrees with the host (request-target.ts).
+ * The route, or the 400 `invalid_route` a malformed request gets: two Host headers, or an absolute-form
+ * original URI (nginx's `$request_uri` keeps it) whose authority disagrees with the host (request-target.ts).
  */
-function checkedRoute(route: RouteRequest): RouteRequest | Deny {
+function checkedRoute(req: IncomingMessage, route: RouteRequest): RouteRequest | Deny {
+  const host = singleHost(req.rawHeaders);
+  if (typeof host === 'object') return host;
   const path = route.path ?? '/';
   // Only an absolute-form URI needs reading; origin-form (what Envoy's path_prefix yields) passes as is.
   if (path.startsWith('/') || !path.includes('://')) return route;
@@ -87,15 +73,9 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
     for (const [k, v] of r.headers) res.setHeader(k, v);
     res.writeHead(r.status).end(r.body);
   };
-  // What the door itself reads (the original request's authority and path, the denial's format) and what
-  // its answer removes, beside what a decision reads.
-  const names: ReadonlySet<string> = new Set([...decider.headerNames, ...opts.removeHeaders, 'host', 'x-forwarded-host', 'x-original-uri', 'accept']);
   return function handleAuthz(req: IncomingMessage, res: ServerResponse): void {
-    const url = req.url ?? '/';
-    const headers = readHeaders(req.rawHeaders, names);
-    if (isDeny(headers)) return answer(headers, { headers: req.headers as HeaderMap, host: undefined, path: url }, res);
-    const parsed = httpAuthzRoute(url, headers);
-    const route = checkedRoute(parsed);
+    const parsed = httpAuthzRoute(req);
+    const route = checkedRoute(req, parsed);
     if (isDeny(route)) return answer(route, parsed, res);
     void decider.decideAndAnswer('http_authz', route, res, abortOnClose, answer);
   };
