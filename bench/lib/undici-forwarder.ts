@@ -4,8 +4,8 @@ import { Agent } from 'undici';
 import { announceReady, exitWithParent } from './ipc.js';
 
 /**
- * The floor of what a Node proxy can do: a node:http server that sends every request to one fixed
- * upstream through undici (an Agent's keep-alive pool, `stream()` writing the response straight into the
+ * A Node proxy written the plain way: a node:http server that sends every request to one fixed upstream
+ * through undici (an Agent's keep-alive pool, `stream()` writing the response straight into the
  * client's), with no routing, no decision and no header handling beyond dropping hop-by-hop headers.
  * The embedded proxy does all of this plus a decision per request; the gap between the two is its cost.
  *
