@@ -19,7 +19,7 @@ import { snapshotMemory } from './snapshot-memory.js';
 import { workers } from './workers.js';
 
 /**
- * `npm run bench [-- --quick] [-- --only id,id] [-- --cpu-prof] [-- --load-procs N] [-- --install-missing]`:
+ * `npm run bench [-- --quick] [-- --only id,id] [-- --cpu-prof] [-- --cpu-prof-windows] [-- --load-procs N] [-- --install-missing]`:
  * runs every section in order, each against servers in their own processes on loopback, prints the tables,
  * the PASS/FAIL lines and what was skipped. A full run of every section is the canonical one: it replaces
  * bench/results/latest.json (and every older result there) and regenerates BENCHMARKS.md. A --quick or
@@ -46,12 +46,14 @@ interface Args {
   readonly quick: boolean;
   readonly only: readonly string[] | undefined;
   readonly cpuProf: boolean;
+  /** Profile only the measured windows of each process (heap-probe.ts), one file per window. */
+  readonly cpuProfWindows: boolean;
   readonly loadProcesses: number;
   readonly grpcClient: GrpcClientKind;
   readonly installMissing: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--cpu-prof] [--load-procs N] [--grpc-client grpc-js|h2] [--install-missing]`;
+const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--cpu-prof] [--cpu-prof-windows] [--load-procs N] [--grpc-client grpc-js|h2] [--install-missing]`;
 
 /** The canonical result, written only by a full run of every section. */
 const LATEST = 'latest.json';
@@ -60,6 +62,7 @@ function parseArgs(argv: readonly string[]): Args {
   let quick = false;
   let only: string[] | undefined;
   let cpuProf = false;
+  let cpuProfWindows = false;
   let loadProcesses = 1;
   let grpcClient: GrpcClientKind = 'h2';
   let installMissing = false;
@@ -67,6 +70,7 @@ function parseArgs(argv: readonly string[]): Args {
     const a = argv[i]!;
     if (a === '--quick') quick = true;
     else if (a === '--cpu-prof') cpuProf = true;
+    else if (a === '--cpu-prof-windows') cpuProfWindows = true;
     else if (a === '--install-missing') installMissing = true;
     else if (a === '--only' && argv[i + 1] !== undefined) only = argv[++i]!.split(',');
     else if (a === '--load-procs' && /^[1-8]$/.test(argv[i + 1] ?? '')) loadProcesses = Number(argv[++i]);
@@ -84,7 +88,7 @@ function parseArgs(argv: readonly string[]): Args {
     console.error(`bench: unknown section ${unknown.join(', ')}\n${USAGE}`);
     process.exit(2);
   }
-  return { quick, only, cpuProf, loadProcesses, grpcClient, installMissing };
+  return { quick, only, cpuProf, cpuProfWindows, loadProcesses, grpcClient, installMissing };
 }
 
 function stamp(d: Date): string {
@@ -113,8 +117,10 @@ async function main(): Promise<number> {
   const t0 = performance.now();
   const machine = machineFacts(started);
   const resultsDir = join(ROOT, 'bench', 'results');
-  const profileDir = args.cpuProf ? join(resultsDir, `profiles-${stamp(started)}`) : undefined;
-  if (profileDir !== undefined) mkdirSync(profileDir, { recursive: true });
+  const profiles = join(resultsDir, `profiles-${stamp(started)}`);
+  const profileDir = args.cpuProf ? profiles : undefined;
+  const windowProfileDir = args.cpuProfWindows ? join(profiles, 'windows') : undefined;
+  for (const d of [profileDir, windowProfileDir]) if (d !== undefined) mkdirSync(d, { recursive: true });
   const tmp = mkdtempSync(join(tmpdir(), 'sandgate-bench-'));
   const log = (m: string): void => console.error(`[bench ${((performance.now() - t0) / 1000).toFixed(1).padStart(6)} s] ${m}`);
   log(`${args.quick ? 'quick' : 'full'} run on ${machine.cpuModel} × ${machine.cores}, Node ${machine.node}`);
@@ -122,7 +128,7 @@ async function main(): Promise<number> {
   try {
     for (const s of SECTIONS) {
       if (args.only !== undefined && !args.only.includes(s.id)) continue;
-      const r = await runSection(s, { quick: args.quick, tmp, targetOptions: { profileDir }, loadProcesses: args.loadProcesses, grpcClient: args.grpcClient, installMissing: args.installMissing, log });
+      const r = await runSection(s, { quick: args.quick, tmp, targetOptions: { profileDir, windowProfileDir }, loadProcesses: args.loadProcesses, grpcClient: args.grpcClient, installMissing: args.installMissing, log });
       sections.push(r);
       process.stdout.write(sectionMarkdown(r) + '\n');
     }
@@ -130,7 +136,8 @@ async function main(): Promise<number> {
     rmSync(tmp, { recursive: true, force: true });
   }
   const result: RunResult = { mode: args.quick ? 'quick' : 'full', machine, seconds: (performance.now() - t0) / 1000, sections };
-  const canonical = !args.quick && args.only === undefined && sections.every((s) => s.error === undefined);
+  // A profiled run measures the profiler too: it is never the canonical one.
+  const canonical = !args.quick && args.only === undefined && !args.cpuProf && !args.cpuProfWindows && sections.every((s) => s.error === undefined);
   const latestPath = join(resultsDir, LATEST);
   const latest = !canonical && existsSync(latestPath) ? (JSON.parse(readFileSync(latestPath, 'utf8')) as RunResult) : undefined;
   let jsonPath: string;
@@ -156,7 +163,7 @@ async function main(): Promise<number> {
       ? `results: ${jsonPath}, BENCHMARKS.md`
       : `results: ${jsonPath} (not committed; only a full run of every section without errors replaces ${LATEST} and BENCHMARKS.md)`,
   );
-  if (profileDir !== undefined) log(`CPU profiles: ${profileDir} (open in Chrome DevTools, or: node dist/bench/lib/profile-summary.js FILE)`);
+  if (profileDir !== undefined || windowProfileDir !== undefined) log(`CPU profiles: ${profiles} (open in Chrome DevTools, or: node dist/bench/lib/profile-summary.js FILE)`);
   return sections.some((s) => s.error !== undefined) ? 1 : 0;
 }
 

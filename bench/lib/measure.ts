@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { LoadResult } from './grpc-load.js';
 import { Histogram, summarise } from './histogram.js';
 import { sleep } from './processes.js';
@@ -11,13 +12,21 @@ export interface Measured extends LoadResult {
   readonly targetCpuCores: number;
 }
 
-/** Runs `load` against `target` and samples the target's CPU time over the measured window. */
+let windows = 0;
+
+/**
+ * Runs `load` against `target` and samples the target's CPU time over the measured window (and, with
+ * `--cpu-prof-windows`, profiles the window: `<n>-<target>.cpuprofile`, the profiler's own cost included).
+ */
 export async function measured(target: Target, t: Timing, load: () => Promise<LoadResult>): Promise<Measured> {
+  const dir = target.windowProfileDir;
   const running = load();
   await sleep(t.warmupMs);
+  if (dir !== undefined) await target.child.request('profileStart');
   const c0 = await target.cpuMicros();
   await sleep(t.durationMs);
   const c1 = await target.cpuMicros();
+  if (dir !== undefined) await target.child.request('profileStop', { file: join(dir, `${++windows}-${target.name}.cpuprofile`) });
   const result = await running;
   return { ...result, targetCpuCores: (c1 - c0) / 1000 / t.durationMs };
 }

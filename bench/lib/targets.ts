@@ -14,12 +14,16 @@ import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
 export interface TargetOptions {
   /** Write a .cpuprofile into this folder when the process exits. */
   readonly profileDir?: string | undefined;
+  /** Write a .cpuprofile of each measured window (measure.ts) into this folder. */
+  readonly windowProfileDir?: string | undefined;
 }
 
 export class Target {
   constructor(
     readonly child: Child,
     readonly ports: Readonly<Record<string, number>>,
+    /** Where measured() writes a profile of each window of this process (`--cpu-prof-windows`). */
+    readonly windowProfileDir?: string,
   ) {}
 
   get name(): string {
@@ -162,7 +166,7 @@ export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts:
       await child.stop('SIGKILL');
       throw new TargetStartError(spec.name, startFailure(child));
     }
-    if ((await getStatus(url)) === 200) return new Target(child, ports);
+    if ((await getStatus(url)) === 200) return new Target(child, ports, opts.windowProfileDir);
     await sleep(50);
   }
   await child.stop('SIGKILL');
@@ -175,5 +179,5 @@ export async function startBare(group: ProcessGroup, name: string, script: strin
   const child = group.node(name, benchScript(script), [String(port), ...args], { execArgv: nodeFlags(name, opts) });
   const info = await child.ready();
   const bound = Number(info.port);
-  return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound });
+  return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound }, opts.windowProfileDir);
 }
