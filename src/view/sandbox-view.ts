@@ -141,8 +141,8 @@ export class SandboxView implements RouteTable {
   private readonly entries = new Map<string, ViewEntry>();
   /**
    * The same entries by namespace, then name: what get() reads on every request. Two lookups on the
-   * request's own namespace and name strings cost a third of one on `namespace/name`, which must be
-   * built, flattened and hashed per request (docs/benchmarks.md, scale).
+   * request's own namespace and name strings cost about a third of one on `namespace/name`, which would
+   * be built, flattened and hashed per request. Kept in step with `entries` by put() and remove() alone.
    */
   private readonly byNamespace = new Map<string, Map<string, ViewEntry>>();
   private readonly ids = new IdIndex((key) => this.entries.get(key)?.snapshot);

@@ -16,8 +16,9 @@ import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
  * give the connection slot back).
  */
 
-/** What the proxy does when the upstream fails before any response byte reached the client. */
+/** The proxy's side of an exchange. */
 export interface ExchangeOwner {
+  /** The upstream failed before any response byte reached the client: answer the typed denial. */
   upstreamFailed(exchange: UpstreamExchange, err: Error): void;
   /** The client's response closed, however it ended (the connection slot goes back). */
   closed(exchange: UpstreamExchange): void;
