@@ -108,6 +108,29 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
     expect(a.degraded()).toEqual([]);
   });
 
+  it("a failover behind the same connection that a scan meets before any renewal: the peer's session stays visible and is not collected", async () => {
+    // Renewals every 10 s, scans every 30 ms: the next command A sends the shard is a scan.
+    const a = await started('A', { leaseTtlMs: 30_000, rescanMs: 30 });
+    const b = await started('B', { leaseTtlMs: 30_000, rescanMs: 60_000 });
+    const rec = await claim(b, 's1');
+    await presenceBecomes(a, heldBy('s1'));
+    const shard = shardOf('ns/sb', S);
+    const dropped = vi.fn();
+    a.onChange((_ns, name, r) => name === 'sb' && r === undefined && dropped());
+    // A replica promoted behind both connections: another replication id, and B has not renewed on it yet.
+    await admin.multi().hset(keysOf('ns/sb').term, 'r', 'f'.repeat(40)).zrem(keysOf('ns/sb').gateways, 'B').exec();
+    // Several scans (each one EVALSHA; nothing else runs on this server meanwhile). The first is refused in
+    // the old term; A adopts the new one, which grants B a lease's grace to reach the new master.
+    const scripts = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0);
+    const before = await scripts();
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await scripts()) - before).toBeGreaterThan(2);
+    expect(dropped).not.toHaveBeenCalled();
+    expect(a.get('ns', 'sb')).toEqual(rec);
+    expect(await admin.hget(keysOf('ns/sb').presence, 'ns/sb')).toContain('"s":"s1"');
+    expect(a.terms()[shard]).toBe(1);
+  });
+
   it('a gateway started later loads existing presence by scan', async () => {
     const b = await started('B');
     await claim(b, 's1');

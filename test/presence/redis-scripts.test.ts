@@ -90,6 +90,23 @@ describe('terms (fencing across failover)', () => {
     expect((await renew('A')).at(-1)).toBe(1);
   });
 
+  it("a scan and a collection name their term: on another master's (a failover the renewal has not reported) they read and delete nothing", async () => {
+    await claim('B', 's1');
+    // Term 0 is this master's: the scan reads the record.
+    const scan = (await run(SCRIPTS.snapshot, [0])) as unknown[];
+    expect(scan[2]).toEqual(['ns/sb', expect.stringContaining('"s":"s1"')]);
+    // A replica promoted behind the same connection: B's lease has not reached it, so B's record would look orphaned.
+    await redis.hset(keys().term, 'r', 'f'.repeat(40));
+    expect(await run(SCRIPTS.snapshot, [0])).toBe(-1);
+    expect(await run(SCRIPTS.collect, ['C', 0, 'ns/sb', 's1', 1])).toBe(-1);
+    expect((await stored())?.s).toBe('s1');
+    expect(await run(SCRIPTS.snapshot, [1])).toBe(-1);
+    // Once adopted, the new term's scan and collection run.
+    expect(await run(SCRIPTS.term, [0])).toEqual([1, 0, 0]);
+    expect(Array.isArray(await run(SCRIPTS.snapshot, [1]))).toBe(true);
+    expect(await run(SCRIPTS.collect, ['C', 1, 'ns/sb', 's1', 1])).toBe(1);
+  });
+
   it('the gateway-supplied minimum lifts a term a restart without persistence reset', async () => {
     await redis.del(keys().term);
     expect(await run(SCRIPTS.term, [3])).toEqual([3, 0, 0]);
@@ -229,15 +246,15 @@ describe('collect', () => {
     await claim('A', 's1');
     await claim('B', 's2', 1, 'ns/other');
     // A's lease is live: its record stays. B never held a lease: its record goes.
-    expect(await run(SCRIPTS.collect, ['C', 'ns/sb', 's1', 1, 'ns/other', 's2', 1])).toBe(1);
+    expect(await run(SCRIPTS.collect, ['C', 0, 'ns/sb', 's1', 1, 'ns/other', 's2', 1])).toBe(1);
     expect((await stored())?.s).toBe('s1');
     expect(await stored('ns/other')).toBeUndefined();
   });
 
   it('is fenced by session and epoch', async () => {
     await claim('B', 's2');
-    expect(await run(SCRIPTS.collect, ['C', 'ns/sb', 's2', 7])).toBe(0);
-    expect(await run(SCRIPTS.collect, ['C', 'ns/sb', 'sX', 1])).toBe(0);
+    expect(await run(SCRIPTS.collect, ['C', 0, 'ns/sb', 's2', 7])).toBe(0);
+    expect(await run(SCRIPTS.collect, ['C', 0, 'ns/sb', 'sX', 1])).toBe(0);
     expect((await stored())?.s).toBe('s2');
   });
 });

@@ -139,6 +139,16 @@ export class PresenceShard {
     return record;
   }
 
+  /**
+   * A script found that `term` is not the master's any more (a failover behind the same connection that
+   * the renewal has not reported yet): adopt the new term first, then scan again.
+   */
+  private termMoved(term: number): void {
+    if (this.term === term) this.term = undefined;
+    this.reloadWanted = true;
+    this.host.kick();
+  }
+
   /** Runs the claim script in `term`; undefined (nothing written) when that is no longer the master's sealed term. */
   private async claimIn(term: number, field: string, session: SessionClaim, minEpoch: number): Promise<number | undefined> {
     const args = [this.keys.channel, field, this.host.gatewayId, this.host.incarnation, session.sessionId, session.instanceId, String(session.since), minEpoch, term];
@@ -305,11 +315,10 @@ export class PresenceShard {
       this.resync = false;
     }
     await this.flush();
-    if (this.reloadWanted) {
+    if (this.reloadWanted && term !== undefined) {
       // Cleared first: a gap seen while replaying held messages asks for another scan.
       this.reloadWanted = false;
-      await this.reload();
-      if (host.writable()) await this.collect();
+      if ((await this.reload(term)) && host.writable()) await this.collect(term);
     }
     // The shard is reachable again once a renewal has succeeded since the failure and the work is done
     // (a round with nothing to do sends no command, so it alone proves nothing).
@@ -447,11 +456,19 @@ export class PresenceShard {
     this.mirror.loseLocal(field, l.sessionId);
   }
 
-  /** Loads every record and live lease of the shard in one consistent read, then replays messages that arrived meanwhile. */
-  private async reload(): Promise<void> {
+  /**
+   * Loads every record and live lease of the shard in one consistent read, then replays messages that
+   * arrived meanwhile. Returns false, changing nothing, when `term` is no longer the master's.
+   */
+  private async reload(term: number): Promise<boolean> {
     this.buffered ??= [];
     try {
-      const [redisNow, version, flat, leases] = (await this.host.oneScanAtATime(() => runScript(this.host.main, SCRIPTS.snapshot, this.keyList, [this.keys.channel]))) as SnapshotReply;
+      const reply = (await this.host.oneScanAtATime(() => runScript(this.host.main, SCRIPTS.snapshot, this.keyList, [this.keys.channel, term]))) as SnapshotReply | -1;
+      if (reply === -1) {
+        this.termMoved(term);
+        return false;
+      }
+      const [redisNow, version, flat, leases] = reply;
       const records = new Map<string, StoredRecord>();
       for (let j = 0; j + 1 < flat.length; j += 2) {
         const field = String(flat[j]);
@@ -462,6 +479,7 @@ export class PresenceShard {
       this.mirror.replaceLeases(decodeLeases(leases, redisNow, this.host.now()));
       this.mirror.replaceRemote(records);
       this.lastVersion = version;
+      return true;
     } finally {
       const held = this.buffered ?? [];
       this.buffered = undefined;
@@ -470,14 +488,18 @@ export class PresenceShard {
     }
   }
 
-  /** Deletes records no live lease backs (fenced per record; the script re-checks the lease). */
-  private async collect(): Promise<void> {
+  /** Deletes records no live lease backs (fenced per record and by `term`; the script re-checks the lease). */
+  private async collect(term: number): Promise<void> {
     const stale = this.mirror.staleRecords().filter((s) => !this.host.busy(s.field) && !this.pendingReleases.has(s.field));
     for (let j = 0; j < stale.length; j += 500) {
-      const args: (string | number)[] = [this.keys.channel, this.host.gatewayId];
+      const args: (string | number)[] = [this.keys.channel, this.host.gatewayId, term];
       for (const s of stale.slice(j, j + 500)) args.push(s.field, s.sessionId, s.epoch);
-      const n = await runScript(this.host.main, SCRIPTS.collect, this.keyList, args);
-      if (Number(n) > 0) this.host.log.debug({ shard: this.index, collected: n }, 'collected presence records of lapsed gateways');
+      const n = Number(await runScript(this.host.main, SCRIPTS.collect, this.keyList, args));
+      if (n < 0) {
+        this.termMoved(term);
+        return;
+      }
+      if (n > 0) this.host.log.debug({ shard: this.index, collected: n }, 'collected presence records of lapsed gateways');
     }
   }
 

@@ -265,16 +265,19 @@ return 1
 `;
 
 /**
- * collect(channel, callerGw, [field, sessionId, epoch]...) → number removed
+ * collect(channel, callerGw, term, [field, sessionId, epoch]...) → number removed | -1
  * Garbage collection after a full scan: deletes each named record (HDEL) if it is still exactly that
  * session at that epoch and its lease is not live (expired, or written under an older incarnation), or
  * it is the caller's own orphan. Re-checking liveness here makes it safe against a gateway that
- * re-asserted between the scan and this call.
+ * re-asserted between the scan and this call. -1 (nothing deleted): `term` is not this master's term. A
+ * promoted replica may not hold a live peer's lease yet (the peer has not reached it): only a caller that
+ * has adopted the new term, and so granted its peers their grace, may judge which records are orphans.
  */
 const COLLECT = `
+if current_term(replication()) ~= tonumber(ARGV[3]) then return -1 end
 local now = now_ms()
 local gone = {}
-for j = 3, #ARGV, 3 do
+for j = 4, #ARGV, 3 do
   local f = ARGV[j]
   local raw = redis.call('HGET', KEYS[3], f)
   if raw then
@@ -363,11 +366,14 @@ return 1
 `;
 
 /**
- * snapshot(channel) → {now, version, [field, recordJson]..., [id, expiry, infoJson]...}
+ * snapshot(channel, term) → {now, version, [field, recordJson]..., [id, expiry, infoJson]...} | -1
  * One consistent read of every record (HGETALL) and every live lease, with the version they correspond
- * to, for the mirror's start and its periodic re-scan.
+ * to, for the mirror's start and its periodic re-scan. -1 (nothing read): `term` is not this master's
+ * term, so what it holds belongs to a term the mirror has not adopted (a failover behind the same
+ * connection: its leases would drop peers that have not reached the new master yet).
  */
 const SNAPSHOT = `
+if current_term(replication()) ~= tonumber(ARGV[2]) then return -1 end
 local now = now_ms()
 local v = tonumber(redis.call('GET', KEYS[5]) or '0')
 return {now, v, redis.call('HGETALL', KEYS[3]), live_gateways(now)}
