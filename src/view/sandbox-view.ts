@@ -79,13 +79,27 @@ function isDecimal(s: string): boolean {
   return true;
 }
 
+/** Index of the first significant digit of a decimal string (leading zeros skipped; "0" keeps its zero). */
+function significant(s: string): number {
+  let i = 0;
+  while (i < s.length - 1 && s.charCodeAt(i) === 0x30) i++;
+  return i;
+}
+
 /** True when `next` is not newer than `held`; only decimal versions are ordered (others are opaque). */
 export function isStale(held: string, next: string): boolean {
   if (!isDecimal(held) || !isDecimal(next)) return held === next;
-  const a = held.replace(/^0+(?=\d)/, '');
-  const b = next.replace(/^0+(?=\d)/, '');
-  if (a.length !== b.length) return b.length < a.length;
-  return b <= a;
+  const i = significant(held);
+  const j = significant(next);
+  const a = held.length - i;
+  const b = next.length - j;
+  if (a !== b) return b < a;
+  // Same number of significant digits: compare them in place (no zero-stripped copies on every update).
+  for (let k = 0; k < a; k++) {
+    const d = next.charCodeAt(j + k) - held.charCodeAt(i + k);
+    if (d !== 0) return d < 0;
+  }
+  return true;
 }
 
 /** A token no request can present (header values never hold NUL): a derived token with no secret fails closed. */
@@ -278,16 +292,18 @@ export class SandboxView implements RouteTable {
       this.tombstones.delete(s.uid);
     }
     const held = this.entries.get(key);
-    if (held !== undefined) {
-      if (held.snapshot.uid === s.uid) {
-        if (isStale(held.snapshot.resourceVersion, s.resourceVersion)) return false;
-      } else {
-        // A new incarnation under the same name: the old uid is fenced from here on.
-        this.fence(held.snapshot.uid, now);
-      }
+    if (held === undefined) {
+      this.put(key, driver, s, this.presence.get(key), now, undefined, held);
+      return true;
     }
-    const prior = held !== undefined && held.snapshot.uid === s.uid ? held.status : undefined;
-    this.put(key, driver, s, this.presence.get(key), now, prior, held);
+    if (held.snapshot.uid !== s.uid) {
+      // A new incarnation under the same name: the old uid is fenced from here on.
+      this.fence(held.snapshot.uid, now);
+      this.put(key, driver, s, this.presence.get(key), now, undefined, held);
+      return true;
+    }
+    if (isStale(held.snapshot.resourceVersion, s.resourceVersion)) return false;
+    this.put(key, driver, s, this.presence.get(key), now, held.status, held);
     return true;
   }
 
@@ -369,7 +385,8 @@ export class SandboxView implements RouteTable {
       name: s.name,
       status,
       upstreamHost: upstreamHostOf(s.endpoint),
-      ports: s.ports === undefined ? undefined : new Set(s.ports),
+      // A recomposition of the same snapshot (presence, expiry, an id moving elsewhere) keeps the same set.
+      ports: s.ports === undefined ? undefined : s.ports === held?.snapshot.ports ? held.ports : new Set(s.ports),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
       accessToken: accessTokenOf(s, claims, inUse, this.opts.deriveToken),
       envdAccessToken: s.envdAccessToken,

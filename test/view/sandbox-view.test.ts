@@ -39,6 +39,14 @@ describe('SandboxView ordering and fences', () => {
     expect(isStale('100', '0100')).toBe(true);
     expect(isStale('abc', 'abd')).toBe(false);
     expect(isStale('abc', 'abc')).toBe(true);
+    // Leading zeros, zero itself, and equal lengths compared digit by digit.
+    expect(isStale('0', '00')).toBe(true);
+    expect(isStale('0', '1')).toBe(false);
+    expect(isStale('009', '10')).toBe(false);
+    expect(isStale('12345', '12346')).toBe(false);
+    expect(isStale('12346', '12345')).toBe(true);
+    expect(isStale('12345', '012345')).toBe(true);
+    expect(isStale('', '1')).toBe(false);
   });
 
   it('a late update cannot resurrect a deleted sandbox (tombstone)', () => {

@@ -222,43 +222,46 @@ export class GrpcDriver implements Driver {
     });
   }
 
+  /** Reports a message (or a batch's event) that breaks the contract; it is dropped. A method, not a closure made per event. */
+  private invalid(sink: DriverSink, inBatch: boolean, message: string, cause?: unknown): void {
+    sink.error(new DriverError('driver_message_invalid', `driver ${this.id}: ${message}; ${inBatch ? 'event' : 'message'} dropped`, { cause, field: (cause as DriverError | undefined)?.field }));
+  }
+
   private handle(sink: DriverSink, st: StreamState, ev: WireWatchEvent, inBatch = false): void {
-    const invalid = (message: string, cause?: unknown): void =>
-      sink.error(new DriverError('driver_message_invalid', `driver ${this.id}: ${message}; ${inBatch ? 'event' : 'message'} dropped`, { cause, field: (cause as DriverError | undefined)?.field }));
     switch (ev.event) {
       case 'batch':
-        if (inBatch) return invalid('a batch inside a batch');
+        if (inBatch) return this.invalid(sink, inBatch, 'a batch inside a batch');
         // In order, each as if it came alone: one invalid event is dropped, the others apply.
         for (const e of ev.batch?.events ?? []) this.handle(sink, st, e, true);
         return;
       case 'snapshot':
-        if (st.synced) return invalid('snapshot after synced (use upserted)');
+        if (st.synced) return this.invalid(sink, inBatch, 'snapshot after synced (use upserted)');
         try {
           st.listing.push(snapshotFromWire(ev.snapshot, 'snapshot.'));
         } catch (err) {
-          return invalid((err as Error).message, err);
+          return this.invalid(sink, inBatch, (err as Error).message, err);
         }
         return;
       case 'synced':
-        if (st.synced) return invalid('a second synced on one stream');
+        if (st.synced) return this.invalid(sink, inBatch, 'a second synced on one stream');
         st.synced = true;
         sink.replace(st.listing);
         st.listing = [];
         return;
       case 'upserted':
       case 'deleted': {
-        if (!st.synced) return invalid(`${ev.event} before synced (the initial list uses snapshot)`);
+        if (!st.synced) return this.invalid(sink, inBatch, `${ev.event} before synced (the initial list uses snapshot)`);
         let event;
         try {
           event = ev.event === 'upserted' ? { type: 'upsert' as const, snapshot: snapshotFromWire(ev.upserted, 'upserted.') } : deletionFromWire(ev.deleted, 'deleted.');
         } catch (err) {
-          return invalid((err as Error).message, err);
+          return this.invalid(sink, inBatch, (err as Error).message, err);
         }
         sink.apply(event);
         return;
       }
       default:
-        return invalid('a WatchEvent with no event set');
+        return this.invalid(sink, inBatch, 'a WatchEvent with no event set');
     }
   }
 }

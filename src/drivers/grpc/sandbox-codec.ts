@@ -66,12 +66,14 @@ function record(v: unknown, field: string): Record<string, unknown> {
   return v as Record<string, unknown>;
 }
 
-function text(o: Record<string, unknown>, key: string, at: string, max: number, required: boolean): string {
+/** `condition`: the index of the condition `o` is, when it is one (its field path is built only for an error). */
+function text(o: Record<string, unknown>, key: string, at: string, max: number, required: boolean, condition?: number): string {
   const v = o[key] ?? '';
-  if (typeof v !== 'string') throw bad(at + key, 'must be a string');
-  if (required && v === '') throw bad(at + key, 'is required');
-  if (v.length > max) throw bad(at + key, `is longer than ${max} characters`);
-  return v;
+  if (typeof v === 'string' && v.length <= max && (v !== '' || !required)) return v;
+  const field = (condition === undefined ? at : conditionAt(at, condition) + '.') + key;
+  if (typeof v !== 'string') throw bad(field, 'must be a string');
+  if (v === '') throw bad(field, 'is required');
+  throw bad(field, `is longer than ${max} characters`);
 }
 
 function label(o: Record<string, unknown>, key: string, at: string): string {
@@ -85,6 +87,19 @@ function list(o: Record<string, unknown>, key: string, at: string, max: number):
   if (!Array.isArray(v)) throw bad(at + key, 'must be a list');
   if (v.length > max) throw bad(at + key, `has more than ${max} entries`);
   return v;
+}
+
+/** The index of the first entry whose key an earlier entry has too, or -1. */
+function repeated<T>(items: readonly T[], key: (item: T) => string): number {
+  if (items.length < 2) return -1;
+  if (items.length === 2) return key(items[0]!) === key(items[1]!) ? 1 : -1;
+  const seen = new Set<string>();
+  for (let i = 0; i < items.length; i++) {
+    const k = key(items[i]!);
+    if (seen.has(k)) return i;
+    seen.add(k);
+  }
+  return -1;
 }
 
 /** google.protobuf.Timestamp → epoch milliseconds. */
@@ -106,18 +121,24 @@ function msToTimestamp(ms: number): WireTimestamp {
   return { seconds: String(seconds), nanos: (whole - seconds * 1000) * 1e6 };
 }
 
-function conditionFromWire(v: unknown, at: string): Condition {
-  const c = record(v, at);
-  const type = text(c, 'type', at + '.', LIMITS.wordLength, true);
+/** `conditions[i]` of `at`: built only for an error, never for a valid update. */
+function conditionAt(at: string, i: number): string {
+  return `${at}conditions[${i}]`;
+}
+
+function conditionFromWire(v: unknown, at: string, i: number): Condition {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad(conditionAt(at, i), 'is missing');
+  const c = v as Record<string, unknown>;
+  const type = text(c, 'type', at, LIMITS.wordLength, true, i);
   const status = STATUS_FROM_WIRE[String(c.status ?? '')];
-  if (status === undefined) throw bad(at + '.status', 'must be TRUE, FALSE or UNKNOWN');
+  if (status === undefined) throw bad(conditionAt(at, i) + '.status', 'must be TRUE, FALSE or UNKNOWN');
   const lt = c.last_transition_time;
   return {
     type,
     status,
-    reason: text(c, 'reason', at + '.', LIMITS.wordLength, false),
-    message: text(c, 'message', at + '.', LIMITS.messageLength, false),
-    lastTransitionTime: lt === undefined || lt === null ? undefined : isoTime(timestampMs(lt, at + '.last_transition_time')),
+    reason: text(c, 'reason', at, LIMITS.wordLength, false, i),
+    message: text(c, 'message', at, LIMITS.messageLength, false, i),
+    lastTransitionTime: lt === undefined || lt === null ? undefined : isoTime(timestampMs(lt, conditionAt(at, i) + '.last_transition_time')),
   };
 }
 
@@ -156,25 +177,27 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
   const state = STATE_FROM_WIRE[String(o.state ?? '')];
   if (state === undefined) throw bad(at + 'state', 'must be STARTING, READY, PAUSED, DELETING or FAILED');
 
+  // Plain loops, and a duplicate check that allocates nothing for the usual one or two entries: a busy
+  // driver's every update passes through here.
   const ids = list(o, 'ids', at, LIMITS.ids);
-  const seenIds = new Set<string>();
-  ids.forEach((id, i) => {
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i];
     if (typeof id !== 'string' || !isDnsLabel(id)) throw bad(`${at}ids[${i}]`, `${JSON.stringify(id)} must be a DNS-1123 label`);
-    if (seenIds.has(id)) throw bad(`${at}ids[${i}]`, `${JSON.stringify(id)} is listed twice`);
-    seenIds.add(id);
-  });
+  }
+  const twiceId = repeated(ids as string[], (id) => id);
+  if (twiceId >= 0) throw bad(`${at}ids[${twiceId}]`, `${JSON.stringify(ids[twiceId])} is listed twice`);
 
-  const conditions = list(o, 'conditions', at, LIMITS.conditions).map((c, i) => conditionFromWire(c, `${at}conditions[${i}]`));
-  const types = new Set<string>();
-  conditions.forEach((c, i) => {
-    if (types.has(c.type)) throw bad(`${at}conditions[${i}].type`, `${JSON.stringify(c.type)} is listed twice`);
-    types.add(c.type);
-  });
+  const wireConditions = list(o, 'conditions', at, LIMITS.conditions);
+  const conditions: Condition[] = [];
+  for (let i = 0; i < wireConditions.length; i++) conditions.push(conditionFromWire(wireConditions[i], at, i));
+  const twiceType = repeated(conditions, (c) => c.type);
+  if (twiceType >= 0) throw bad(`${conditionAt(at, twiceType)}.type`, `${JSON.stringify(conditions[twiceType]!.type)} is listed twice`);
 
   const ports = list(o, 'ports', at, LIMITS.ports);
-  ports.forEach((p, i) => {
+  for (let i = 0; i < ports.length; i++) {
+    const p = ports[i];
     if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) throw bad(`${at}ports[${i}]`, 'must be a port number 1-65535');
-  });
+  }
 
   const sessionModel = o.session_model ?? 'SESSION_MODEL_REQUIRED';
   if (sessionModel !== 'SESSION_MODEL_REQUIRED' && sessionModel !== 'SESSION_MODEL_NONE') throw bad(at + 'session_model', 'must be REQUIRED or NONE');

@@ -23,6 +23,11 @@ const START_GROUP = 3;
 const END_GROUP = 4;
 const FIXED32 = 5;
 
+/** Node's Buffer method behind `toString('utf8', start, end)`, present on every Buffer but not in its types. */
+interface Utf8Slicing {
+  utf8Slice(start: number, end: number): string;
+}
+
 class Reader {
   pos: number;
 
@@ -80,7 +85,9 @@ class Reader {
     const start = this.pos;
     this.pos = start + len;
     if (this.pos > this.end) throw new RangeError('index out of range');
-    return this.buf.toString('utf8', start, this.pos);
+    // toString('utf8', …) without its argument checks (bounds are checked above); the same decoding,
+    // invalid sequences included (U+FFFD).
+    return (this.buf as unknown as Utf8Slicing).utf8Slice(start, this.pos);
   }
 
   /** A length-delimited field's bounds, as a reader of its own. */
