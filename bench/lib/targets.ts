@@ -79,10 +79,18 @@ export class TargetStartError extends Error {
 
 let profiles = 0;
 
+/**
+ * The V8 flags the gateway ships with (Dockerfile ENTRYPOINT, `npm start`; a test keeps them in step): a
+ * young generation of up to 64 MB per semi-space, so a sandbox's replaced snapshot dies there instead of
+ * being promoted and collected by full GCs (docs/benchmarks.md, "Cost, not just rate").
+ */
+export const GATEWAY_NODE_FLAGS = ['--max-semi-space-size=64'] as const;
+
 function nodeFlags(name: string, opts: TargetOptions): string[] {
-  // --no-memory-reducer: V8's few full GCs some seconds after start-up would land in one trial's window
-  // (docs/benchmarks.md, "Cost, not just rate").
-  const flags = ['--expose-gc', '--no-memory-reducer', '--import', pathToFileURL(benchScript('lib/heap-probe.js')).href];
+  // Every Node process under test, baselines too, runs with the gateway's flags, so a comparison is of
+  // code, not of heap settings. --no-memory-reducer: V8's few full GCs some seconds after start-up would
+  // land in one trial's window (docs/benchmarks.md, "Cost, not just rate").
+  const flags = [...GATEWAY_NODE_FLAGS, '--expose-gc', '--no-memory-reducer', '--import', pathToFileURL(benchScript('lib/heap-probe.js')).href];
   if (opts.profileDir !== undefined) flags.push('--cpu-prof', '--cpu-prof-dir', opts.profileDir, '--cpu-prof-name', `${++profiles}-${name}.cpuprofile`);
   return flags;
 }
