@@ -292,18 +292,16 @@ export class SandboxView implements RouteTable {
       this.tombstones.delete(s.uid);
     }
     const held = this.entries.get(key);
-    if (held === undefined) {
-      this.put(key, driver, s, this.presence.get(key), now, undefined, held);
-      return true;
+    if (held !== undefined) {
+      if (held.snapshot.uid === s.uid) {
+        if (isStale(held.snapshot.resourceVersion, s.resourceVersion)) return false;
+      } else {
+        // A new incarnation under the same name: the old uid is fenced from here on.
+        this.fence(held.snapshot.uid, now);
+      }
     }
-    if (held.snapshot.uid !== s.uid) {
-      // A new incarnation under the same name: the old uid is fenced from here on.
-      this.fence(held.snapshot.uid, now);
-      this.put(key, driver, s, this.presence.get(key), now, undefined, held);
-      return true;
-    }
-    if (isStale(held.snapshot.resourceVersion, s.resourceVersion)) return false;
-    this.put(key, driver, s, this.presence.get(key), now, held.status, held);
+    const prior = held !== undefined && held.snapshot.uid === s.uid ? held.status : undefined;
+    this.put(key, driver, s, this.presence.get(key), now, prior, held);
     return true;
   }
 
