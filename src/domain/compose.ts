@@ -81,10 +81,10 @@ function readyCondition(status: 'True' | 'False' | 'Unknown', reason: string, me
   return { type: READY, status, reason, message };
 }
 
-/** The backend's conditions other than Ready, passed through for operators (resize, rejected updates…). */
-function passthrough(b: BackendSnapshot): Condition[] {
-  const out: Condition[] = [];
-  for (const c of b.conditions) if (c.type !== READY) out.push(c);
+/** The backend's conditions other than Ready, passed through for operators (resize, rejected updates…); undefined when there are none. */
+function passthrough(b: BackendSnapshot): Condition[] | undefined {
+  let out: Condition[] | undefined;
+  for (const c of b.conditions) if (c.type !== READY) (out ??= []).push(c);
   return out;
 }
 
@@ -98,26 +98,30 @@ const SHARED_STATUSES_MAX = 4096;
 /** The shared status each rule gave last. */
 const LAST_SHARED = new Map<RuleName, PublicStatus>();
 
+/** The status of `rule`, whose Ready condition has `readyStatus`, `reason` and `message`. */
 function status(
   rule: RuleName,
   phase: PublicPhase,
-  ready: Condition,
+  readyStatus: Condition['status'],
+  reason: string,
+  message: string,
   b: BackendSnapshot,
   failure?: PublicStatus['failure'],
 ): PublicStatus {
   const extra = passthrough(b);
-  if (failure !== undefined || extra.length > 0) {
-    return { phase, reason: ready.reason, message: ready.message, conditions: [ready, ...extra], rule, failure };
+  if (failure !== undefined || extra !== undefined) {
+    const ready = readyCondition(readyStatus, reason, message);
+    return { phase, reason, message, conditions: extra === undefined ? [ready] : [ready, ...extra], rule, failure };
   }
   // Most recompositions (a driver's heartbeat update) land on the status the same rule gave last time:
-  // compare with that before building the table's key, which costs a string and a hash per update.
+  // compare with that before building the table's key (a string and a hash) or the condition.
   const last = LAST_SHARED.get(rule);
-  if (last !== undefined && last.phase === phase && last.reason === ready.reason && last.message === ready.message && last.conditions[0]!.status === ready.status) return last;
-  const key = rule + '\u0000' + ready.status + '\u0000' + ready.reason + '\u0000' + ready.message;
+  if (last !== undefined && last.phase === phase && last.reason === reason && last.message === message && last.conditions[0]!.status === readyStatus) return last;
+  const key = rule + '\u0000' + readyStatus + '\u0000' + reason + '\u0000' + message;
   let shared = SHARED_STATUSES.get(key);
   if (shared === undefined) {
     if (SHARED_STATUSES.size >= SHARED_STATUSES_MAX) SHARED_STATUSES.clear();
-    shared = Object.freeze({ phase, reason: ready.reason, message: ready.message, conditions: Object.freeze([Object.freeze(ready)]), rule, failure: undefined });
+    shared = Object.freeze({ phase, reason, message, conditions: Object.freeze([Object.freeze(readyCondition(readyStatus, reason, message))]), rule, failure: undefined });
     SHARED_STATUSES.set(key, shared);
   }
   LAST_SHARED.set(rule, shared);
@@ -145,55 +149,45 @@ export function compose(
 
   if (b.state === 'deleting') {
     const r = backendReason(b, 'Deleting');
-    return status('deleting', 'Deleting', readyCondition('False', r.reason, r.message || 'The sandbox is being deleted'), b);
+    return status('deleting', 'Deleting', 'False', r.reason, r.message || 'The sandbox is being deleted', b);
   }
   if ((b.shutdownTime !== undefined && b.shutdownTime <= now) || (ready?.status === 'False' && ready.reason === REASON_SANDBOX_EXPIRED)) {
-    return status('expired', 'Deleting', readyCondition('False', REASON_SANDBOX_EXPIRED, 'The sandbox has passed its shutdown time'), b);
+    return status('expired', 'Deleting', 'False', REASON_SANDBOX_EXPIRED, 'The sandbox has passed its shutdown time', b);
   }
   if (b.state === 'failed') {
     const r = backendReason(b, 'Failed');
-    return status('failed', 'Error', readyCondition('False', r.reason, r.message || 'The sandbox has failed'), b, {
+    return status('failed', 'Error', 'False', r.reason, r.message || 'The sandbox has failed', b, {
       uid: b.uid,
       instanceId: b.instanceId,
     });
   }
   const f = prior?.failure;
   if (f !== undefined && f.uid === b.uid && f.instanceId === b.instanceId) {
-    return status('error-sticky', 'Error', readyCondition('False', prior!.reason, prior!.message), b, f);
+    return status('error-sticky', 'Error', 'False', prior!.reason, prior!.message, b, f);
   }
   if (b.state === 'paused') {
     const r = backendReason(b, 'SandboxPaused');
-    return status('paused', 'Paused', readyCondition('False', r.reason, r.message || 'The sandbox is paused'), b);
+    return status('paused', 'Paused', 'False', r.reason, r.message || 'The sandbox is paused', b);
   }
   const updating = isUpdating(b, ready);
   if (updating !== undefined) {
-    return status('updating', 'Updating', readyCondition('False', updating.reason, updating.message || 'In-place update in progress'), b);
+    return status('updating', 'Updating', 'False', updating.reason, updating.message || 'In-place update in progress', b);
   }
   if (b.state === 'starting') {
     if (ready !== undefined && ready.status === 'Unknown') {
-      return status('unknown', 'Unknown', readyCondition('Unknown', ready.reason || 'Unknown', ready.message), b);
+      return status('unknown', 'Unknown', 'Unknown', ready.reason || 'Unknown', ready.message, b);
     }
     const r = backendReason(b, 'Starting');
-    return status('starting', 'Provisioning', readyCondition('False', r.reason, r.message || 'The sandbox is starting'), b);
+    return status('starting', 'Provisioning', 'False', r.reason, r.message || 'The sandbox is starting', b);
   }
   // b.state === 'ready'
   if (b.sessionModel === 'none') {
-    return status('ready-no-session-needed', 'Ready', readyCondition('True', REASON_DEPENDENCIES_READY, 'Backend ready'), b);
+    return status('ready-no-session-needed', 'Ready', 'True', REASON_DEPENDENCIES_READY, 'Backend ready', b);
   }
   if (presence !== undefined) {
-    return status(
-      'ready-with-session',
-      'Ready',
-      // The owning gateway is in the session itself (the status API shows it); a constant message keeps
-      // this status shareable between sandboxes.
-      readyCondition('True', REASON_DEPENDENCIES_READY, 'Backend ready; supervisor session connected'),
-      b,
-    );
+    // The owning gateway is in the session itself (the status API shows it); a constant message keeps
+    // this status shareable between sandboxes.
+    return status('ready-with-session', 'Ready', 'True', REASON_DEPENDENCIES_READY, 'Backend ready; supervisor session connected', b);
   }
-  return status(
-    'supervisor-not-connected',
-    'Provisioning',
-    readyCondition('False', REASON_SUPERVISOR_NOT_CONNECTED, 'Backend ready; waiting for supervisor session'),
-    b,
-  );
+  return status('supervisor-not-connected', 'Provisioning', 'False', REASON_SUPERVISOR_NOT_CONNECTED, 'Backend ready; waiting for supervisor session', b);
 }

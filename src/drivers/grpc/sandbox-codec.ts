@@ -149,9 +149,10 @@ function endpointFromWire(o: Record<string, unknown>, at: string): Endpoint {
       return { kind: 'address', addresses: [] };
     case 'addresses': {
       const addrs = list(record(o.addresses, at + 'addresses'), 'addresses', at + 'addresses.', LIMITS.addresses);
-      addrs.forEach((a, i) => {
+      for (let i = 0; i < addrs.length; i++) {
+        const a = addrs[i];
         if (typeof a !== 'string' || isIP(a) === 0) throw bad(`${at}addresses.addresses[${i}]`, `${JSON.stringify(a)} must be an IP address`);
-      });
+      }
       return { kind: 'address', addresses: addrs as string[] };
     }
     case 'service_fqdn': {
@@ -188,8 +189,8 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
   if (twiceId >= 0) throw bad(`${at}ids[${twiceId}]`, `${JSON.stringify(ids[twiceId])} is listed twice`);
 
   const wireConditions = list(o, 'conditions', at, LIMITS.conditions);
-  const conditions: Condition[] = [];
-  for (let i = 0; i < wireConditions.length; i++) conditions.push(conditionFromWire(wireConditions[i], at, i));
+  // map() sizes the array once; push() onto [] would make room for 17.
+  const conditions = wireConditions.map((c, i) => conditionFromWire(c, at, i));
   const twiceType = repeated(conditions, (c) => c.type);
   if (twiceType >= 0) throw bad(`${conditionAt(at, twiceType)}.type`, `${JSON.stringify(conditions[twiceType]!.type)} is listed twice`);
 

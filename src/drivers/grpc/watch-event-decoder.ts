@@ -3,8 +3,9 @@ import type { WireCondition, WireDeleted, WireSandbox, WireTimestamp, WireWatchE
 /**
  * A hand-written decoder of driver.proto's `WatchEvent`, the message a busy driver streams thousands of
  * times a second. It yields exactly what @grpc/proto-loader yields with DRIVER_PROTO_OPTIONS (the test
- * `watch-event-decoder` compares both on generated messages): fields present on the wire only, repeated
- * fields always arrays, enums by name (an unknown number stays a number), int64 as a decimal string, the
+ * `watch-event-decoder` compares both on generated messages): fields present on the wire only (a Sandbox
+ * has every field, undefined where the message has none: one shape, allocated once), repeated fields always
+ * arrays (an empty one shared and frozen), enums by name (an unknown number stays a number), int64 as a decimal string, the
  * oneof member names in `event` / `endpoint`, a repeated message field replaced rather than merged, and
  * every unknown field skipped — as is a known field sent with another wire type (protobufjs misreads one). It reads the bytes once into the final objects, where protobufjs builds a
  * message and then copies it with `toObject()` — measured at about half of the gateway's cost per update
@@ -34,7 +35,7 @@ class Reader {
   constructor(
     readonly buf: Buffer,
     start: number,
-    readonly end: number,
+    public end: number,
   ) {
     this.pos = start;
   }
@@ -90,13 +91,23 @@ class Reader {
     return (this.buf as unknown as Utf8Slicing).utf8Slice(start, this.pos);
   }
 
-  /** A length-delimited field's bounds, as a reader of its own. */
-  sub(): Reader {
+  /**
+   * Narrows the reader to a length-delimited field (a nested message) and returns the bound to restore
+   * with leave() once it is read: one reader for the whole event, not one object per nested message.
+   */
+  enter(): number {
     const len = this.uint32();
-    const start = this.pos;
-    this.pos = start + len;
-    if (this.pos > this.end) throw new RangeError('index out of range');
-    return new Reader(this.buf, start, this.pos);
+    const outer = this.end;
+    const end = this.pos + len;
+    if (end > outer) throw new RangeError('index out of range');
+    this.end = end;
+    return outer;
+  }
+
+  /** Back to the enclosing message after enter(), past the nested one. */
+  leave(outer: number): void {
+    this.pos = this.end;
+    this.end = outer;
   }
 
   skip(wireType: number): void {
@@ -138,6 +149,32 @@ class Reader {
   }
 }
 
+/** Reads one nested message with `read`, the reader narrowed to it. */
+function nested<T>(r: Reader, read: (r: Reader) => T): T {
+  const outer = r.enter();
+  const v = read(r);
+  r.leave(outer);
+  return v;
+}
+
+/** A nested message whose content is ignored (an empty marker message such as `synced`). */
+function skipNested(r: Reader): void {
+  r.leave(r.enter());
+}
+
+/**
+ * A repeated field's array, shared while empty: most sandboxes list no ports and one id or condition, and
+ * `[]` grown by push() takes room for 17 entries. Frozen, so nothing can add to the shared one; the codec
+ * only reads these arrays.
+ */
+const EMPTY: readonly never[] = Object.freeze([]);
+
+function append<T>(list: readonly T[], v: T): T[] {
+  if (list.length === 0) return [v];
+  (list as T[]).push(v);
+  return list as T[];
+}
+
 /** An enum value by name, or the number itself when the enum has no such value (as proto-loader does). */
 function enumName<T extends string>(names: readonly T[], n: number): T | number {
   return n >= 0 && n < names.length ? names[n]! : n;
@@ -174,7 +211,7 @@ function condition(r: Reader): WireCondition {
         c.message = r.string();
         break;
       case 0x2a:
-        c.last_transition_time = timestamp(r.sub());
+        c.last_transition_time = nested(r, timestamp);
         break;
       default:
         r.skip(tag & 7);
@@ -183,32 +220,59 @@ function condition(r: Reader): WireCondition {
   return c;
 }
 
-function strings(r: Reader, field: number): string[] {
-  const out: string[] = [];
+/** Field 1 of a message, a repeated string (driver.proto's `Addresses`). */
+function strings(r: Reader): readonly string[] {
+  let out: readonly string[] = EMPTY;
   while (r.pos < r.end) {
     const tag = r.uint32();
-    if (tag === ((field << 3) | BYTES)) out.push(r.string());
+    if (tag === ((1 << 3) | BYTES)) out = append(out, r.string());
     else r.skip(tag & 7);
   }
   return out;
 }
 
-function pair<K extends string>(r: Reader, first: K, second: K): Partial<Record<K, string>> {
-  const out: Partial<Record<K, string>> = {};
+/** driver.proto `Revision` (desired = 1, current = 2). */
+function revision(r: Reader): { desired?: string; current?: string } {
+  const out: { desired?: string; current?: string } = {};
   while (r.pos < r.end) {
     const tag = r.uint32();
-    if (tag === 0x0a) out[first] = r.string();
-    else if (tag === 0x12) out[second] = r.string();
+    if (tag === 0x0a) out.desired = r.string();
+    else if (tag === 0x12) out.current = r.string();
     else r.skip(tag & 7);
   }
   return out;
+}
+
+/**
+ * Every WireSandbox field, in one shape: the object is allocated once at its full size instead of growing a
+ * property at a time. A field the message does not carry stays undefined here, which every reader of a
+ * WireSandbox (sandbox-codec.ts) treats as absent, as it does a field proto-loader leaves out.
+ */
+function emptySandbox(): Mutable<WireSandbox> {
+  return {
+    namespace: undefined,
+    name: undefined,
+    uid: undefined,
+    resource_version: undefined,
+    instance_id: undefined,
+    ids: EMPTY,
+    state: undefined,
+    conditions: EMPTY,
+    endpoint: undefined,
+    addresses: undefined,
+    service_fqdn: undefined,
+    relay_only: undefined,
+    session_model: undefined,
+    ports: EMPTY,
+    shutdown_time: undefined,
+    revision: undefined,
+    created_at: undefined,
+    envd_access_token: undefined,
+  };
 }
 
 function sandbox(r: Reader): WireSandbox {
-  const ids: string[] = [];
-  const conditions: WireCondition[] = [];
-  const ports: number[] = [];
-  const s: Mutable<WireSandbox> = { ids, conditions, ports };
+  const s = emptySandbox();
   while (r.pos < r.end) {
     const tag = r.uint32();
     switch (tag) {
@@ -228,45 +292,46 @@ function sandbox(r: Reader): WireSandbox {
         s.instance_id = r.string();
         break;
       case 0x32:
-        ids.push(r.string());
+        s.ids = append(s.ids!, r.string());
         break;
       case 0x38:
         s.state = enumName(BACKEND_STATES, r.int32());
         break;
       case 0x42:
-        conditions.push(condition(r.sub()));
+        s.conditions = append(s.conditions!, nested(r, condition));
         break;
       case 0x4a:
-        s.addresses = { addresses: strings(r.sub(), 1) };
+        s.addresses = { addresses: nested(r, strings) };
         break;
       case 0x52:
         s.service_fqdn = r.string();
         break;
       case 0x5a:
-        r.sub();
+        skipNested(r);
         s.relay_only = {};
         break;
       case 0x60:
         s.session_model = enumName(SESSION_MODELS, r.int32());
         break;
       case 0x68:
-        ports.push(r.uint32());
+        s.ports = append(s.ports!, r.uint32());
         break;
       case 0x6a: {
         // Packed (proto3's default for repeated scalars); the unpacked form above is accepted too.
-        const p = r.sub();
-        while (p.pos < p.end) ports.push(p.uint32());
+        const outer = r.enter();
+        while (r.pos < r.end) s.ports = append(s.ports!, r.uint32());
+        r.leave(outer);
         break;
       }
       case 0x72:
-        s.shutdown_time = timestamp(r.sub());
+        s.shutdown_time = nested(r, timestamp);
         break;
       case 0x7a:
-        s.revision = pair(r.sub(), 'desired', 'current');
+        s.revision = nested(r, revision);
         break;
       case 0x82:
         // Field 16 (created_at): its tag takes two varint bytes, read above as 0x82 0x01 → 130.
-        s.created_at = timestamp(r.sub());
+        s.created_at = nested(r, timestamp);
         break;
       case 0x8a:
         s.envd_access_token = r.string();
@@ -313,7 +378,7 @@ function eventBatch(r: Reader): { events: WireWatchEvent[] } {
   const events: WireWatchEvent[] = [];
   while (r.pos < r.end) {
     const tag = r.uint32();
-    if (tag === 0x0a) events.push(watchEvent(r.sub()));
+    if (tag === 0x0a) events.push(nested(r, watchEvent));
     else r.skip(tag & 7);
   }
   return { events };
@@ -330,20 +395,20 @@ function watchEvent(r: Reader): WireWatchEvent {
     const tag = r.uint32();
     switch (tag) {
       case 0x0a:
-        ev.snapshot = sandbox(r.sub());
+        ev.snapshot = nested(r, sandbox);
         break;
       case 0x12:
-        r.sub();
+        skipNested(r);
         ev.synced = {};
         break;
       case 0x1a:
-        ev.upserted = sandbox(r.sub());
+        ev.upserted = nested(r, sandbox);
         break;
       case 0x22:
-        ev.deleted = deleted(r.sub());
+        ev.deleted = nested(r, deleted);
         break;
       case 0x2a:
-        ev.batch = eventBatch(r.sub());
+        ev.batch = nested(r, eventBatch);
         break;
       default:
         r.skip(tag & 7);
