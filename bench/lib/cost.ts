@@ -55,12 +55,21 @@ export async function idleNote(label: string, rate: number, processes: Readonly<
   return `${label}: CPU with no load, over ${ms / 1000} s before the trials: ${parts.join(', ')}`;
 }
 
-/** Runs A then B, `pairs` times over; trial k of A and trial k of B are pair k. */
+/**
+ * Runs `pairs` pairs of trials, A B, B A, A B …: each pair in the opposite order to the one before, so a
+ * drift over the run (a heap growing, the machine's other load) does not always land on the same arm.
+ * Trial k of A and trial k of B are pair k.
+ */
 export async function alternate(pairs: number, t: Timing, a: Arm, b: Arm): Promise<{ a: Measured[]; b: Measured[] }> {
   const out = { a: [] as Measured[], b: [] as Measured[] };
   for (let k = 0; k < pairs; k++) {
-    out.a.push(await a(t));
-    out.b.push(await b(t));
+    if (k % 2 === 0) {
+      out.a.push(await a(t));
+      out.b.push(await b(t));
+    } else {
+      out.b.push(await b(t));
+      out.a.push(await a(t));
+    }
   }
   return out;
 }
