@@ -1,4 +1,4 @@
-import { alternate, compareRate, formatRatio, judgedFigure, pairsFor, spread, type Spread } from './lib/cost.js';
+import { alternate, compareRate, formatRatio, judgedFigure, PAIRS, spread, type Spread } from './lib/cost.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import { warmUp } from './lib/interleave.js';
 import { measured, round2, runData, runProblems, type Measured } from './lib/measure.js';
@@ -43,7 +43,7 @@ export const churn: Section = {
   async run(ctx) {
     const t = timing(ctx, { warmupMs: 400, durationMs: 1600 }, { warmupMs: 1000, durationMs: 6000 });
     const tCost = timing(ctx, { warmupMs: 400, durationMs: 2000 }, { warmupMs: 1000, durationMs: 5000 });
-    const pairs = pairsFor(ctx);
+    const pairs = PAIRS;
     const driver = await startBare(ctx.procs, 'bench-driver', 'lib/bench-driver.js');
     await driver.child.request('setup', { count: SANDBOXES });
     const gw = await startGateway(ctx.procs, { name: 'sandgate-churn', drivers: [`grpc://127.0.0.1:${driver.port('main')}?name=bench`] }, ctx.targetOptions);

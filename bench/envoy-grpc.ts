@@ -1,4 +1,4 @@
-import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, pairsFor } from './lib/cost.js';
+import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS } from './lib/cost.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import type { GrpcKind } from './lib/grpc-load-worker.js';
 import { warmUp } from './lib/interleave.js';
@@ -33,7 +33,7 @@ export const envoyGrpc: Section = {
   async run(ctx) {
     const t = timing(ctx, { warmupMs: 250, durationMs: 800 }, { warmupMs: 1000, durationMs: 6000 });
     const tCost = timing(ctx, { warmupMs: 300, durationMs: 2000 }, { warmupMs: 1000, durationMs: 5000 });
-    const pairs = pairsFor(ctx);
+    const pairs = PAIRS;
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');
     const gw = await startGateway(ctx.procs, { name: 'sandgate-grpc', sandboxes: file }, ctx.targetOptions);
     const bare = await startBare(ctx.procs, 'bare-grpc', 'lib/bare-grpc-server.js', ctx.targetOptions);

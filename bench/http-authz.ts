@@ -1,4 +1,4 @@
-import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, pairsFor } from './lib/cost.js';
+import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS } from './lib/cost.js';
 import { httpLoad } from './lib/http-load.js';
 import { warmUp } from './lib/interleave.js';
 import { loadRows, measured, paired, runData, runProblems } from './lib/measure.js';
@@ -29,7 +29,7 @@ export const httpAuthz: Section = {
   async run(ctx) {
     const t = timing(ctx, { warmupMs: 250, durationMs: 1200 }, { warmupMs: 1000, durationMs: 6000 });
     const tCost = timing(ctx, { warmupMs: 300, durationMs: 2000 }, { warmupMs: 1000, durationMs: 5000 });
-    const pairs = pairsFor(ctx);
+    const pairs = PAIRS;
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');
     const gw = await startGateway(ctx.procs, { name: 'sandgate-http', sandboxes: file }, ctx.targetOptions);
     const bare = await startBare(ctx.procs, 'bare-http', 'lib/bare-http-server.js', ctx.targetOptions);

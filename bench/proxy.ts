@@ -1,6 +1,6 @@
 import { splitCpus } from './lib/cpu-pin.js';
 import { httpLoad, type HttpRequestSpec } from './lib/http-load.js';
-import { alternate, compareCost, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, pairsFor, type CostComparison, type RateComparison } from './lib/cost.js';
+import { alternate, compareCost, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type RateComparison } from './lib/cost.js';
 import { interleaved, warmUp, type Arm } from './lib/interleave.js';
 import { loopbackHost, probe, proxyRequests, UPSTREAM_BODY, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
 import { measured, round2, runData, runProblems, SATURATED_CORES, type Measured } from './lib/measure.js';
@@ -164,7 +164,7 @@ export const proxy: Section = {
   async run(ctx) {
     const t = timing(ctx, { warmupMs: 300, durationMs: 1600 }, { warmupMs: 1000, durationMs: 6000 });
     const tCost = timing(ctx, { warmupMs: 300, durationMs: 2000 }, { warmupMs: 1000, durationMs: 5000 });
-    const pairs = pairsFor(ctx);
+    const pairs = PAIRS;
     const started = await startArms(ctx);
     const notes = [...started.notes];
     const requests: readonly HttpRequestSpec[] = proxyRequests(SANDBOXES, started.upstreamPort);

@@ -2,7 +2,7 @@ import { GrpcLoad } from './lib/grpc-load.js';
 import { warmUp } from './lib/interleave.js';
 import { Histogram, summarise, type LatencySummary } from './lib/histogram.js';
 import { benchScript } from './lib/machine.js';
-import { alternate, compareCost, compareRate, costData, costNotes, costRows, formatRatio, judgedFigure, pairsFor, spread } from './lib/cost.js';
+import { alternate, compareCost, compareRate, costData, costNotes, costRows, formatRatio, judgedFigure, PAIRS, spread } from './lib/cost.js';
 import { measured, round2, runProblems, saturationNote, type Measured } from './lib/measure.js';
 import { row, target, type Row, type TargetResult } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
@@ -75,7 +75,7 @@ export const scale: Section = {
       ),
     );
 
-    const pairs = pairsFor(ctx);
+    const pairs = PAIRS;
     ctx.log(`scale: Check cost and throughput, ${label(LARGE)} vs ${label(SMALL)} sandboxes, ${pairs} alternating pairs each`);
     const t = timing(ctx, { warmupMs: 500, durationMs: 1500 }, { warmupMs: 1000, durationMs: 3000 });
     const tCost = timing(ctx, { warmupMs: 300, durationMs: 2000 }, { warmupMs: 1000, durationMs: 4000 });

@@ -2,7 +2,7 @@ import type { Arm } from './interleave.js';
 import { round2, runData, type Measured } from './measure.js';
 import { row, target, type JudgedFigure, type Row, type TargetResult } from './report.js';
 import { sleep } from './processes.js';
-import type { BenchContext, Timing } from './section.js';
+import type { Timing } from './section.js';
 import type { Target } from './targets.js';
 
 /**
@@ -10,7 +10,7 @@ import type { Target } from './targets.js';
  * to run; the CPU a request costs the process that serves it moves far less. So every door is judged by
  * the CPU per request of its process (from /proc, proc-stat.ts) at a fixed offered load that both it and
  * its baseline sustain, against the same figure of the baseline, and each figure comes from alternating
- * trials — A B A B …, at least three pairs — as the median of the per-pair differences, with the spread
+ * trials — A B, B A, A B …, five pairs — as the median of the per-pair differences, with the spread
  * (lowest … highest pair) printed beside it. Throughput (both at their limit, also alternated) is printed
  * next to it as a ratio with its own spread.
  */
@@ -19,10 +19,12 @@ export function judgedFigure(s: Spread, unit: string): JudgedFigure {
   return { median: s.median, min: s.min, max: s.max, unit };
 }
 
-/** Pairs of trials in a --quick run and in a full one. */
-export function pairsFor(ctx: BenchContext): number {
-  return ctx.quick ? 3 : 5;
-}
+/**
+ * Pairs of trials: five in a --quick run as in a full one (a full run's windows are longer). With three,
+ * one pair a machine's noise moved decided the median often enough that a verdict flipped between
+ * otherwise alike --quick runs.
+ */
+export const PAIRS = 5;
 
 export interface Spread {
   readonly median: number;
