@@ -1,5 +1,5 @@
-import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS } from './lib/cost.js';
-import { httpLoad } from './lib/http-load.js';
+import { alternate, alternateHttp, BLOCKS, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS } from './lib/cost.js';
+import { authzRequests, httpLoad } from './lib/http-load.js';
 import { warmUp } from './lib/interleave.js';
 import { loadRows, measured, paired, runData, runProblems } from './lib/measure.js';
 import type { Row, TargetResult } from './lib/report.js';
@@ -10,7 +10,7 @@ import { startBare, startGateway, type Target } from './lib/targets.js';
 /**
  * 1. HTTP authz: sandgate's `/authz/…` (the nginx auth_request / Envoy http_service door) against a bare
  * node:http server that sends the same 200 without deciding anything. Judged on CPU per request at a fixed
- * offered rate (cost.ts), with req/s at the limit (autocannon, 64 connections) beside it; latency rows at
+ * offered rate, the two interleaved (cost.ts alternateHttp), with req/s at the limit (autocannon, 64 connections) beside it; latency rows at
  * 1, 16, 64 and 256 connections. The view holds 1k Ready sandboxes; requests name them by Host.
  */
 
@@ -33,8 +33,7 @@ export const httpAuthz: Section = {
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');
     const gw = await startGateway(ctx.procs, { name: 'sandgate-http', sandboxes: file }, ctx.targetOptions);
     const bare = await startBare(ctx.procs, 'bare-http', 'lib/bare-http-server.js', ctx.targetOptions);
-    const at = (tgt: Target, connections: number, rate?: number) => (w: Timing) =>
-      measured(tgt, w, () => httpLoad({ url: tgt.adminUrl, connections, ...w, sandboxes: SANDBOXES, rate }));
+    const at = (tgt: Target, connections: number) => (w: Timing) => measured(tgt, w, () => httpLoad({ url: tgt.adminUrl, connections, ...w, sandboxes: SANDBOXES }));
     const rows: Row[] = [];
     const notes: string[] = [];
     const data: Record<string, unknown> = {};
@@ -42,8 +41,12 @@ export const httpAuthz: Section = {
     ctx.log('http authz: warming both up');
     await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
     notes.push(await idleNote(`@ ${JUDGED_AT} conn`, RATE, { sandgate: gw, 'bare http': bare }, ctx.quick ? 1000 : 3000));
-    ctx.log(`http authz: CPU per request at ${RATE} req/s, ${pairs} pairs`);
-    const cost = compareCost(RATE, await alternate(pairs, tCost, at(gw, JUDGED_AT, RATE), at(bare, JUDGED_AT, RATE)), { a: 'sandgate', b: 'bare http' });
+    ctx.log(`http authz: CPU per request at ${RATE} req/s, ${BLOCKS} interleaved pairs`);
+    const cost = compareCost(
+      RATE,
+      await alternateHttp(tCost, RATE, JUDGED_AT, authzRequests(SANDBOXES), { target: gw, url: gw.adminUrl }, { target: bare, url: bare.adminUrl }),
+      { a: 'sandgate', b: 'bare http' },
+    );
     ctx.log(`http authz: req/s at the limit @ ${JUDGED_AT} connections, ${pairs} pairs`);
     const rate = compareRate(await alternate(pairs, t, at(gw, JUDGED_AT), at(bare, JUDGED_AT)));
     rows.push(...costRows(`@ ${JUDGED_AT} conn`, cost, rate));

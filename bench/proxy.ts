@@ -1,6 +1,6 @@
 import { splitCpus } from './lib/cpu-pin.js';
 import { httpLoad, type HttpRequestSpec } from './lib/http-load.js';
-import { alternate, compareCost, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type RateComparison } from './lib/cost.js';
+import { alternate, alternateHttp, BLOCKS, compareCost, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type RateComparison } from './lib/cost.js';
 import { interleaved, warmUp, type Arm } from './lib/interleave.js';
 import { loopbackHost, probe, proxyRequests, UPSTREAM_BODY, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
 import { measured, round2, runData, runProblems, SATURATED_CORES, type Measured } from './lib/measure.js';
@@ -16,8 +16,8 @@ import { startBare, startGateway, type Target } from './lib/targets.js';
  * through nginx `proxy_pass`, and through nginx `auth_request` to sandgate's HTTP authz (sandgate without
  * Envoy, the nginx way). The load generator runs on one CPU and everything under test on the others
  * (cpu-pin.ts). The embedded proxy is judged against the forwarder on CPU per request of the proxy
- * process at a fixed offered rate, with req/s at the limit beside it, at 10 and at 64 connections
- * (cost.ts); the windows of all arms at their limit are interleaved (interleave.ts).
+ * process at a fixed offered rate, the two interleaved (cost.ts alternateHttp), with req/s at the limit
+ * beside it, at 10 and at 64 connections; the windows of all arms at their limit are interleaved (interleave.ts).
  */
 
 const SANDBOXES = 1000;
@@ -176,9 +176,9 @@ export const proxy: Section = {
       return arms;
     };
     /** sandgate's or the forwarder's arm, its CPU that of the proxy process alone. */
-    const proxyArm = (id: 'sandgate' | 'forwarder', connections: number, rate?: number): Arm => {
+    const proxyArm = (id: 'sandgate' | 'forwarder', connections: number): Arm => {
       const s = started.arms[id]!;
-      return (w: Timing) => measured(id === 'sandgate' ? started.gw : started.forwarder, w, () => httpLoad({ url: s.url, connections, ...w, sandboxes: SANDBOXES, requests, rate }));
+      return (w: Timing) => measured(id === 'sandgate' ? started.gw : started.forwarder, w, () => httpLoad({ url: s.url, connections, ...w, sandboxes: SANDBOXES, requests }));
     };
 
     const split = await splitCpus(started.pids);
@@ -192,8 +192,9 @@ export const proxy: Section = {
       await warmUp(armsAt(JUDGED_AT), ctx.quick ? 1500 : 4000);
       notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gw, forwarder: started.forwarder }, ctx.quick ? 1000 : 3000));
       for (const c of CONNECTIONS) {
-        ctx.log(`proxy: embedded proxy vs forwarder @ ${c} connections, CPU per request at ${RATE} req/s and req/s at the limit, ${pairs} pairs each`);
-        const cost: CostComparison = compareCost(RATE, await alternate(pairs, tCost, proxyArm('sandgate', c, RATE), proxyArm('forwarder', c, RATE)), { a: 'embedded proxy', b: 'forwarder' });
+        ctx.log(`proxy: embedded proxy vs forwarder @ ${c} connections, CPU per request at ${RATE} req/s (${BLOCKS} interleaved pairs) and req/s at the limit (${pairs} pairs)`);
+        const side = (id: 'sandgate' | 'forwarder') => ({ target: id === 'sandgate' ? started.gw : started.forwarder, url: started.arms[id]!.url });
+        const cost: CostComparison = compareCost(RATE, await alternateHttp(tCost, RATE, c, requests, side('sandgate'), side('forwarder')), { a: 'embedded proxy', b: 'forwarder' });
         const rate: RateComparison = compareRate(await alternate(pairs, t, proxyArm('sandgate', c), proxyArm('forwarder', c)));
         rows.push(...costRows(`@ ${c} conn`, cost, rate, 'vs undici forwarder, the proxy process alone'));
         notes.push(...costNotes(`embedded proxy vs forwarder @ ${c} conn`, cost, rate));

@@ -1,5 +1,7 @@
 import type { Arm } from './interleave.js';
-import { round2, runData, type Measured } from './measure.js';
+import type { HttpRequestSpec } from './http-load.js';
+import { profiledTogether, round2, runData, type Measured } from './measure.js';
+import { pacedAlternation } from './paced-http.js';
 import { row, target, type JudgedFigure, type Row, type TargetResult } from './report.js';
 import { sleep } from './processes.js';
 import type { Timing } from './section.js';
@@ -25,6 +27,29 @@ export function judgedFigure(s: Spread, unit: string): JudgedFigure {
  * otherwise alike --quick runs.
  */
 export const PAIRS = 5;
+
+/**
+ * Blocks of an interleaved HTTP comparison (alternateHttp), in --quick as in a full run: as many pairs in
+ * about the time five separate pairs of trials took, since no trial opens connections or warms up alone.
+ */
+export const BLOCKS = 10;
+
+/** One side of an HTTP cost comparison: the process whose CPU is read, and where the load goes. */
+export interface HttpSide {
+  readonly target: Target;
+  readonly url: string;
+}
+
+/**
+ * CPU per request of two HTTP servers at `rate` req/s, interleaved finely (paced-http.ts pacedAlternation):
+ * BLOCKS blocks of `t.durationMs`, each one pair, the load switched between the two every eighth of a block
+ * over connections that stay open, both processes' CPU read over the same block; one unmeasured block of
+ * warm-up first.
+ */
+export function alternateHttp(t: Timing, rate: number, connections: number, requests: readonly HttpRequestSpec[], a: HttpSide, b: HttpSide): Promise<{ a: Measured[]; b: Measured[] }> {
+  const side = (s: HttpSide) => ({ url: s.url, cpuMicros: () => s.target.cpuMicrosNow() });
+  return profiledTogether([a.target, b.target], () => pacedAlternation({ a: side(a), b: side(b), connections, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks: BLOCKS, requests }));
+}
 
 export interface Spread {
   readonly median: number;

@@ -38,7 +38,7 @@ export interface HttpRequestSpec {
 const DISTINCT_REQUESTS = 16;
 
 /** What nginx auth_request / Envoy's http_service send: the original Host and path under /authz. */
-function requests(sandboxes: number): HttpRequestSpec[] {
+export function authzRequests(sandboxes: number): HttpRequestSpec[] {
   const out = [];
   for (let k = 0; k < DISTINCT_REQUESTS; k++) {
     const i = (k * 7919) % sandboxes;
@@ -59,7 +59,7 @@ function requests(sandboxes: number): HttpRequestSpec[] {
 }
 
 export async function httpLoad(r: HttpLoadRun): Promise<LoadResult> {
-  if (r.rate !== undefined) return pacedHttpLoad({ ...r, rate: r.rate, requests: r.requests ?? requests(r.sandboxes) });
+  if (r.rate !== undefined) return pacedHttpLoad({ ...r, rate: r.rate, requests: r.requests ?? authzRequests(r.sandboxes) });
   const hist = new Histogram();
   let completed = 0;
   let notAllowed = 0;
@@ -75,7 +75,7 @@ export async function httpLoad(r: HttpLoadRun): Promise<LoadResult> {
     // one-second tick).
     duration: Math.ceil((r.warmupMs + r.durationMs) / 1000) + 5,
     timeout: 10,
-    requests: (r.requests ?? requests(r.sandboxes)).map((q) => ({ ...q, headers: { ...q.headers } })),
+    requests: (r.requests ?? authzRequests(r.sandboxes)).map((q) => ({ ...q, headers: { ...q.headers } })),
   });
   instance.on('response', (_client, statusCode, _bytes, responseTime) => {
     const now = performance.now();

@@ -31,6 +31,18 @@ export async function measured(target: Target, t: Timing, load: () => Promise<Lo
   return { ...result, targetCpuCores: (c1 - c0) / 1000 / t.durationMs };
 }
 
+/**
+ * Runs `run` with each target's profiler on for its whole length (`--cpu-prof-windows`), for loads that
+ * measure several targets at once (cost.ts alternateHttp): `<n>-<target>.cpuprofile` per target.
+ */
+export async function profiledTogether<T>(targets: readonly Target[], run: () => Promise<T>): Promise<T> {
+  const on = targets.filter((t) => t.windowProfileDir !== undefined);
+  for (const t of on) await t.child.request('profileStart');
+  const out = await run();
+  for (const t of on) await t.child.request('profileStop', { file: join(t.windowProfileDir!, `${++windows}-${t.name}.cpuprofile`) });
+  return out;
+}
+
 /** Two runs of the same target as one: counts and histograms summed, CPU averaged over the time. */
 export function mergeRuns(a: Measured, b: Measured): Measured {
   const histogram = new Histogram();
