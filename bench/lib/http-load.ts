@@ -1,7 +1,6 @@
 import autocannon from 'autocannon';
 import { Histogram, summarise } from './histogram.js';
 import type { LoadResult } from './grpc-load.js';
-import { pacedHttpLoad } from './paced-http.js';
 import { sandboxHost } from './sandboxes.js';
 
 /**
@@ -20,8 +19,6 @@ export interface HttpLoadRun {
   readonly sandboxes: number;
   /** Requests to cycle through instead of the HTTP authz ones (the proxy benches send sandbox paths). */
   readonly requests?: readonly HttpRequestSpec[];
-  /** Offer this many requests per second, evenly paced (paced-http.ts), instead of as many as answered. */
-  readonly rate?: number;
 }
 
 export interface HttpRequestSpec {
@@ -59,7 +56,6 @@ export function authzRequests(sandboxes: number): HttpRequestSpec[] {
 }
 
 export async function httpLoad(r: HttpLoadRun): Promise<LoadResult> {
-  if (r.rate !== undefined) return pacedHttpLoad({ ...r, rate: r.rate, requests: r.requests ?? authzRequests(r.sandboxes) });
   const hist = new Histogram();
   let completed = 0;
   let notAllowed = 0;
