@@ -1,4 +1,4 @@
-import { alternate, alternateHttp, BLOCKS, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS } from './lib/cost.js';
+import { alternate, alternateHttp, BLOCKS, compareCost, floorText, idleNote, compareRate, costData, costNotes, costRows, costTarget, noiseFloor, PAIRS } from './lib/cost.js';
 import { authzRequests, httpLoad } from './lib/http-load.js';
 import { warmUp } from './lib/interleave.js';
 import { loadRows, measured, paired, runData, runProblems } from './lib/measure.js';
@@ -11,7 +11,8 @@ import { startBare, startGateway, type Target } from './lib/targets.js';
  * 1. HTTP authz: sandgate's `/authz/…` (the nginx auth_request / Envoy http_service door) against a bare
  * node:http server that sends the same 200 without deciding anything. Judged on CPU per request at a fixed
  * offered rate, the two interleaved (cost.ts alternateHttp), with req/s at the limit (autocannon, 64 connections) beside it; latency rows at
- * 1, 16, 64 and 256 connections. The view holds 1k Ready sandboxes; requests name them by Host.
+ * 1, 16, 64 and 256 connections, and the same cost trials between two copies of the bare server (the noise
+ * floor) beside the verdict. The view holds 1k Ready sandboxes; requests name them by Host.
  */
 
 const SANDBOXES = 1000;
@@ -33,13 +34,15 @@ export const httpAuthz: Section = {
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');
     const gw = await startGateway(ctx.procs, { name: 'sandgate-http', sandboxes: file }, ctx.targetOptions);
     const bare = await startBare(ctx.procs, 'bare-http', 'lib/bare-http-server.js', ctx.targetOptions);
+    const bare2 = await startBare(ctx.procs, 'bare-http-copy', 'lib/bare-http-server.js', ctx.targetOptions);
     const at = (tgt: Target, connections: number) => (w: Timing) => measured(tgt, w, () => httpLoad({ url: tgt.adminUrl, connections, ...w, sandboxes: SANDBOXES }));
     const rows: Row[] = [];
     const notes: string[] = [];
     const data: Record<string, unknown> = {};
 
     ctx.log('http authz: warming both up');
-    await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
+    // The copy too: a process measured colder than the one it is compared with reads dearer.
+    await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT), copy: at(bare2, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
     notes.push(await idleNote(`@ ${JUDGED_AT} conn`, RATE, { sandgate: gw, 'bare http': bare }, ctx.quick ? 1000 : 3000));
     ctx.log(`http authz: CPU per request at ${RATE} req/s, ${BLOCKS} interleaved pairs`);
     const cost = compareCost(
@@ -47,12 +50,16 @@ export const httpAuthz: Section = {
       await alternateHttp(tCost, RATE, JUDGED_AT, authzRequests(SANDBOXES), { target: gw, url: gw.adminUrl }, { target: bare, url: bare.adminUrl }),
       { a: 'sandgate', b: 'bare http' },
     );
+    ctx.log(`http authz: noise floor, a second bare node:http against the first, ${BLOCKS} interleaved pairs`);
+    const floor = await noiseFloor(tCost, RATE, JUDGED_AT, authzRequests(SANDBOXES), { target: bare2, url: bare2.adminUrl }, { target: bare, url: bare.adminUrl });
+    notes.push(`@ ${JUDGED_AT} conn: ${floorText(floor)}`);
     ctx.log(`http authz: req/s at the limit @ ${JUDGED_AT} connections, ${pairs} pairs`);
     const rate = compareRate(await alternate(pairs, t, at(gw, JUDGED_AT), at(bare, JUDGED_AT)));
     rows.push(...costRows(`@ ${JUDGED_AT} conn`, cost, rate));
     notes.push(...costNotes(`@ ${JUDGED_AT} conn`, cost, rate));
     for (const [k, m] of rate.a.entries()) notes.push(...runProblems(`sandgate @ ${JUDGED_AT}, trial ${k + 1}`, m));
     data.judged = costData(cost, rate);
+    data.noiseFloor = costData(floor, undefined);
 
     for (const connections of CONNECTIONS) {
       if (connections === JUDGED_AT) continue;
@@ -62,7 +69,7 @@ export const httpAuthz: Section = {
       notes.push(...runProblems(`sandgate @ ${connections}`, g), ...runProblems(`bare http @ ${connections}`, b));
       data[`c${connections}`] = { sandgate: runData(g), bare: runData(b) };
     }
-    const targets: TargetResult[] = [costTarget('HTTP authz vs bare node:http', MAX_EXTRA_US, cost, { r: rate, min: MIN_RATIO })];
+    const targets: TargetResult[] = [costTarget('HTTP authz vs bare node:http', MAX_EXTRA_US, cost, { r: rate, min: MIN_RATIO }, floor)];
     return { baseline: 'bare node:http', rows, targets, notes, data };
   },
 };

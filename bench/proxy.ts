@@ -1,6 +1,6 @@
 import { splitCpus } from './lib/cpu-pin.js';
 import { httpLoad, type HttpRequestSpec } from './lib/http-load.js';
-import { alternate, alternateHttp, BLOCKS, compareCost, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type RateComparison } from './lib/cost.js';
+import { alternate, alternateHttp, BLOCKS, compareCost, floorText, noiseFloor, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type RateComparison } from './lib/cost.js';
 import { interleaved, warmUp, type Arm } from './lib/interleave.js';
 import { loopbackHost, probe, proxyRequests, UPSTREAM_BODY, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
 import { measured, round2, runData, runProblems, SATURATED_CORES, type Measured } from './lib/measure.js';
@@ -17,7 +17,8 @@ import { startBare, startGateway, type Target } from './lib/targets.js';
  * Envoy, the nginx way). The load generator runs on one CPU and everything under test on the others
  * (cpu-pin.ts). The embedded proxy is judged against the forwarder on CPU per request of the proxy
  * process at a fixed offered rate, the two interleaved (cost.ts alternateHttp), with req/s at the limit
- * beside it, at 10 and at 64 connections; the windows of all arms at their limit are interleaved (interleave.ts).
+ * beside it, at 10 and at 64 connections, and the same cost trials between two copies of the forwarder (the
+ * noise floor) beside the verdict; the windows of all arms at their limit are interleaved (interleave.ts).
  */
 
 const SANDBOXES = 1000;
@@ -54,6 +55,8 @@ interface Started {
   /** The two proxy processes alone, whose CPU per request the cost trials compare. */
   readonly gw: Target;
   readonly forwarder: Target;
+  /** A second copy of the forwarder, for the noise floor of the cost comparison. */
+  readonly forwarderCopy: Target;
   readonly upstreamPort: number;
   /** Every process under test, to pin. */
   readonly pids: number[];
@@ -94,6 +97,7 @@ async function startArms(ctx: BenchContext): Promise<Started> {
   const sandboxes = writeLoopbackSandboxesFile(ctx.tmp, SANDBOXES);
   const gw = await startGateway(ctx.procs, { name: 'sandgate-proxy', sandboxes }, ctx.targetOptions);
   const forwarder = await startBare(ctx.procs, 'undici-forwarder', 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
+  const forwarderCopy = await startBare(ctx.procs, 'undici-forwarder-copy', 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
   const started: Started = {
     arms: {
       direct: { url: `http://${upstreamAddress}`, cpu: upstream },
@@ -102,8 +106,9 @@ async function startArms(ctx: BenchContext): Promise<Started> {
     },
     gw,
     forwarder,
+    forwarderCopy,
     upstreamPort,
-    pids: [upstream, gw, forwarder].map(pidOf),
+    pids: [upstream, gw, forwarder, forwarderCopy].map(pidOf),
     notes: [],
   };
   try {
@@ -120,6 +125,8 @@ async function startArms(ctx: BenchContext): Promise<Started> {
     const r = await probe(s.url, host);
     if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${LABEL[id]} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
   }
+  const copy = await probe(`http://127.0.0.1:${forwarderCopy.port('main')}`, host);
+  if (copy.status !== 200 || copy.body !== UPSTREAM_BODY) throw new Error(`the forwarder's copy did not reach the bench upstream: ${copy.status}`);
   return started;
 }
 
@@ -189,17 +196,25 @@ export const proxy: Section = {
     const targets: TargetResult[] = [];
     try {
       ctx.log('proxy: warming every arm up');
-      await warmUp(armsAt(JUDGED_AT), ctx.quick ? 1500 : 4000);
+      // The forwarder's copy too: a process measured colder than the one it is compared with reads dearer
+      // (without it, its A/A floor read +12.5 µs @ 64 conn, every pair positive).
+      const copyUrl = `http://127.0.0.1:${started.forwarderCopy.port('main')}`;
+      const copyArm: Arm = (w: Timing) => measured(started.forwarderCopy, w, () => httpLoad({ url: copyUrl, connections: JUDGED_AT, ...w, sandboxes: SANDBOXES, requests }));
+      await warmUp({ ...armsAt(JUDGED_AT), copy: copyArm }, ctx.quick ? 1500 : 4000);
       notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gw, forwarder: started.forwarder }, ctx.quick ? 1000 : 3000));
       for (const c of CONNECTIONS) {
         ctx.log(`proxy: embedded proxy vs forwarder @ ${c} connections, CPU per request at ${RATE} req/s (${BLOCKS} interleaved pairs) and req/s at the limit (${pairs} pairs)`);
         const side = (id: 'sandgate' | 'forwarder') => ({ target: id === 'sandgate' ? started.gw : started.forwarder, url: started.arms[id]!.url });
         const cost: CostComparison = compareCost(RATE, await alternateHttp(tCost, RATE, c, requests, side('sandgate'), side('forwarder')), { a: 'embedded proxy', b: 'forwarder' });
+        const copy = { target: started.forwarderCopy, url: copyUrl };
+        const floor = await noiseFloor(tCost, RATE, c, requests, copy, side('forwarder'));
+        notes.push(`embedded proxy vs forwarder @ ${c} conn: ${floorText(floor)}`);
         const rate: RateComparison = compareRate(await alternate(pairs, t, proxyArm('sandgate', c), proxyArm('forwarder', c)));
         rows.push(...costRows(`@ ${c} conn`, cost, rate, 'vs undici forwarder, the proxy process alone'));
         notes.push(...costNotes(`embedded proxy vs forwarder @ ${c} conn`, cost, rate));
-        targets.push(costTarget(`embedded proxy vs the plain undici forwarder @ ${c} conn`, MAX_EXTRA_US, cost, { r: rate, min: MIN_VS_FORWARDER }));
+        targets.push(costTarget(`embedded proxy vs the plain undici forwarder @ ${c} conn`, MAX_EXTRA_US, cost, { r: rate, min: MIN_VS_FORWARDER }, floor));
         data[`cost-c${c}`] = costData(cost, rate);
+        data[`noise-floor-c${c}`] = costData(floor, undefined);
       }
       // Every arm at its limit: at both connection counts in a full run, at the judged one in --quick.
       for (const c of ctx.quick ? [JUDGED_AT] : CONNECTIONS) {

@@ -51,6 +51,20 @@ export function alternateHttp(t: Timing, rate: number, connections: number, requ
   return profiledTogether([a.target, b.target], () => pacedAlternation({ a: side(a), b: side(b), connections, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks: BLOCKS, requests }));
 }
 
+/**
+ * The resolution of an interleaved HTTP comparison on this machine: the same trials between a second copy
+ * of the baseline and the baseline (an A/A comparison). Its median and spread are what two identical
+ * processes differ by here, printed beside the verdict.
+ */
+export async function noiseFloor(t: Timing, rate: number, connections: number, requests: readonly HttpRequestSpec[], copy: HttpSide, baseline: HttpSide): Promise<CostComparison> {
+  return compareCost(rate, await alternateHttp(t, rate, connections, requests, copy, baseline), { a: copy.target.name, b: baseline.target.name });
+}
+
+/** "A/A (a second copy of the baseline against it): +1.2 µs (spread …)" for notes and target lines. */
+export function floorText(floor: CostComparison): string {
+  return `A/A noise floor (a second copy of the baseline against it): ${formatDiff(floor.diffUs)}`;
+}
+
 export interface Spread {
   readonly median: number;
   readonly min: number;
@@ -180,13 +194,14 @@ export function costNotes(label: string, cost: CostComparison, rate: RateCompari
  * The verdict on the cost difference (median of the pairs ≤ limitUs); the req/s ratio and its own bar are
  * printed beside it. A comparison whose offered rate was not sustained is judged all the same, and says so.
  */
-export function costTarget(name: string, limitUs: number, cost: CostComparison, rate?: { readonly r: RateComparison; readonly min: number }): TargetResult {
+export function costTarget(name: string, limitUs: number, cost: CostComparison, rate?: { readonly r: RateComparison; readonly min: number }, floor?: CostComparison): TargetResult {
   const rateText = rate === undefined ? '' : `; req/s ${formatRatio(rate.r.ratio)} (bar ≥ ${rate.min}×: ${rate.r.ratio.median >= rate.min ? 'met' : 'not met'})`;
+  const floorPart = floor === undefined ? '' : `; ${floorText(floor)}`;
   const unsustained = cost.shortfalls.length > 0 ? `; offered rate not sustained in ${cost.shortfalls.length} trial(s)` : '';
   return target(
     `${name} ≤ +${limitUs} µs CPU per request`,
     cost.diffUs.median <= limitUs,
-    `${formatDiff(cost.diffUs)} (${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs at ${cost.rate.toLocaleString('en-US')} req/s offered)${rateText}${unsustained}`,
+    `${formatDiff(cost.diffUs)} (${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs at ${cost.rate.toLocaleString('en-US')} req/s offered)${rateText}${floorPart}${unsustained}`,
     judgedFigure(cost.diffUs, 'µs'),
   );
 }
