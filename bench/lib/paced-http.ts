@@ -93,7 +93,8 @@ export async function pacedAlternation(r: AlternatingRun): Promise<{ a: (LoadRes
 
   const cpu = { a: [] as number[], b: [] as number[] };
   const load: number[] = [];
-  await new Promise<void>((resolve) => {
+  const close = () => Promise.all([pools.a.close().catch(() => {}), pools.b.close().catch(() => {})]);
+  const schedule = new Promise<void>((resolve, reject) => {
     const t0 = performance.now();
     const total = warmBlocks + r.blocks;
     let slice = -1;
@@ -103,10 +104,18 @@ export async function pacedAlternation(r: AlternatingRun): Promise<{ a: (LoadRes
       const now = performance.now();
       const k = Math.floor((now - t0) / sliceMs);
       if (k !== slice) {
-        // A block boundary: read both processes' CPU (and the generator's) before the next slice's load.
-        if (k % SLICES.length === 0 && Math.floor(k / SLICES.length) >= warmBlocks) {
-          cpu.a.push(r.a.cpuMicros());
-          cpu.b.push(r.b.cpuMicros());
+        // A block boundary (even one a late tick jumped past the start of): read both processes' CPU (and
+        // the generator's) before the next slice's load. A side that stopped fails the run, not the process.
+        const boundary = Math.min(Math.floor(k / SLICES.length), total);
+        if (boundary !== Math.floor(slice / SLICES.length) && boundary >= warmBlocks) {
+          try {
+            cpu.a.push(r.a.cpuMicros());
+            cpu.b.push(r.b.cpuMicros());
+          } catch (err) {
+            clearInterval(timer);
+            reject(err instanceof Error ? err : new Error(String(err)));
+            return;
+          }
           const u = process.cpuUsage();
           load.push(u.user + u.system);
         }
@@ -127,9 +136,13 @@ export async function pacedAlternation(r: AlternatingRun): Promise<{ a: (LoadRes
       if (issued < due && inFlight[arm] >= r.connections) issued = due;
     }, TICK_MS);
   });
+  await schedule.catch(async (err: unknown) => {
+    await close();
+    throw err;
+  });
   const deadline = performance.now() + DRAIN_MS;
   while ((inFlight.a > 0 || inFlight.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
-  await Promise.all([pools.a.close().catch(() => {}), pools.b.close().catch(() => {})]);
+  await close();
   const activeMs = r.blockMs / 2;
   const result = (arm: 'a' | 'b', k: number): LoadResult & { targetCpuCores: number } => {
     const t = tallies[k]![arm];

@@ -76,4 +76,22 @@ describe('bench interleaved HTTP trials (pacedAlternation)', () => {
     expect(stray(arrivals.a, [0, 3, 4, 7])).toBe(0);
     expect(stray(arrivals.b, [1, 2, 5, 6])).toBe(0);
   });
+  it('fails the run, not the process, when a side can no longer be read (its process exited)', async () => {
+    let reads = 0;
+    const gone = () => {
+      if (++reads > 1) throw new Error('bare-http is not running');
+      return 0;
+    };
+    const run = pacedAlternation({
+      a: { url: a.url, cpuMicros: () => 0 },
+      b: { url: b.url, cpuMicros: gone },
+      connections: 2,
+      rate: 200,
+      warmupMs: 200,
+      blockMs: 200,
+      blocks: 3,
+      requests: [{ method: 'GET', path: '/x', headers: { host: 'h' } }],
+    });
+    await expect(run).rejects.toThrow('bare-http is not running');
+  });
 });
