@@ -10,9 +10,9 @@ import { startBare, startGateway, type Target } from './lib/targets.js';
 /**
  * 1. HTTP authz: sandgate's `/authz/…` (the nginx auth_request / Envoy http_service door) against a bare
  * node:http server that sends the same 200 without deciding anything. Judged on CPU per request at a fixed
- * offered rate, the two interleaved (cost.ts alternateHttp), with req/s at the limit (autocannon, 64 connections) beside it; latency rows at
- * 1, 16, 64 and 256 connections, and the same cost trials between two copies of the bare server (the noise
- * floor) beside the verdict. The view holds 1k Ready sandboxes; requests name them by Host.
+ * offered rate, the two interleaved (cost.ts alternateHttp), with req/s at the limit (autocannon, 64
+ * connections) beside it, and the same cost trials between two copies of the bare server (the noise floor)
+ * beside the verdict; latency rows at 1, 16, 64 and 256 connections. The view holds 1k Ready sandboxes; requests name them by Host.
  */
 
 const SANDBOXES = 1000;
@@ -34,7 +34,9 @@ export const httpAuthz: Section = {
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');
     const gw = await startGateway(ctx.procs, { name: 'sandgate-http', sandboxes: file }, ctx.targetOptions);
     const bare = await startBare(ctx.procs, 'bare-http', 'lib/bare-http-server.js', ctx.targetOptions);
-    const bare2 = await startBare(ctx.procs, 'bare-http-copy', 'lib/bare-http-server.js', ctx.targetOptions);
+    const bareCopy = await startBare(ctx.procs, 'bare-http-copy', 'lib/bare-http-server.js', ctx.targetOptions);
+    const requests = authzRequests(SANDBOXES);
+    const side = (tgt: Target) => ({ target: tgt, url: tgt.adminUrl });
     const at = (tgt: Target, connections: number) => (w: Timing) => measured(tgt, w, () => httpLoad({ url: tgt.adminUrl, connections, ...w, sandboxes: SANDBOXES }));
     const rows: Row[] = [];
     const notes: string[] = [];
@@ -42,16 +44,16 @@ export const httpAuthz: Section = {
 
     ctx.log('http authz: warming both up');
     // The copy too: a process measured colder than the one it is compared with reads dearer.
-    await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT), copy: at(bare2, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
+    await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT), copy: at(bareCopy, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
     notes.push(await idleNote(`@ ${JUDGED_AT} conn`, RATE, { sandgate: gw, 'bare http': bare }, ctx.quick ? 1000 : 3000));
     ctx.log(`http authz: CPU per request at ${RATE} req/s, ${BLOCKS} interleaved pairs`);
     const cost = compareCost(
       RATE,
-      await alternateHttp(tCost, RATE, JUDGED_AT, authzRequests(SANDBOXES), { target: gw, url: gw.adminUrl }, { target: bare, url: bare.adminUrl }),
+      await alternateHttp(tCost, RATE, JUDGED_AT, requests, side(gw), side(bare)),
       { a: 'sandgate', b: 'bare http' },
     );
     ctx.log(`http authz: noise floor, a second bare node:http against the first, ${BLOCKS} interleaved pairs`);
-    const floor = await noiseFloor(tCost, RATE, JUDGED_AT, authzRequests(SANDBOXES), { target: bare2, url: bare2.adminUrl }, { target: bare, url: bare.adminUrl });
+    const floor = await noiseFloor(tCost, RATE, JUDGED_AT, requests, side(bareCopy), side(bare));
     notes.push(`@ ${JUDGED_AT} conn: ${floorText(floor)}`);
     ctx.log(`http authz: req/s at the limit @ ${JUDGED_AT} connections, ${pairs} pairs`);
     const rate = compareRate(await alternate(pairs, t, at(gw, JUDGED_AT), at(bare, JUDGED_AT)));

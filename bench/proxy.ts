@@ -1,6 +1,6 @@
 import { splitCpus } from './lib/cpu-pin.js';
 import { httpLoad, type HttpRequestSpec } from './lib/http-load.js';
-import { alternate, alternateHttp, BLOCKS, compareCost, floorText, noiseFloor, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type RateComparison } from './lib/cost.js';
+import { alternate, alternateHttp, BLOCKS, compareCost, floorText, noiseFloor, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type HttpSide, type RateComparison } from './lib/cost.js';
 import { interleaved, warmUp, type Arm } from './lib/interleave.js';
 import { loopbackHost, probe, proxyRequests, UPSTREAM_BODY, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
 import { measured, round2, runData, runProblems, SATURATED_CORES, type Measured } from './lib/measure.js';
@@ -52,11 +52,11 @@ type Arms = Partial<Record<ArmId, ArmSpec>>;
 
 interface Started {
   readonly arms: Arms;
-  /** The two proxy processes alone, whose CPU per request the cost trials compare. */
-  readonly gw: Target;
-  readonly forwarder: Target;
+  /** The two proxy processes alone, whose CPU per request the cost trials compare, and where each listens. */
+  readonly gw: HttpSide;
+  readonly forwarder: HttpSide;
   /** A second copy of the forwarder, for the noise floor of the cost comparison. */
-  readonly forwarderCopy: Target;
+  readonly forwarderCopy: HttpSide;
   readonly upstreamPort: number;
   /** Every process under test, to pin. */
   readonly pids: number[];
@@ -98,15 +98,18 @@ async function startArms(ctx: BenchContext): Promise<Started> {
   const gw = await startGateway(ctx.procs, { name: 'sandgate-proxy', sandboxes }, ctx.targetOptions);
   const forwarder = await startBare(ctx.procs, 'undici-forwarder', 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
   const forwarderCopy = await startBare(ctx.procs, 'undici-forwarder-copy', 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
+  const sides = {
+    gw: { target: gw, url: `http://127.0.0.1:${gw.port('proxy')}` },
+    forwarder: { target: forwarder, url: `http://127.0.0.1:${forwarder.port('main')}` },
+    forwarderCopy: { target: forwarderCopy, url: `http://127.0.0.1:${forwarderCopy.port('main')}` },
+  };
   const started: Started = {
     arms: {
       direct: { url: `http://${upstreamAddress}`, cpu: upstream },
-      sandgate: { url: `http://127.0.0.1:${gw.port('proxy')}`, cpu: new CombinedTarget([gw, upstream]) },
-      forwarder: { url: `http://127.0.0.1:${forwarder.port('main')}`, cpu: new CombinedTarget([forwarder, upstream]) },
+      sandgate: { url: sides.gw.url, cpu: new CombinedTarget([gw, upstream]) },
+      forwarder: { url: sides.forwarder.url, cpu: new CombinedTarget([forwarder, upstream]) },
     },
-    gw,
-    forwarder,
-    forwarderCopy,
+    ...sides,
     upstreamPort,
     pids: [upstream, gw, forwarder, forwarderCopy].map(pidOf),
     notes: [],
@@ -125,7 +128,7 @@ async function startArms(ctx: BenchContext): Promise<Started> {
     const r = await probe(s.url, host);
     if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${LABEL[id]} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
   }
-  const copy = await probe(`http://127.0.0.1:${forwarderCopy.port('main')}`, host);
+  const copy = await probe(started.forwarderCopy.url, host);
   if (copy.status !== 200 || copy.body !== UPSTREAM_BODY) throw new Error(`the forwarder's copy did not reach the bench upstream: ${copy.status}`);
   return started;
 }
@@ -182,11 +185,9 @@ export const proxy: Section = {
       }
       return arms;
     };
-    /** sandgate's or the forwarder's arm, its CPU that of the proxy process alone. */
-    const proxyArm = (id: 'sandgate' | 'forwarder', connections: number): Arm => {
-      const s = started.arms[id]!;
-      return (w: Timing) => measured(id === 'sandgate' ? started.gw : started.forwarder, w, () => httpLoad({ url: s.url, connections, ...w, sandboxes: SANDBOXES, requests }));
-    };
+    /** One proxy process's arm (sandgate, the forwarder or its copy), its CPU that of the process alone. */
+    const proxyArm = (side: HttpSide, connections: number): Arm => (w: Timing) =>
+      measured(side.target, w, () => httpLoad({ url: side.url, connections, ...w, sandboxes: SANDBOXES, requests }));
 
     const split = await splitCpus(started.pids);
     notes.push(typeof split === 'string' ? `CPUs ${split}` : `CPUs: load generator on ${split.load}, every process under test (proxies, upstream, nginx, sandgate) on ${split.underTest}`);
@@ -198,18 +199,14 @@ export const proxy: Section = {
       ctx.log('proxy: warming every arm up');
       // The forwarder's copy too: a process measured colder than the one it is compared with reads dearer
       // (without it, its A/A floor read +12.5 µs @ 64 conn, every pair positive).
-      const copyUrl = `http://127.0.0.1:${started.forwarderCopy.port('main')}`;
-      const copyArm: Arm = (w: Timing) => measured(started.forwarderCopy, w, () => httpLoad({ url: copyUrl, connections: JUDGED_AT, ...w, sandboxes: SANDBOXES, requests }));
-      await warmUp({ ...armsAt(JUDGED_AT), copy: copyArm }, ctx.quick ? 1500 : 4000);
-      notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gw, forwarder: started.forwarder }, ctx.quick ? 1000 : 3000));
+      await warmUp({ ...armsAt(JUDGED_AT), copy: proxyArm(started.forwarderCopy, JUDGED_AT) }, ctx.quick ? 1500 : 4000);
+      notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gw.target, forwarder: started.forwarder.target }, ctx.quick ? 1000 : 3000));
       for (const c of CONNECTIONS) {
         ctx.log(`proxy: embedded proxy vs forwarder @ ${c} connections, CPU per request at ${RATE} req/s (${BLOCKS} interleaved pairs) and req/s at the limit (${pairs} pairs)`);
-        const side = (id: 'sandgate' | 'forwarder') => ({ target: id === 'sandgate' ? started.gw : started.forwarder, url: started.arms[id]!.url });
-        const cost: CostComparison = compareCost(RATE, await alternateHttp(tCost, RATE, c, requests, side('sandgate'), side('forwarder')), { a: 'embedded proxy', b: 'forwarder' });
-        const copy = { target: started.forwarderCopy, url: copyUrl };
-        const floor = await noiseFloor(tCost, RATE, c, requests, copy, side('forwarder'));
+        const cost: CostComparison = compareCost(RATE, await alternateHttp(tCost, RATE, c, requests, started.gw, started.forwarder), { a: 'embedded proxy', b: 'forwarder' });
+        const floor = await noiseFloor(tCost, RATE, c, requests, started.forwarderCopy, started.forwarder);
         notes.push(`embedded proxy vs forwarder @ ${c} conn: ${floorText(floor)}`);
-        const rate: RateComparison = compareRate(await alternate(pairs, t, proxyArm('sandgate', c), proxyArm('forwarder', c)));
+        const rate: RateComparison = compareRate(await alternate(pairs, t, proxyArm(started.gw, c), proxyArm(started.forwarder, c)));
         rows.push(...costRows(`@ ${c} conn`, cost, rate, 'vs undici forwarder, the proxy process alone'));
         notes.push(...costNotes(`embedded proxy vs forwarder @ ${c} conn`, cost, rate));
         targets.push(costTarget(`embedded proxy vs the plain undici forwarder @ ${c} conn`, MAX_EXTRA_US, cost, { r: rate, min: MIN_VS_FORWARDER }, floor));

@@ -11,9 +11,10 @@ import type { Target } from './targets.js';
  * Cost, not just rate. A req/s ratio between two servers on a shared 2-core machine moves ±15 % from run
  * to run; the CPU a request costs the process that serves it moves far less. So every door is judged by
  * the CPU per request of its process (from /proc, proc-stat.ts) at a fixed offered load that both it and
- * its baseline sustain, against the same figure of the baseline, and each figure comes from alternating
- * trials — A B, B A, A B …, five pairs — as the median of the per-pair differences, with the spread
- * (lowest … highest pair) printed beside it. Throughput (both at their limit, also alternated) is printed
+ * its baseline sustain, against the same figure of the baseline, and each figure comes from interleaved
+ * pairs — for the HTTP doors BLOCKS blocks with the load switched between the two within each block
+ * (alternateHttp), for the others PAIRS pairs of whole trials, A B, B A, A B … (alternate) — as the median of
+ * the per-pair differences, with the spread (lowest … highest pair) printed beside it. Throughput (both at their limit, also alternated) is printed
  * next to it as a ratio with its own spread.
  */
 
@@ -60,7 +61,7 @@ export async function noiseFloor(t: Timing, rate: number, connections: number, r
   return compareCost(rate, await alternateHttp(t, rate, connections, requests, copy, baseline), { a: copy.target.name, b: baseline.target.name });
 }
 
-/** "A/A (a second copy of the baseline against it): +1.2 µs (spread …)" for notes and target lines. */
+/** "A/A noise floor (a second copy of the baseline against it): +1.2 µs (spread …)", for notes and target lines. */
 export function floorText(floor: CostComparison): string {
   return `A/A noise floor (a second copy of the baseline against it): ${formatDiff(floor.diffUs)}`;
 }

@@ -1,15 +1,16 @@
 import { Pool } from 'undici';
-import type { LoadResult } from './grpc-load.js';
 import { Histogram, summarise } from './histogram.js';
 import type { HttpRequestSpec } from './http-load.js';
+import type { Measured } from './measure.js';
 
 /**
- * HTTP load at a fixed offered rate, for measuring what a request costs the target rather than how many it
- * can answer: requests leave evenly spread in time (every millisecond, as many as the rate says are due),
- * over a keep-alive pool of `connections`, each connection carrying one request at a time. autocannon's
- * rate limit sends each second's quota as one burst, which measures a saturated target in bursts.
+ * HTTP load at a fixed offered rate, for measuring what a request costs two targets rather than how many
+ * they can answer: requests leave evenly spread in time (every millisecond, as many as the rate says are
+ * due), over a keep-alive pool of `connections` per target, each connection carrying one request at a
+ * time. autocannon's rate limit sends each second's quota as one burst, which measures a saturated target
+ * in bursts.
  *
- * When the target falls behind, requests beyond one per connection are not sent; the run then completes
+ * When a target falls behind, requests beyond one per connection are not sent; the run then completes
  * fewer than offered, and the caller reports the rate as not sustained.
  */
 
@@ -50,8 +51,9 @@ const SLICES = ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a'] as const;
  * after its slice still counts) and each arm's CPU per request is its CPU ÷ the requests it answered.
  * Returns one Measured-shaped result per arm and block (durationMs: the time the arm carried load).
  */
-export async function pacedAlternation(r: AlternatingRun): Promise<{ a: (LoadResult & { targetCpuCores: number })[]; b: (LoadResult & { targetCpuCores: number })[] }> {
-  const pools = { a: new Pool(r.a.url, { connections: r.connections, pipelining: 1, keepAliveTimeout: 60_000 }), b: new Pool(r.b.url, { connections: r.connections, pipelining: 1, keepAliveTimeout: 60_000 }) };
+export async function pacedAlternation(r: AlternatingRun): Promise<{ a: Measured[]; b: Measured[] }> {
+  const pool = (url: string) => new Pool(url, { connections: r.connections, pipelining: 1, keepAliveTimeout: 60_000 });
+  const pools = { a: pool(r.a.url), b: pool(r.b.url) };
   const sliceMs = r.blockMs / SLICES.length;
   const warmBlocks = Math.max(1, Math.ceil(r.warmupMs / r.blockMs));
   interface Tally {
@@ -144,7 +146,7 @@ export async function pacedAlternation(r: AlternatingRun): Promise<{ a: (LoadRes
   while ((inFlight.a > 0 || inFlight.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
   await close();
   const activeMs = r.blockMs / 2;
-  const result = (arm: 'a' | 'b', k: number): LoadResult & { targetCpuCores: number } => {
+  const result = (arm: 'a' | 'b', k: number): Measured => {
     const t = tallies[k]![arm];
     return {
       rps: t.completed / (activeMs / 1000),

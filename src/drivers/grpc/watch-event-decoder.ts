@@ -2,14 +2,15 @@ import type { WireCondition, WireDeleted, WireSandbox, WireTimestamp, WireWatchE
 
 /**
  * A hand-written decoder of driver.proto's `WatchEvent`, the message a busy driver streams thousands of
- * times a second. It yields exactly what @grpc/proto-loader yields with DRIVER_PROTO_OPTIONS (the test
- * `watch-event-decoder` compares both on generated messages): fields present on the wire only (a Sandbox
- * has every field, undefined where the message has none: one shape, allocated once), repeated fields always
- * arrays (an empty one shared and frozen), enums by name (an unknown number stays a number), int64 as a decimal string, the
- * oneof member names in `event` / `endpoint`, a repeated message field replaced rather than merged, and
- * every unknown field skipped — as is a known field sent with another wire type (protobufjs misreads one). It reads the bytes once into the final objects, where protobufjs builds a
- * message and then copies it with `toObject()` — measured at about half of the gateway's cost per update
- * (bench section 5, churn). Malformed bytes throw, and grpc-js then ends the call with INTERNAL, as for
+ * times a second. It yields the values @grpc/proto-loader yields with DRIVER_PROTO_OPTIONS (the test
+ * `watch-event-decoder` compares both on generated messages): fields present on the wire only — except
+ * that a Sandbox carries every field, undefined where the message has none (one shape, allocated once),
+ * which every reader treats as absent — repeated fields always arrays (an empty one shared and frozen),
+ * enums by name (an unknown number stays a number), int64 as a decimal string, the oneof member names in
+ * `event` / `endpoint`, a repeated message field replaced rather than merged, and every unknown field
+ * skipped — as is a known field sent with another wire type (protobufjs misreads one). It reads the bytes
+ * once into the final objects, where protobufjs builds a message and then copies it with `toObject()` —
+ * measured at about half of the gateway's cost per update (bench section 5, churn). Malformed bytes throw, and grpc-js then ends the call with INTERNAL, as for
  * proto-loader's decoder; the driver reconnects.
  */
 
