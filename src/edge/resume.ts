@@ -22,7 +22,7 @@ export class Resumer {
   ) {
     // A sandbox that left Paused has been resumed (or changed otherwise): the next pause starts afresh.
     view.onChange((key, entry) => {
-      if (entry?.status.phase !== 'Paused') this.inflight.delete(key);
+      if (this.inflight.size > 0 && entry?.status.phase !== 'Paused') this.inflight.delete(key);
     });
   }
 

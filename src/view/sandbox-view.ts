@@ -119,7 +119,7 @@ function accessTokenOf(s: BackendSnapshot, claims: readonly string[], inUse: rea
   return derive(own);
 }
 
-function sameIds(a: readonly string[], b: readonly string[]): boolean {
+function sameList<T>(a: readonly T[], b: readonly T[]): boolean {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
@@ -135,6 +135,19 @@ function idConflict(inUse: readonly string[], foreign: readonly string[]): Condi
     reason: inUse.length > 0 ? 'IdInUse' : 'IdNamesAnotherSandbox',
     message: `Refused ids (this sandbox is not reachable by them): ${shown}${more}`,
   };
+}
+
+/** upstreamHostOf(a) === upstreamHostOf(b), without working either out (an IP address's family is a regex test). */
+function sameUpstreamHost(a: Endpoint, b: Endpoint): boolean {
+  if (a === b) return true;
+  switch (a.kind) {
+    case 'address':
+      return b.kind === 'address' && a.addresses[0] === b.addresses[0];
+    case 'service':
+      return b.kind === 'service' && a.fqdn === b.fqdn;
+    case 'relay':
+      return b.kind === 'relay';
+  }
 }
 
 function upstreamHostOf(endpoint: Endpoint): string | undefined {
@@ -285,23 +298,30 @@ export class SandboxView implements RouteTable {
       return true;
     }
     const s = event.snapshot;
-    const key = sandboxKey(s.namespace, s.name);
-    const fence = this.tombstones.get(s.uid);
-    if (fence !== undefined) {
-      if (fence > now) return false;
-      this.tombstones.delete(s.uid);
+    // The held entry is found by the event's own namespace and name strings, and its key (hashed once,
+    // when it was first put) serves every further map operation: a busy driver's updates build no key.
+    const held = this.get(s.namespace, s.name);
+    const sameUid = held !== undefined && held.snapshot.uid === s.uid;
+    // A held uid is never fenced (a uid is fenced only as its entry leaves or is replaced): only an event
+    // for a sandbox not held under this uid needs the tombstones read.
+    if (!sameUid) {
+      const fence = this.tombstones.get(s.uid);
+      if (fence !== undefined) {
+        if (fence > now) return false;
+        this.tombstones.delete(s.uid);
+      }
     }
-    const held = this.entries.get(key);
     if (held !== undefined) {
-      if (held.snapshot.uid === s.uid) {
+      if (sameUid) {
         if (isStale(held.snapshot.resourceVersion, s.resourceVersion)) return false;
       } else {
         // A new incarnation under the same name: the old uid is fenced from here on.
         this.fence(held.snapshot.uid, now);
       }
     }
-    const prior = held !== undefined && held.snapshot.uid === s.uid ? held.status : undefined;
-    this.put(key, driver, s, this.presence.get(key), now, prior, held);
+    // A held entry carries the presence the map holds for it (setPresence() re-puts the entry on every change).
+    const key = held !== undefined ? held.key : sandboxKey(s.namespace, s.name);
+    this.put(key, driver, s, held !== undefined ? held.presence : this.presence.get(key), now, sameUid ? held.status : undefined, held);
     return true;
   }
 
@@ -370,7 +390,7 @@ export class SandboxView implements RouteTable {
     const heldClaims = held?.idClaims ?? NONE;
     // Most sandboxes declare no id, and most updates keep the ids and the creation time (the claim order):
     // neither touches the index.
-    const unchanged = held !== undefined && held.snapshot.createdAt === s.createdAt && sameIds(heldClaims, claims);
+    const unchanged = held !== undefined && held.snapshot.createdAt === s.createdAt && sameList(heldClaims, claims);
     const others = !unchanged && (claims.length > 0 || heldClaims.length > 0) ? this.ids.update({ key, namespace: s.namespace, name: s.name, createdAt: s.createdAt }, heldClaims, claims) : undefined;
     const inUse = claims.length === 0 || this.holdsAll(key, claims) ? NONE : claims.filter((id) => this.ids.holder(id) !== key);
     const refusedIds = inUse.length === 0 && foreign.length === 0 ? NONE : [...inUse, ...foreign];
@@ -382,9 +402,9 @@ export class SandboxView implements RouteTable {
       namespace: s.namespace,
       name: s.name,
       status,
-      upstreamHost: upstreamHostOf(s.endpoint),
-      // A recomposition of the same snapshot (presence, expiry, an id moving elsewhere) keeps the same set.
-      ports: s.ports === undefined ? undefined : s.ports === held?.snapshot.ports ? held.ports : new Set(s.ports),
+      // An update that keeps the endpoint and the ports (most do: a status heartbeat) keeps the held values.
+      upstreamHost: held !== undefined && sameUpstreamHost(held.snapshot.endpoint, s.endpoint) ? held.upstreamHost : upstreamHostOf(s.endpoint),
+      ports: s.ports === undefined ? undefined : held?.ports !== undefined && sameList(held.snapshot.ports!, s.ports) ? held.ports : new Set(s.ports),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
       accessToken: accessTokenOf(s, claims, inUse, this.opts.deriveToken),
       envdAccessToken: s.envdAccessToken,
@@ -404,7 +424,7 @@ export class SandboxView implements RouteTable {
     if (names === undefined) this.byNamespace.set(entry.namespace, (names = new Map()));
     names.set(entry.name, entry);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
-    else this.expiring.delete(key);
+    else if (held?.snapshot.shutdownTime !== undefined) this.expiring.delete(key);
     this.emit(key, entry, version, held);
     for (const id of inUse) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'in_use');
     for (const id of foreign) if (!held?.refusedIds.includes(id)) this.reportRefusal(entry, id, 'names_another_sandbox');

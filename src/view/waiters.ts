@@ -59,6 +59,8 @@ export class ChangeWaiters {
 
   /** Wakes every waiter of `key`. */
   notify(key: string): void {
+    // Every driver update calls this; with nobody waiting (the usual case) it reads no map.
+    if (this.byKey.size === 0) return;
     const set = this.byKey.get(key);
     if (set === undefined) return;
     for (const release of [...set]) release('changed');

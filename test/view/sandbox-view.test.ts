@@ -141,6 +141,49 @@ describe('SandboxView presence and ids', () => {
     expect(view.get('team-a', 'web')?.upstreamHost).toBe('[fd00::1]');
   });
 
+  it('an update keeps the held upstream host and port set while they stay the same, and replaces them when they change', () => {
+    const { view } = makeView();
+    const at = (rv: string, addresses: string[], ports: number[] | undefined) => view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: rv, endpoint: { kind: 'address', addresses }, ports }) });
+    at('1', ['10.0.0.1'], [8000, 9000]);
+    const first = view.get('team-a', 'web')!;
+    at('2', ['10.0.0.1'], [8000, 9000]);
+    const same = view.get('team-a', 'web')!;
+    expect(same).not.toBe(first);
+    expect(same.ports).toBe(first.ports);
+    expect(same.upstreamHost).toBe('10.0.0.1');
+    at('3', ['fd00::2'], [8000]);
+    expect([view.get('team-a', 'web')!.upstreamHost, [...view.get('team-a', 'web')!.ports!]]).toEqual(['[fd00::2]', [8000]]);
+    at('4', ['fd00::2'], [9000]);
+    expect([...view.get('team-a', 'web')!.ports!]).toEqual([9000]);
+    at('5', ['fd00::2'], undefined);
+    expect(view.get('team-a', 'web')!.ports).toBeUndefined();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '6', endpoint: { kind: 'service', fqdn: 'web.team-a.svc.cluster.local' } }) });
+    expect(view.get('team-a', 'web')!.upstreamHost).toBe('web.team-a.svc.cluster.local');
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '7', endpoint: { kind: 'relay' } }) });
+    expect(view.get('team-a', 'web')!.upstreamHost).toBeUndefined();
+  });
+
+  it('an update of a held sandbox keeps its presence, and one that arrives before its sandbox finds it', () => {
+    const { view } = makeView();
+    view.setPresence('team-a', 'web', presence());
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '1' }) });
+    expect(view.get('team-a', 'web')!.presence).toEqual(presence());
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '2' }) });
+    expect(view.get('team-a', 'web')!.presence).toEqual(presence());
+    view.setPresence('team-a', 'web', undefined);
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '3' }) });
+    expect(view.get('team-a', 'web')!.presence).toBeUndefined();
+  });
+
+  it('a re-created sandbox fences the old uid even while its successor is held', () => {
+    const { view } = makeView();
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ uid: 'u1', resourceVersion: '5' }) });
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ uid: 'u2', resourceVersion: '1' }) })).toBe(true);
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ uid: 'u1', resourceVersion: '6' }) })).toBe(false);
+    expect(view.apply('d', { type: 'upsert', snapshot: snapshot({ uid: 'u2', resourceVersion: '2' }) })).toBe(true);
+    expect(view.get('team-a', 'web')!.snapshot.uid).toBe('u2');
+  });
+
   it('tick() expires sandboxes whose shutdownTime passes', () => {
     const { view, now } = makeView();
     view.apply('d', { type: 'upsert', snapshot: snapshot({ sessionModel: 'none', shutdownTime: now.t + 500 }) });
