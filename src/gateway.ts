@@ -22,7 +22,8 @@ import type { Driver, DriverSink } from './drivers/driver.js';
 import { Decider } from './edge/decider.js';
 import { startGrpcServer, type GrpcFrontDoor } from './edge/envoy/grpc-server.js';
 import { removedHeaders, type DoorOptions } from './edge/headers.js';
-import { createHttpAuthz, isAuthzPath } from './edge/http-authz.js';
+import { AuthzFront } from './edge/authz-front.js';
+import { createHttpAuthz, isAuthzPath, type HttpAuthz } from './edge/http-authz.js';
 import { EmbeddedProxy } from './edge/proxy/http-proxy.js';
 import { resolveRelayAddress } from './edge/relay/relay-config.js';
 import { RelayCredentials } from './edge/relay/relay-credential.js';
@@ -105,10 +106,10 @@ function listener(portFlag: string, host: string, port: number, start: () => Pro
  * The admin port's server (HTTP authz under /authz/ when `authz` is given, then `api`) or the ops port's
  * (`api` only). CONNECT gets a typed 405 rather than a closed socket.
  */
-function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: ((req: IncomingMessage, res: ServerResponse) => void) | undefined, log: Logger): Server {
+function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, log: Logger): Server {
   const server = createServer((req, res) => {
     const url = req.url ?? '/';
-    if (authz !== undefined && isAuthzPath(url)) return authz(req, res);
+    if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
     api(req, res).catch((err: unknown) => {
       log.error({ err }, 'admin request failed');
       if (!res.headersSent) sendError(res, 'internal_error');
@@ -272,6 +273,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door);
   const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, log);
+  const adminFront = new AuthzFront(admin, httpAuthz);
   const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, log) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;
@@ -346,7 +348,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       host,
       config.adminPort,
       async () => (adminPort = await listenOn(admin, host, config.adminPort)),
-      (ms) => closeGracefully(admin, ms),
+      (ms) => closeGracefully(admin, ms, adminFront),
     ),
     ...(ops === undefined
       ? []

@@ -28,20 +28,19 @@ export function isAuthzPath(url: string): boolean {
   return next === 0x2f || next === 0x3f;
 }
 
-export function httpAuthzRoute(req: IncomingMessage): RouteRequest {
-  const headers = req.headers as HeaderMap;
-  const url = req.url ?? '/';
+/** The route of an HTTP authz request: its target (the request line's) and lower-case headers. */
+export function authzRoute(url: string, headers: HeaderMap): RouteRequest {
   const original = headers['x-original-uri'];
   const path = original !== undefined ? original : url.length > AUTHZ_PREFIX.length ? url.slice(AUTHZ_PREFIX.length) : '/';
   return { headers, host: headers['x-forwarded-host'] ?? headers.host, path };
 }
 
 /**
- * The route, or the 400 `invalid_route` a malformed request gets: two Host headers, or an absolute-form
- * original URI (nginx's `$request_uri` keeps it) whose authority disagrees with the host (request-target.ts).
+ * The route, or the 400 `invalid_route` a malformed request gets: two Host headers (`host` is then that
+ * denial, from request-target.ts singleHost), or an absolute-form original URI (nginx's `$request_uri`
+ * keeps it) whose authority disagrees with the host.
  */
-function checkedRoute(req: IncomingMessage, route: RouteRequest): RouteRequest | Deny {
-  const host = singleHost(req.rawHeaders);
+function checkedRoute(host: string | undefined | Deny, route: RouteRequest): RouteRequest | Deny {
   if (typeof host === 'object') return host;
   const path = route.path ?? '/';
   // Only an absolute-form URI needs reading; origin-form (what Envoy's path_prefix yields) passes as is.
@@ -51,9 +50,29 @@ function checkedRoute(req: IncomingMessage, route: RouteRequest): RouteRequest |
   return { headers: route.headers, host: t.host, path: t.path };
 }
 
-export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
-  const answer = (d: Decision, req: RouteRequest, res: ServerResponse): void => {
-    if (res.destroyed) return;
+/** An HTTP authz answer: status, the response headers as one flat name/value list, and the body. */
+export interface AuthzReply {
+  readonly status: number;
+  readonly head: readonly string[];
+  readonly body: string;
+}
+
+/** Where an HTTP authz request read by the admin port's front (authz-front.ts) is answered. */
+export interface AuthzSink {
+  /** Fires when the client goes away (a readiness wait then answers nothing). */
+  signal(): AbortSignal;
+  send(reply: AuthzReply): void;
+}
+
+export interface HttpAuthz {
+  /** A request node:http read. */
+  readonly handle: (req: IncomingMessage, res: ServerResponse) => void;
+  /** A request the admin port's front read itself: its target, and its headers (lower-case names, each once). */
+  readonly handleParsed: (url: string, headers: HeaderMap, to: AuthzSink) => void;
+}
+
+export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz {
+  const reply = (d: Decision, req: RouteRequest): AuthzReply => {
     if (d.allow) {
       // One flat list handed to writeHead: with no setHeader() before it, Node writes the list as it is
       // instead of building its header map entry by entry (a measurable share of this door's own cost).
@@ -66,17 +85,34 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions) {
       const remove = headersToRemove(req.headers, opts.removeHeaders, head);
       if (remove !== undefined) head.push(ENVOY_REMOVE_HEADER, remove.join(','));
       head.push('content-length', '0');
-      res.writeHead(200, head).end();
-      return;
+      return { status: 200, head, body: '' };
     }
     const r = renderDenial(d, req.headers.accept);
-    for (const [k, v] of r.headers) res.setHeader(k, v);
-    res.writeHead(r.status).end(r.body);
+    const head: string[] = [];
+    for (const [k, v] of r.headers) head.push(k, v);
+    head.push('content-length', String(Buffer.byteLength(r.body)));
+    return { status: r.status, head, body: r.body };
   };
-  return function handleAuthz(req: IncomingMessage, res: ServerResponse): void {
-    const parsed = httpAuthzRoute(req);
-    const route = checkedRoute(req, parsed);
-    if (isDeny(route)) return answer(route, parsed, res);
-    void decider.decideAndAnswer('http_authz', route, res, abortOnClose, answer);
+  const answerResponse = (d: Decision, req: RouteRequest, res: ServerResponse): void => {
+    if (res.destroyed) return;
+    const r = reply(d, req);
+    res.writeHead(r.status, r.head as string[]).end(r.body);
+  };
+  const answerSink = (d: Decision, req: RouteRequest, to: AuthzSink): void => to.send(reply(d, req));
+  const signalOf = (to: AuthzSink): AbortSignal => to.signal();
+  return {
+    handle(req, res) {
+      const parsed = authzRoute(req.url ?? '/', req.headers as HeaderMap);
+      const route = checkedRoute(singleHost(req.rawHeaders), parsed);
+      if (isDeny(route)) return answerResponse(route, parsed, res);
+      void decider.decideAndAnswer('http_authz', route, res, abortOnClose, answerResponse);
+    },
+    handleParsed(url, headers, to) {
+      const parsed = authzRoute(url, headers);
+      // The front takes no request with a repeated header: its Host is single.
+      const route = checkedRoute(headers.host, parsed);
+      if (isDeny(route)) return answerSink(route, parsed, to);
+      void decider.decideAndAnswer('http_authz', route, to, signalOf, answerSink);
+    },
   };
 }

@@ -20,10 +20,17 @@ export function listenOn(server: Server, host: string, port: number): Promise<nu
   });
 }
 
-export function closeGracefully(server: Server, graceMs: number): Promise<void> {
+/** Connections a server's own front reads before (or instead of) node:http (edge/authz-front.ts). */
+export interface ConnectionFront {
+  closeIdle(): void;
+  closeAll(): void;
+}
+
+export function closeGracefully(server: Server, graceMs: number, front?: ConnectionFront): Promise<void> {
   return new Promise((resolve) => {
     const timer = setTimeout(() => {
       server.closeAllConnections();
+      front?.closeAll();
       resolve();
     }, graceMs);
     timer.unref();
@@ -32,6 +39,7 @@ export function closeGracefully(server: Server, graceMs: number): Promise<void> 
       resolve();
     });
     server.closeIdleConnections();
+    front?.closeIdle();
   });
 }
 
