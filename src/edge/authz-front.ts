@@ -114,6 +114,8 @@ class FrontConnection implements AuthzSink {
     const text = chunk.toString('latin1');
     this.pending = this.pending.length === 0 ? text : this.pending + text;
     if (!this.busy) this.drain();
+    // A client that keeps sending while its request waits is read no further than one more head.
+    else if (this.pending.length > MAX_HEAD_BYTES) this.socket.pause();
   };
   // As node:http does (no half-open connections): a request still waiting when the client stops sending
   // is abandoned, and the connection closed. What arrived before the end was answered as it was read.
@@ -173,7 +175,10 @@ class FrontConnection implements AuthzSink {
     }
     this.busy = false;
     this.aborts = undefined;
-    if (!this.draining && !this.socket.destroyed) this.drain();
+    if (!this.draining && !this.socket.destroyed) {
+      this.drain();
+      if (!this.busy && this.socket.isPaused()) this.socket.resume();
+    }
   }
 
   /** Answers what `pending` holds, one request at a time, until it needs more bytes or node:http takes over. */

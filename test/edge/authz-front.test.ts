@@ -342,6 +342,22 @@ describe('the front on its own server: idle connections, closing', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(200);
   });
 
+  it('a client that keeps sending while its request waits is read no further than one more head, then resumed', async () => {
+    const c = new RawClient(port());
+    c.write(req('/authz/', '', 'GET', 'hold'));
+    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
+    const flood = req('/authz/', 'x-pad: ' + 'p'.repeat(1000) + '\r\n', 'GET', 'b');
+    const count = 4000;
+    c.write(flood.repeat(count));
+    // Paused server side: the 4 MB stay in the client's socket buffer and the kernel's, not in the gateway.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(c.socket.writableLength).toBeGreaterThan(0);
+    held.shift()!.send({ status: 200, head: ['content-length', '0'], body: '' });
+    expect((await c.read())?.status).toBe(200);
+    for (let i = 0; i < count; i++) expect((await c.read())?.headers['x-host']).toBe('b');
+    c.close();
+  });
+
   it('a value that would break the head is never written: the connection is cut instead', async () => {
     const c = new RawClient(port());
     c.write(req('/authz/', '', 'GET', 'hold'));
