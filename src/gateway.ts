@@ -273,7 +273,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door);
   const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, log);
-  const adminFront = new AuthzFront(admin, httpAuthz);
+  const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }));
   const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, log) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;

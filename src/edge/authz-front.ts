@@ -1,6 +1,7 @@
 import { STATUS_CODES, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { HeaderMap } from '../domain/route-key.js';
+import type { Logger } from '../observability/logger.js';
 import { isAuthzPath, type AuthzReply, type AuthzSink, type HttpAuthz } from './http-authz.js';
 
 /**
@@ -124,8 +125,9 @@ class FrontConnection implements AuthzSink {
     this.aborts?.abort();
     this.socket.end();
   };
+  // Idle past the keep-alive timeout: closed. A request in a readiness wait is not idle (the wait has its own bound).
   private readonly onTimeout = (): void => {
-    this.socket.destroy();
+    if (!this.busy) this.socket.destroy();
   };
   private readonly onError = (): void => {
     this.socket.destroy();
@@ -199,7 +201,13 @@ class FrontConnection implements AuthzSink {
       this.busy = true;
       this.method = req.method;
       this.closeAfter = req.close;
-      this.front.authz.handleParsed(req.url, req.headers, this);
+      try {
+        this.front.authz.handleParsed(req.url, req.headers, this);
+      } catch (err) {
+        // A bug while answering: this request gets no answer, so the connection cannot go on.
+        this.front.log.error({ err }, 'answering an HTTP authz request failed');
+        this.socket.destroy();
+      }
     }
     this.draining = false;
   }
@@ -234,6 +242,7 @@ export class AuthzFront {
   constructor(
     server: Server,
     readonly authz: HttpAuthz,
+    readonly log: Logger,
   ) {
     const own = server.listeners('connection');
     if (own.length !== 1) throw new Error(`the admin server has ${own.length} connection listeners; the authz front expects node:http's one`);

@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AuthzFront, MAX_HEAD_BYTES, MAX_HEADERS, parseAuthzHead } from '../../src/edge/authz-front.js';
 import type { AuthzSink, HttpAuthz } from '../../src/edge/http-authz.js';
 import type { HeaderMap } from '../../src/domain/route-key.js';
+import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -303,11 +304,12 @@ describe('the admin port front, in a gateway', () => {
   });
 });
 
-/** An HttpAuthz that answers every request 200 with its Host, or holds it when the Host is `hold`. */
+/** An HttpAuthz that answers every request 200 with its Host, holds it when the Host is `hold`, and throws for `throw`. */
 function echoAuthz(held: AuthzSink[]): HttpAuthz {
   return {
     handle: (_req, res) => res.writeHead(500).end(),
     handleParsed(_url: string, headers: HeaderMap, to: AuthzSink) {
+      if (headers.host === 'throw') throw new Error('injected answer failure');
       if (headers.host === 'hold') held.push(to);
       else to.send({ status: 200, head: ['x-host', headers.host ?? '', 'content-length', '0'], body: '' });
     },
@@ -318,10 +320,12 @@ describe('the front on its own server: idle connections, closing', () => {
   let server: Server;
   let front: AuthzFront;
   const held: AuthzSink[] = [];
+  const logs = new MemoryLogSink();
+  const log = createLogger('debug', logs);
   beforeAll(async () => {
     server = createServer((_req, res) => res.writeHead(204).end());
     server.keepAliveTimeout = 300;
-    front = new AuthzFront(server, echoAuthz(held));
+    front = new AuthzFront(server, echoAuthz(held), log);
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   });
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
@@ -330,7 +334,29 @@ describe('the front on its own server: idle connections, closing', () => {
   it('refuses a server that already has another connection listener', () => {
     const s = createServer();
     s.on('connection', () => undefined);
-    expect(() => new AuthzFront(s, echoAuthz([]))).toThrow(/connection listeners/);
+    expect(() => new AuthzFront(s, echoAuthz([]), log)).toThrow(/connection listeners/);
+  });
+
+  it('a request held longer than the keep-alive timeout is not cut while it waits', async () => {
+    const c = new RawClient(port());
+    c.write(req('/authz/', '', 'GET', 'hold'));
+    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, 600));
+    expect(c.ended).toBe(false);
+    held.shift()!.send({ status: 200, head: ['content-length', '0'], body: '' });
+    expect((await c.read())?.status).toBe(200);
+    c.close();
+  });
+
+  it('an answer that throws: logged, that connection cut, the server goes on', async () => {
+    const c = new RawClient(port());
+    c.write(req('/authz/', '', 'GET', 'throw'));
+    expect(await c.read()).toBeUndefined();
+    expect(logs.find((l) => l.msg === 'answering an HTTP authz request failed')).toBeDefined();
+    const d = new RawClient(port());
+    d.write(req('/authz/', '', 'GET', 'a'));
+    expect((await d.read())?.headers['x-host']).toBe('a');
+    d.close();
   });
 
   it("closes a connection idle past the server's keepAliveTimeout", async () => {
