@@ -163,6 +163,29 @@ describe('SandboxView presence and ids', () => {
     expect(view.get('team-a', 'web')!.upstreamHost).toBeUndefined();
   });
 
+  it('an update of the same incarnation keeps the held objects where they are equal, and reads exactly as the update', () => {
+    const { view } = makeView();
+    const ready = { ...cond('Ready', 'True', 'Up'), lastTransitionTime: '2026-01-01T00:00:00.000Z' };
+    const other = cond('Scheduled', 'True', 'Done');
+    view.apply('d', { type: 'upsert', snapshot: snapshot({ resourceVersion: '1', ids: ['sbx-1'], conditions: [ready, other], endpoint: { kind: 'address', addresses: ['10.0.0.1'] }, ports: [8000] }) });
+    const first = view.get('team-a', 'web')!.snapshot;
+    const next = snapshot({ resourceVersion: '2', ids: ['sbx-1'], conditions: [{ ...cond('Ready', 'True', 'Up'), lastTransitionTime: '2026-01-01T00:00:01.000Z' }, cond('Scheduled', 'True', 'Done')], endpoint: { kind: 'address', addresses: ['10.0.0.1'] }, ports: [8000] });
+    view.apply('d', { type: 'upsert', snapshot: next });
+    const held = view.get('team-a', 'web')!.snapshot;
+    expect(held).toEqual(next);
+    expect([held.ids, held.endpoint, held.ports, held.conditions[1]]).toEqual([first.ids, first.endpoint, first.ports, first.conditions[1]]);
+    expect(held.ids).toBe(first.ids);
+    expect(held.endpoint).toBe(first.endpoint);
+    expect(held.ports).toBe(first.ports);
+    expect(held.conditions[1]).toBe(first.conditions[1]);
+    expect(held.conditions[0]).not.toBe(first.conditions[0]);
+    // A changed address, id list or condition count is taken from the update.
+    const moved = snapshot({ resourceVersion: '3', ids: ['sbx-2'], conditions: [ready], endpoint: { kind: 'address', addresses: ['10.0.0.9'] }, ports: [8000] });
+    view.apply('d', { type: 'upsert', snapshot: moved });
+    expect(view.get('team-a', 'web')!.snapshot).toEqual(moved);
+    expect(view.get('team-a', 'web')!.upstreamHost).toBe('10.0.0.9');
+  });
+
   it('an update of a held sandbox keeps its presence, and one that arrives before its sandbox finds it', () => {
     const { view } = makeView();
     view.setPresence('team-a', 'web', presence());
