@@ -140,7 +140,10 @@ class FrontConnection implements AuthzSink {
     socket.on('data', this.onData);
     socket.on('end', this.onEnd);
     socket.on('error', this.onError);
-    socket.setTimeout(front.keepAliveTimeoutMs, this.onTimeout);
+    // A listener of its own, not setTimeout()'s callback (that one is called once: an idle period after a
+    // long wait would then go unnoticed).
+    socket.on('timeout', this.onTimeout);
+    socket.setTimeout(front.keepAliveTimeoutMs);
     socket.once('close', () => {
       front.forget(this);
       this.aborts?.abort();
