@@ -8,7 +8,8 @@ import { isAuthzPath, type AuthzReply, type AuthzSink, type HttpAuthz } from './
  * The admin port's front for HTTP authz: it reads each connection's requests itself while they have the
  * one shape Envoy's `http_service` and nginx's `auth_request` (with `proxy_http_version 1.1`) send — an
  * HTTP/1.1 request for `/authz…` with no body, each header once — and answers them from the decision
- * without node:http's request and response objects (a third of the CPU per request, docs/benchmarks.md).
+ * without node:http's request and response objects, which cost more per request than the whole decision
+ * (docs/benchmarks.md).
  *
  * Anything else it does not judge: at the first request of any other shape (another path, a body,
  * `Transfer-Encoding`, `Expect`, `Upgrade`, HTTP/1.0, a repeated or malformed header, bytes outside

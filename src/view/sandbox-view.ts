@@ -194,19 +194,6 @@ function sharedWithHeld(held: BackendSnapshot, s: BackendSnapshot): BackendSnaps
   };
 }
 
-/** upstreamHostOf(a) === upstreamHostOf(b), without working either out (an IP address's family is a regex test). */
-function sameUpstreamHost(a: Endpoint, b: Endpoint): boolean {
-  if (a === b) return true;
-  switch (a.kind) {
-    case 'address':
-      return b.kind === 'address' && a.addresses[0] === b.addresses[0];
-    case 'service':
-      return b.kind === 'service' && a.fqdn === b.fqdn;
-    case 'relay':
-      return b.kind === 'relay';
-  }
-}
-
 function upstreamHostOf(endpoint: Endpoint): string | undefined {
   switch (endpoint.kind) {
     case 'address': {
@@ -422,7 +409,7 @@ export class SandboxView implements RouteTable {
       this.presence.set(key, p);
     }
     const slot = this.entries.get(key);
-    if (slot !== undefined) this.put(key, slot.entry.driver, slot.entry.snapshot, p, this.opts.now(), slot.entry.status, slot);
+    if (slot !== undefined) this.recompose(key, slot, p, this.opts.now());
   }
 
   /** Recomposes time-dependent statuses (expiry) and lifts old fences. Called periodically. */
@@ -435,9 +422,7 @@ export class SandboxView implements RouteTable {
         continue;
       }
       const e = slot.entry;
-      if (e.snapshot.shutdownTime !== undefined && e.snapshot.shutdownTime <= now && e.status.phase !== 'Deleting') {
-        this.put(key, e.driver, e.snapshot, e.presence, now, e.status, slot);
-      }
+      if (e.snapshot.shutdownTime !== undefined && e.snapshot.shutdownTime <= now && e.status.phase !== 'Deleting') this.recompose(key, slot, e.presence, now);
     }
     for (const [uid, until] of this.tombstones) if (until <= now) this.tombstones.delete(uid);
   }
@@ -472,8 +457,9 @@ export class SandboxView implements RouteTable {
       namespace: s.namespace,
       name: s.name,
       status,
-      // An update that keeps the endpoint and the ports (most do: a status heartbeat) keeps the held values.
-      upstreamHost: held !== undefined && sameUpstreamHost(held.snapshot.endpoint, s.endpoint) ? held.upstreamHost : upstreamHostOf(s.endpoint),
+      // The same endpoint and ports objects (a recomposition of the held snapshot, or an update that
+      // sharedWithHeld() gave the held ones: most are status heartbeats) keep the values worked out from them.
+      upstreamHost: held !== undefined && s.endpoint === held.snapshot.endpoint ? held.upstreamHost : upstreamHostOf(s.endpoint),
       ports: s.ports === undefined ? undefined : held?.ports !== undefined && s.ports === held.snapshot.ports ? held.ports : new Set(s.ports),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
       accessToken: accessTokenOf(s, claims, inUse, this.opts.deriveToken),
@@ -505,6 +491,12 @@ export class SandboxView implements RouteTable {
     if (others !== undefined) this.restatus(others, now);
   }
 
+  /** Puts a held sandbox again with its own snapshot (presence, expiry or an id moved). */
+  private recompose(key: string, slot: Slot, presence: Presence | undefined, now: number): void {
+    const e = slot.entry;
+    this.put(key, e.driver, e.snapshot, presence, now, e.status, slot);
+  }
+
   private holdsAll(key: string, ids: readonly string[]): boolean {
     for (const id of ids) if (this.ids.holder(id) !== key) return false;
     return true;
@@ -514,7 +506,7 @@ export class SandboxView implements RouteTable {
   private restatus(keys: ReadonlySet<string>, now: number): void {
     for (const k of keys) {
       const slot = this.entries.get(k);
-      if (slot !== undefined) this.put(k, slot.entry.driver, slot.entry.snapshot, slot.entry.presence, now, slot.entry.status, slot);
+      if (slot !== undefined) this.recompose(k, slot, slot.entry.presence, now);
     }
   }
 
