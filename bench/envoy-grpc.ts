@@ -1,4 +1,4 @@
-import { alternate, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS } from './lib/cost.js';
+import { alternate, alternateGrpc, BLOCKS, compareCost, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS } from './lib/cost.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import type { GrpcKind } from './lib/grpc-load-worker.js';
 import { warmUp } from './lib/interleave.js';
@@ -44,12 +44,13 @@ export const envoyGrpc: Section = {
     const data: Record<string, unknown> = {};
     notes.push(await idleNote('Check and Process', RATE, { sandgate: gw, 'bare grpc-js': bare }, ctx.quick ? 1000 : 3000));
     for (const { kind, label } of KINDS) {
-      const at = (tgt: Target, inFlight: number, rate?: number) => (w: Timing) =>
-        measured(tgt, w, () => load.run({ target: tgt.grpcTarget, kind, inFlight, ...w, sandboxes: SANDBOXES, rate }));
+      const at = (tgt: Target, inFlight: number) => (w: Timing) =>
+        measured(tgt, w, () => load.run({ target: tgt.grpcTarget, kind, inFlight, ...w, sandboxes: SANDBOXES }));
       ctx.log(`${label}: warming both up`);
       await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
-      ctx.log(`${label}: CPU per request at ${RATE}/s and req/s at the limit @ ${JUDGED_AT} in flight, ${pairs} pairs each`);
-      const cost = compareCost(RATE, await alternate(pairs, tCost, at(gw, JUDGED_AT, RATE), at(bare, JUDGED_AT, RATE)), { a: 'sandgate', b: 'bare grpc-js' });
+      ctx.log(`${label}: CPU per request at ${RATE}/s (${BLOCKS} interleaved pairs) and req/s at the limit (${pairs} pairs) @ ${JUDGED_AT} in flight`);
+      const sides = { gw: { target: gw, sandboxes: SANDBOXES }, bare: { target: bare, sandboxes: SANDBOXES } };
+      const cost = compareCost(RATE, await alternateGrpc(tCost, RATE, JUDGED_AT, load, kind, sides.gw, sides.bare), { a: 'sandgate', b: 'bare grpc-js' });
       const rate = compareRate(await alternate(pairs, t, at(gw, JUDGED_AT), at(bare, JUDGED_AT)));
       rows.push(...costRows(`${label} @ ${JUDGED_AT} in flight`, cost, rate));
       notes.push(...costNotes(`${label} @ ${JUDGED_AT} in flight`, cost, rate));

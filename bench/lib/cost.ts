@@ -1,3 +1,5 @@
+import type { GrpcLoad } from './grpc-load.js';
+import type { GrpcKind } from './grpc-load-worker.js';
 import type { Arm } from './interleave.js';
 import type { HttpRequestSpec } from './http-load.js';
 import { profiledTogether, round2, runData, type Measured } from './measure.js';
@@ -12,8 +14,8 @@ import type { Target } from './targets.js';
  * to run; the CPU a request costs the process that serves it moves far less. So every door is judged by
  * the CPU per request of its process (from /proc, proc-stat.ts) at a fixed offered load that both it and
  * its baseline sustain, against the same figure of the baseline, and each figure comes from interleaved
- * pairs — for the HTTP doors BLOCKS blocks with the load switched between the two within each block
- * (alternateHttp), for the others PAIRS pairs of whole trials, A B, B A, A B … (alternate) — as the median of
+ * pairs — for the HTTP and gRPC doors BLOCKS blocks with the load switched between the two within each
+ * block (alternateHttp, alternateGrpc), for churn PAIRS pairs of whole trials, A B, B A, A B … (alternate) — as the median of
  * the per-pair differences, with the spread (lowest … highest pair) printed beside it. Throughput (both at their limit, also alternated) is printed
  * next to it as a ratio with its own spread.
  */
@@ -50,6 +52,26 @@ export interface HttpSide {
 export function alternateHttp(t: Timing, rate: number, connections: number, requests: readonly HttpRequestSpec[], a: HttpSide, b: HttpSide): Promise<{ a: Measured[]; b: Measured[] }> {
   const side = (s: HttpSide) => ({ url: s.url, cpuMicros: () => s.target.cpuMicrosNow() });
   return profiledTogether([a.target, b.target], () => pacedAlternation({ a: side(a), b: side(b), connections, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks: BLOCKS, requests }));
+}
+
+/** One side of a gRPC cost comparison: the process whose CPU is read, and how many sandboxes its calls name. */
+export interface GrpcSide {
+  readonly target: Target;
+  readonly sandboxes: number;
+}
+
+/**
+ * CPU per call of two gRPC servers at `rate` calls/s, interleaved as alternateHttp is (the load process runs
+ * the schedule, grpc-load.ts alternate): BLOCKS blocks of `t.durationMs`, at most `inFlight` calls open per
+ * side, one unmeasured block of warm-up first (more when `t.warmupMs` is longer than a block).
+ */
+export function alternateGrpc(t: Timing, rate: number, inFlight: number, load: GrpcLoad, kind: GrpcKind, a: GrpcSide, b: GrpcSide): Promise<{ a: Measured[]; b: Measured[] }> {
+  const side = (s: GrpcSide) => {
+    const pid = s.target.child.proc.pid;
+    if (pid === undefined) throw new Error(`${s.target.name} is not running`);
+    return { target: s.target.grpcTarget, pid, sandboxes: s.sandboxes };
+  };
+  return profiledTogether([a.target, b.target], () => load.alternate({ a: side(a), b: side(b), kind, maxInFlight: inFlight, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks: BLOCKS }));
 }
 
 /**

@@ -2,8 +2,10 @@ import { connect, type ClientHttp2Session } from 'node:http2';
 import { credentials, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
 import { checkRequest, processingRequest } from './envoy-requests.js';
+import { alternateSlices, type AlternationPlan, type AlternationResult, type AlternationSide } from './alternation.js';
 import { Histogram, type HistogramJson } from './histogram.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
+import { processCpuMicros } from './proc-stat.js';
 
 /**
  * A gRPC load generator process (grpc-js, as autocannon cannot speak gRPC): a fixed number of calls in
@@ -115,60 +117,38 @@ function grpcFrame(message: Buffer): Buffer {
   return out;
 }
 
-async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
-  const { Ctor, m } = method(a.kind);
-  const rnd = random(0x5eed + a.seed);
+/** One call: `answered` gets the response message (undefined when it failed) or the error. */
+type Call = (answered: (message: Buffer | undefined, err: Error | undefined) => void) => void;
+
+interface Caller {
+  readonly call: Call;
+  /** Decodes a response and says whether it is an allow. */
+  readonly allowed: (message: Buffer) => boolean;
+  close(): void;
+}
+
+/** Envoy-shaped calls of `kind` to `target` for sandboxes drawn from 0 … sandboxes-1, over the chosen client. */
+async function caller(kind: GrpcKind, clientKind: GrpcClientKind, target: string, sandboxes: number, seed: number): Promise<Caller> {
+  const { Ctor, m } = method(kind);
+  const rnd = random(0x5eed + seed);
   const requests: Buffer[] = [];
   for (let k = 0; k < DISTINCT_REQUESTS; k++) {
-    const i = Math.floor(rnd() * a.sandboxes);
-    const id = `bench-${a.seed}-${k}`;
-    requests.push(m.requestSerialize(a.kind === 'check' ? checkRequest(i, id) : processingRequest(i, id)));
+    const i = Math.floor(rnd() * sandboxes);
+    const id = `bench-${seed}-${k}`;
+    requests.push(m.requestSerialize(kind === 'check' ? checkRequest(i, id) : processingRequest(i, id)));
   }
-  const client = a.client === 'grpc-js' ? await grpcClient(Ctor, a.target) : undefined;
-  const session = a.client === 'h2' ? await h2Session(a.target) : undefined;
+  const client = clientKind === 'grpc-js' ? await grpcClient(Ctor, target) : undefined;
+  const session = clientKind === 'h2' ? await h2Session(target) : undefined;
   const framed = requests.map(grpcFrame);
-
-  const hist = new Histogram();
   const metadata = new Metadata();
-  let completed = 0;
-  let errors = 0;
-  let notAllowed = 0;
-  let sampled = 0;
   let seq = 0;
-  let firstError: string | undefined;
-  const t0 = performance.now();
-  const start = t0 + a.warmupMs;
-  const end = start + a.durationMs;
-  let cpuAtStart: NodeJS.CpuUsage | undefined;
-  let cpuAtEnd: NodeJS.CpuUsage | undefined;
 
-  const done = (began: number, buf: Buffer | undefined, err: ServiceError | Error | undefined): boolean => {
-    const now = performance.now();
-    if (now >= start && cpuAtStart === undefined) cpuAtStart = process.cpuUsage();
-    if (now >= end && cpuAtEnd === undefined) cpuAtEnd = process.cpuUsage(cpuAtStart);
-    if (err !== undefined) {
-      errors++;
-      firstError ??= err.message;
-    } else if (now >= start && now < end) {
-      completed++;
-      hist.record((now - began) * 1e6);
-      if (buf !== undefined && completed % SAMPLE_EVERY === 0) {
-        sampled++;
-        if (!isAllow(a.kind, m.responseDeserialize(buf))) notAllowed++;
-      }
-    }
-    return now < end;
-  };
-
-  // Each issue() calls `next(again)` once its call is over; `again` is false once the window has passed.
-  const unary = (next: (again: boolean) => void): void => {
-    const began = performance.now();
+  const unary: Call = (answered) => {
     const req = requests[seq++ % DISTINCT_REQUESTS]!;
-    client!.makeUnaryRequest(m.path, identity, identity, req, metadata, {}, (err, res) => next(done(began, res, err ?? undefined)));
+    client!.makeUnaryRequest(m.path, identity, identity, req, metadata, {}, (err: ServiceError | null, res?: Buffer) => answered(res, err ?? undefined));
   };
 
-  const stream = (next: (again: boolean) => void): void => {
-    const began = performance.now();
+  const stream: Call = (answered) => {
     const req = requests[seq++ % DISTINCT_REQUESTS]!;
     const call: ClientDuplexStream<Buffer, Buffer> = client!.makeBidiStreamRequest(m.path, identity, identity, metadata, {});
     let answer: Buffer | undefined;
@@ -184,14 +164,13 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
     call.on('status', (s: { code: number; details: string }) => {
       if (s.code !== 0) failed ??= new Error(`status ${s.code}: ${s.details}`);
       else if (answer === undefined) failed ??= new Error('stream ended without a ProcessingResponse');
-      next(done(began, answer, failed));
+      answered(answer, failed);
     });
     call.write(req);
   };
 
   // Unary and bidi look the same on the wire when the client sends one message and half-closes.
-  const h2call = (next: (again: boolean) => void): void => {
-    const began = performance.now();
+  const h2call: Call = (answered) => {
     const st = session!.request({ ':method': 'POST', ':path': m.path, 'content-type': 'application/grpc', te: 'trailers' });
     const chunks: Buffer[] = [];
     let failed: Error | undefined;
@@ -209,15 +188,60 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
     st.on('close', () => {
       const body = Buffer.concat(chunks);
       if (failed === undefined && body.length < 5) failed = new Error('no response message');
-      next(done(began, failed === undefined ? body.subarray(5) : undefined, failed));
+      answered(failed === undefined ? body.subarray(5) : undefined, failed);
     });
     st.end(framed[seq++ % DISTINCT_REQUESTS]!);
   };
 
-  const issue = session !== undefined ? h2call : a.kind === 'check' ? unary : stream;
+  return {
+    call: session !== undefined ? h2call : kind === 'check' ? unary : stream,
+    allowed: (message) => isAllow(kind, m.responseDeserialize(message)),
+    close: () => {
+      client?.close();
+      session?.close();
+    },
+  };
+}
+
+async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
+  const c = await caller(a.kind, a.client, a.target, a.sandboxes, a.seed);
+  const hist = new Histogram();
+  let completed = 0;
+  let errors = 0;
+  let notAllowed = 0;
+  let sampled = 0;
+  let firstError: string | undefined;
+  const t0 = performance.now();
+  const start = t0 + a.warmupMs;
+  const end = start + a.durationMs;
+  let cpuAtStart: NodeJS.CpuUsage | undefined;
+  let cpuAtEnd: NodeJS.CpuUsage | undefined;
+
+  const done = (began: number, buf: Buffer | undefined, err: Error | undefined): boolean => {
+    const now = performance.now();
+    if (now >= start && cpuAtStart === undefined) cpuAtStart = process.cpuUsage();
+    if (now >= end && cpuAtEnd === undefined) cpuAtEnd = process.cpuUsage(cpuAtStart);
+    if (err !== undefined) {
+      errors++;
+      firstError ??= err.message;
+    } else if (now >= start && now < end) {
+      completed++;
+      hist.record((now - began) * 1e6);
+      if (buf !== undefined && completed % SAMPLE_EVERY === 0) {
+        sampled++;
+        if (!c.allowed(buf)) notAllowed++;
+      }
+    }
+    return now < end;
+  };
+
+  // Each issue() calls `next(again)` once its call is over; `again` is false once the window has passed.
+  const issue: Issue = (next) => {
+    const began = performance.now();
+    c.call((buf, err) => next(done(began, buf, err)));
+  };
   await (a.rate === undefined ? closedLoop(issue, a) : paced(issue, a, a.rate, t0));
-  client?.close();
-  session?.close();
+  c.close();
   const cpu = cpuAtEnd ?? process.cpuUsage(cpuAtStart);
   return {
     completed,
@@ -229,6 +253,50 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
     cpuCores: (cpu.user + cpu.system) / 1000 / a.durationMs,
     firstError,
   };
+}
+
+/** One side of an interleaved comparison: where the calls go, whose CPU is read, which sandboxes the calls name. */
+export interface GrpcAlternationSide {
+  readonly target: string;
+  readonly pid: number;
+  readonly sandboxes: number;
+}
+
+export interface GrpcAlternationArgs extends AlternationPlan {
+  readonly a: GrpcAlternationSide;
+  readonly b: GrpcAlternationSide;
+  readonly kind: GrpcKind;
+  readonly client: GrpcClientKind;
+}
+
+/**
+ * An interleaved cost comparison of two gRPC targets (alternation.ts), run here so the slices the load
+ * switches at and the block boundaries both targets' CPU is read at (from /proc) are one schedule. Every
+ * SAMPLE_EVERY-th answer of a side is decoded and checked to be an allow.
+ */
+async function alternate(a: GrpcAlternationArgs): Promise<AlternationResult> {
+  const callers = { a: await caller(a.kind, a.client, a.a.target, a.a.sandboxes, 0), b: await caller(a.kind, a.client, a.b.target, a.b.sandboxes, 1) };
+  const side = (c: Caller, pid: number): AlternationSide => {
+    let answers = 0;
+    return {
+      cpuMicros: () => {
+        const us = processCpuMicros(pid);
+        if (us === undefined) throw new Error(`process ${pid} is not running`);
+        return us;
+      },
+      issue: (finish) =>
+        c.call((buf, err) => {
+          if (err !== undefined || buf === undefined) return finish(err ?? new Error('no response message'));
+          finish(++answers % SAMPLE_EVERY === 0 && !c.allowed(buf) ? 'denied' : undefined);
+        }),
+    };
+  };
+  try {
+    return await alternateSlices(a, { a: side(callers.a, a.a.pid), b: side(callers.b, a.b.pid) });
+  } finally {
+    callers.a.close();
+    callers.b.close();
+  }
 }
 
 type Issue = (next: (again: boolean) => void) => void;
@@ -285,5 +353,5 @@ function paced(issue: Issue, a: GrpcRunArgs, rate: number, t0: number): Promise<
 }
 
 exitWithParent();
-serveIpc({ run: (args: GrpcRunArgs) => run(args) });
+serveIpc({ run: (args: GrpcRunArgs) => run(args), alternate: (args: GrpcAlternationArgs) => alternate(args) });
 announceReady({ pid: process.pid });

@@ -1,6 +1,9 @@
-import type { GrpcClientKind, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
+import type { AlternationResult } from './alternation.js';
+import type { GrpcAlternationArgs, GrpcAlternationSide, GrpcClientKind, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
 import { Histogram, summarise, type LatencySummary } from './histogram.js';
 import { benchScript } from './machine.js';
+import type { Measured } from './measure.js';
+import { blocksMeasured } from './paced-http.js';
 import type { Child, ProcessGroup } from './processes.js';
 
 /**
@@ -72,5 +75,16 @@ export class GrpcLoad {
       firstError ??= res.firstError;
     }
     return { rps: completed / (r.durationMs / 1000), latency: summarise(hist), histogram: hist, durationMs: r.durationMs, completed, errors, notAllowed, loadCpuCores: cpu, firstError };
+  }
+
+  /**
+   * An interleaved cost comparison of two gRPC targets at `rate` calls/s (alternation.ts): run by the first
+   * load process alone, which switches the load between the two every slice and reads both targets' CPU
+   * from /proc at every block boundary. One Measured per side and block.
+   */
+  async alternate(r: Omit<GrpcAlternationArgs, 'client' | 'a' | 'b'> & { readonly a: GrpcAlternationSide; readonly b: GrpcAlternationSide }): Promise<{ a: Measured[]; b: Measured[] }> {
+    const args: GrpcAlternationArgs = { ...r, client: this.client };
+    const timeoutMs = (Math.max(1, Math.ceil(r.warmupMs / r.blockMs)) + r.blocks) * r.blockMs + 60_000;
+    return blocksMeasured(await this.workers[0]!.request<AlternationResult>('alternate', args, timeoutMs), r.blockMs);
   }
 }

@@ -1,0 +1,169 @@
+import { Histogram, type HistogramJson } from './histogram.js';
+
+/**
+ * The schedule of an interleaved cost comparison, whatever the protocol: two targets, load switched
+ * between them every slice of a block (A B B A A B B A), both processes' CPU read at every block boundary.
+ * Each block is one pair. The HTTP doors run it in the runner (paced-http.ts, over undici pools); the gRPC
+ * doors in a load-generator process (grpc-load-worker.ts), which reads the targets' CPU from /proc itself
+ * so the boundaries it reads at are the ones it switches load at.
+ *
+ * Requests leave evenly spread in time (every millisecond, as many as the slice's rate says are due), at
+ * most `maxInFlight` open per side; a request beyond that is not sent, and the block then answers fewer
+ * than offered (reported by the caller as a rate not sustained).
+ */
+
+/** How one request ended: undefined answered as expected, 'denied' answered otherwise, an Error not answered. */
+export type Outcome = undefined | 'denied' | Error;
+
+export interface AlternationSide {
+  /** CPU time used so far by the side's process (every thread), µs; throws when it is gone. */
+  readonly cpuMicros: () => number;
+  /** Sends one request; `finish` is called once, when it is over. */
+  readonly issue: (finish: (outcome: Outcome) => void) => void;
+}
+
+export interface AlternationPlan {
+  readonly maxInFlight: number;
+  /** Requests per second offered to the side whose slice it is. */
+  readonly rate: number;
+  /** Unmeasured blocks first (at least one): connections open and the code on both sides warm. */
+  readonly warmupMs: number;
+  /** Length of one block (one pair); each side carries load for half of it. */
+  readonly blockMs: number;
+  readonly blocks: number;
+}
+
+/** What one side did in one block. */
+export interface BlockResult {
+  readonly completed: number;
+  readonly errors: number;
+  readonly notAllowed: number;
+  readonly firstError: string | undefined;
+  readonly histogram: HistogramJson;
+  /** The side's CPU over the whole block (so work its requests leave behind after its slices counts), µs. */
+  readonly cpuMicros: number;
+  /** The generator's own CPU over the block, µs. */
+  readonly loadMicros: number;
+}
+
+export interface AlternationResult {
+  readonly a: BlockResult[];
+  readonly b: BlockResult[];
+  /** The time each side carried load in a block, ms. */
+  readonly activeMs: number;
+}
+
+/**
+ * Slices per block: A B B A A B B A. A block of 2 s is then eight slices of 250 ms, each side loaded for four,
+ * and whatever else the machine does over a second or two falls on both sides of the block alike.
+ */
+export const SLICES = ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a'] as const;
+
+const TICK_MS = 1;
+const DRAIN_MS = 10_000;
+
+interface Tally {
+  completed: number;
+  errors: number;
+  notAllowed: number;
+  firstError: string | undefined;
+  hist: Histogram;
+}
+
+const fresh = (): Tally => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined, hist: new Histogram() });
+
+/** Runs the plan; rejects (after the requests in flight have drained) when a side's CPU can no longer be read. */
+export async function alternateSlices(plan: AlternationPlan, sides: { readonly a: AlternationSide; readonly b: AlternationSide }): Promise<AlternationResult> {
+  const sliceMs = plan.blockMs / SLICES.length;
+  const warmBlocks = Math.max(1, Math.ceil(plan.warmupMs / plan.blockMs));
+  const tallies: { a: Tally; b: Tally }[] = [];
+  const inFlight = { a: 0, b: 0 };
+  const cpu = { a: [] as number[], b: [] as number[] };
+  const load: number[] = [];
+
+  const send = (arm: 'a' | 'b', tally: Tally | undefined): void => {
+    const began = performance.now();
+    inFlight[arm]++;
+    sides[arm].issue((outcome) => {
+      inFlight[arm]--;
+      if (tally === undefined) return;
+      if (outcome instanceof Error) {
+        tally.errors++;
+        tally.firstError ??= outcome.message;
+        return;
+      }
+      tally.completed++;
+      if (outcome === 'denied') tally.notAllowed++;
+      tally.hist.record((performance.now() - began) * 1e6);
+    });
+  };
+
+  const schedule = new Promise<void>((resolve, reject) => {
+    const t0 = performance.now();
+    const total = warmBlocks + plan.blocks;
+    let slice = -1;
+    let issued = 0;
+    let sliceStart = t0;
+    const timer = setInterval(() => {
+      const now = performance.now();
+      const k = Math.floor((now - t0) / sliceMs);
+      if (k !== slice) {
+        // A block boundary (even one a late tick jumped past the start of): read both processes' CPU (and
+        // the generator's) before the next slice's load. A side that stopped fails the run, not the process.
+        const boundary = Math.min(Math.floor(k / SLICES.length), total);
+        if (boundary !== Math.floor(slice / SLICES.length) && boundary >= warmBlocks) {
+          try {
+            cpu.a.push(sides.a.cpuMicros());
+            cpu.b.push(sides.b.cpuMicros());
+          } catch (err) {
+            clearInterval(timer);
+            reject(err instanceof Error ? err : new Error(String(err)));
+            return;
+          }
+          const u = process.cpuUsage();
+          load.push(u.user + u.system);
+        }
+        if (k >= total * SLICES.length) {
+          clearInterval(timer);
+          resolve();
+          return;
+        }
+        slice = k;
+        issued = 0;
+        sliceStart = t0 + k * sliceMs;
+      }
+      const arm = SLICES[slice % SLICES.length]!;
+      const block = Math.floor(slice / SLICES.length) - warmBlocks;
+      const tally = block < 0 ? undefined : (tallies[block] ??= { a: fresh(), b: fresh() })[arm];
+      const due = Math.floor(((now - sliceStart) / 1000) * plan.rate);
+      while (issued < due && inFlight[arm] < plan.maxInFlight) {
+        issued++;
+        send(arm, tally);
+      }
+      if (issued < due) issued = due;
+    }, TICK_MS);
+  });
+  const drain = async (): Promise<void> => {
+    const deadline = performance.now() + DRAIN_MS;
+    while ((inFlight.a > 0 || inFlight.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
+  };
+  await schedule.catch(async (err: unknown) => {
+    await drain();
+    throw err;
+  });
+  await drain();
+  const result = (arm: 'a' | 'b', k: number): BlockResult => {
+    const t = tallies[k]![arm];
+    return {
+      completed: t.completed,
+      errors: t.errors,
+      notAllowed: t.notAllowed,
+      firstError: t.firstError,
+      histogram: t.hist.toJSON(),
+      cpuMicros: cpu[arm][k + 1]! - cpu[arm][k]!,
+      loadMicros: load[k + 1]! - load[k]!,
+    };
+  };
+  const blocks = Array.from({ length: plan.blocks }, (_, k) => k);
+  return { a: blocks.map((k) => result('a', k)), b: blocks.map((k) => result('b', k)), activeMs: plan.blockMs / 2 };
+}
