@@ -50,7 +50,7 @@ export const envoyGrpc: Section = {
       await warmUp({ gw: at(gw, JUDGED_AT), bare: at(bare, JUDGED_AT) }, ctx.quick ? 1000 : 3000);
       ctx.log(`${label}: CPU per request at ${RATE}/s (${BLOCKS} interleaved pairs) and req/s at the limit (${pairs} pairs) @ ${JUDGED_AT} in flight`);
       const sides = { gw: { target: gw, sandboxes: SANDBOXES }, bare: { target: bare, sandboxes: SANDBOXES } };
-      const cost = compareCost(RATE, await alternateGrpc(tCost, RATE, JUDGED_AT, load, kind, sides.gw, sides.bare), { a: 'sandgate', b: 'bare grpc-js' });
+      const cost = compareCost(RATE, await alternateGrpc(tCost, RATE, JUDGED_AT, load, kind, [sides.gw], [sides.bare]), { a: 'sandgate', b: 'bare grpc-js' });
       const rate = compareRate(await alternate(pairs, t, at(gw, JUDGED_AT), at(bare, JUDGED_AT)));
       rows.push(...costRows(`${label} @ ${JUDGED_AT} in flight`, cost, rate));
       notes.push(...costNotes(`${label} @ ${JUDGED_AT} in flight`, cost, rate));

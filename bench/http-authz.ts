@@ -49,11 +49,11 @@ export const httpAuthz: Section = {
     ctx.log(`http authz: CPU per request at ${RATE} req/s, ${BLOCKS} interleaved pairs`);
     const cost = compareCost(
       RATE,
-      await alternateHttp(tCost, RATE, JUDGED_AT, requests, side(gw), side(bare)),
+      await alternateHttp(tCost, RATE, JUDGED_AT, requests, [side(gw)], [side(bare)]),
       { a: 'sandgate', b: 'bare http' },
     );
     ctx.log(`http authz: noise floor, a second bare node:http against the first, ${BLOCKS} interleaved pairs`);
-    const floor = await noiseFloor(tCost, RATE, JUDGED_AT, requests, side(bareCopy), side(bare));
+    const floor = await noiseFloor(tCost, RATE, JUDGED_AT, requests, [side(bareCopy)], [side(bare)]);
     notes.push(`@ ${JUDGED_AT} conn: ${floorText(floor)}`);
     ctx.log(`http authz: req/s at the limit @ ${JUDGED_AT} connections, ${pairs} pairs`);
     const rate = compareRate(await alternate(pairs, t, at(gw, JUDGED_AT), at(bare, JUDGED_AT)));

@@ -1,6 +1,6 @@
 import { splitCpus } from './lib/cpu-pin.js';
 import { httpLoad, type HttpRequestSpec } from './lib/http-load.js';
-import { alternate, alternateHttp, BLOCKS, compareCost, floorText, noiseFloor, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type HttpSide, type RateComparison } from './lib/cost.js';
+import { alternate, alternateHttp, BLOCKS, compareCost, floorText, INSTANCES, noiseFloor, cpuPerRequest, idleNote, compareRate, costData, costNotes, costRows, costTarget, PAIRS, type CostComparison, type HttpSide, type RateComparison } from './lib/cost.js';
 import { interleaved, warmUp, type Arm } from './lib/interleave.js';
 import { loopbackHost, probe, proxyRequests, UPSTREAM_BODY, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
 import { measured, round2, runData, runProblems, SATURATED_CORES, type Measured } from './lib/measure.js';
@@ -16,9 +16,10 @@ import { startBare, startGateway, type Target } from './lib/targets.js';
  * through nginx `proxy_pass`, and through nginx `auth_request` to sandgate's HTTP authz (sandgate without
  * Envoy, the nginx way). The load generator runs on one CPU and everything under test on the others
  * (cpu-pin.ts). The embedded proxy is judged against the forwarder on CPU per request of the proxy
- * process at a fixed offered rate, the two interleaved (cost.ts alternateHttp), with req/s at the limit
- * beside it, at 10 and at 64 connections, and the same cost trials between two copies of the forwarder (the
- * noise floor) beside the verdict; the windows of all arms at their limit are interleaved (interleave.ts).
+ * process at a fixed offered rate, the two interleaved (cost.ts alternateHttp) over INSTANCES pairs of
+ * processes, with req/s at the limit beside it, at 10 and at 64 connections, and the same cost trials
+ * between further copies of the forwarder and the forwarders (the noise floor) beside the verdict; the
+ * windows of all arms at their limit are interleaved (interleave.ts).
  */
 
 const SANDBOXES = 1000;
@@ -52,11 +53,14 @@ type Arms = Partial<Record<ArmId, ArmSpec>>;
 
 interface Started {
   readonly arms: Arms;
-  /** The two proxy processes alone, whose CPU per request the cost trials compare, and where each listens. */
-  readonly gw: HttpSide;
-  readonly forwarder: HttpSide;
-  /** A second copy of the forwarder, for the noise floor of the cost comparison. */
-  readonly forwarderCopy: HttpSide;
+  /**
+   * The proxy processes alone, whose CPU per request the cost trials compare, and where each listens:
+   * INSTANCES of each, the first also the arms' (cost.ts INSTANCES says why).
+   */
+  readonly gws: readonly HttpSide[];
+  readonly forwarders: readonly HttpSide[];
+  /** Further copies of the forwarder, for the noise floor of the cost comparison. */
+  readonly copies: readonly HttpSide[];
   readonly upstreamPort: number;
   /** Every process under test, to pin. */
   readonly pids: number[];
@@ -95,23 +99,29 @@ async function startArms(ctx: BenchContext): Promise<Started> {
   const upstreamPort = upstream.port('main');
   const upstreamAddress = `127.0.0.1:${upstreamPort}`;
   const sandboxes = writeLoopbackSandboxesFile(ctx.tmp, SANDBOXES);
-  const gw = await startGateway(ctx.procs, { name: 'sandgate-proxy', sandboxes }, ctx.targetOptions);
-  const forwarder = await startBare(ctx.procs, 'undici-forwarder', 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
-  const forwarderCopy = await startBare(ctx.procs, 'undici-forwarder-copy', 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
-  const sides = {
-    gw: { target: gw, url: `http://127.0.0.1:${gw.port('proxy')}` },
-    forwarder: { target: forwarder, url: `http://127.0.0.1:${forwarder.port('main')}` },
-    forwarderCopy: { target: forwarderCopy, url: `http://127.0.0.1:${forwarderCopy.port('main')}` },
-  };
+  const instances = Array.from({ length: INSTANCES }, (_, i) => i + 1);
+  const gws: HttpSide[] = [];
+  const forwarders: HttpSide[] = [];
+  const copies: HttpSide[] = [];
+  for (const i of instances) {
+    const gw = await startGateway(ctx.procs, { name: `sandgate-proxy-${i}`, sandboxes }, ctx.targetOptions);
+    gws.push({ target: gw, url: `http://127.0.0.1:${gw.port('proxy')}` });
+    const forwarder = await startBare(ctx.procs, `undici-forwarder-${i}`, 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
+    forwarders.push({ target: forwarder, url: `http://127.0.0.1:${forwarder.port('main')}` });
+    const copy = await startBare(ctx.procs, `undici-forwarder-copy-${i}`, 'lib/undici-forwarder.js', ctx.targetOptions, [upstreamAddress]);
+    copies.push({ target: copy, url: `http://127.0.0.1:${copy.port('main')}` });
+  }
   const started: Started = {
     arms: {
       direct: { url: `http://${upstreamAddress}`, cpu: upstream },
-      sandgate: { url: sides.gw.url, cpu: new CombinedTarget([gw, upstream]) },
-      forwarder: { url: sides.forwarder.url, cpu: new CombinedTarget([forwarder, upstream]) },
+      sandgate: { url: gws[0]!.url, cpu: new CombinedTarget([gws[0]!.target, upstream]) },
+      forwarder: { url: forwarders[0]!.url, cpu: new CombinedTarget([forwarders[0]!.target, upstream]) },
     },
-    ...sides,
+    gws,
+    forwarders,
+    copies,
     upstreamPort,
-    pids: [upstream, gw, forwarder, forwarderCopy].map(pidOf),
+    pids: [upstream, ...[...gws, ...forwarders, ...copies].map((s) => s.target)].map(pidOf),
     notes: [],
   };
   try {
@@ -128,8 +138,10 @@ async function startArms(ctx: BenchContext): Promise<Started> {
     const r = await probe(s.url, host);
     if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${LABEL[id]} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
   }
-  const copy = await probe(started.forwarderCopy.url, host);
-  if (copy.status !== 200 || copy.body !== UPSTREAM_BODY) throw new Error(`the forwarder's copy did not reach the bench upstream: ${copy.status}`);
+  for (const s of [...gws.slice(1), ...forwarders.slice(1), ...copies]) {
+    const r = await probe(s.url, host);
+    if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${s.target.name} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
+  }
   return started;
 }
 
@@ -202,14 +214,15 @@ export const proxy: Section = {
       ctx.log('proxy: warming every arm up');
       // The forwarder's copy too: a process measured colder than the one it is compared with reads dearer
       // (without it, its A/A floor read +12.5 µs @ 64 conn, every pair positive).
-      await warmUp({ ...armsAt(JUDGED_AT), copy: proxyArm(started.forwarderCopy, JUDGED_AT) }, ctx.quick ? 1500 : 4000);
-      notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gw.target, forwarder: started.forwarder.target }, ctx.quick ? 1000 : 3000));
+      const others = [...started.gws.slice(1), ...started.forwarders.slice(1), ...started.copies];
+      await warmUp({ ...armsAt(JUDGED_AT), ...Object.fromEntries(others.map((s) => [s.target.name, proxyArm(s, JUDGED_AT)])) }, ctx.quick ? 1500 : 4000);
+      notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gws[0]!.target, forwarder: started.forwarders[0]!.target }, ctx.quick ? 1000 : 3000));
       for (const c of CONNECTIONS) {
-        ctx.log(`proxy: embedded proxy vs forwarder @ ${c} connections, CPU per request at ${RATE} req/s (${BLOCKS} interleaved pairs) and req/s at the limit (${pairs} pairs)`);
-        const cost: CostComparison = compareCost(RATE, await alternateHttp(tCost, RATE, c, requests, started.gw, started.forwarder), { a: 'embedded proxy', b: 'forwarder' });
-        const floor = await noiseFloor(tCost, RATE, c, requests, started.forwarderCopy, started.forwarder);
+        ctx.log(`proxy: embedded proxy vs forwarder @ ${c} connections, CPU per request at ${RATE} req/s (${BLOCKS} interleaved pairs over ${INSTANCES} instance pairs) and req/s at the limit (${pairs} pairs)`);
+        const cost: CostComparison = compareCost(RATE, await alternateHttp(tCost, RATE, c, requests, started.gws, started.forwarders), { a: 'embedded proxy', b: 'forwarder' });
+        const floor = await noiseFloor(tCost, RATE, c, requests, started.copies, started.forwarders);
         notes.push(`embedded proxy vs forwarder @ ${c} conn: ${floorText(floor)}`);
-        const rate: RateComparison = compareRate(await alternate(pairs, t, proxyArm(started.gw, c), proxyArm(started.forwarder, c)));
+        const rate: RateComparison = compareRate(await alternate(pairs, t, proxyArm(started.gws[0]!, c), proxyArm(started.forwarders[0]!, c)));
         rows.push(...costRows(`@ ${c} conn`, cost, rate, 'vs undici forwarder, the proxy process alone'));
         notes.push(...costNotes(`embedded proxy vs forwarder @ ${c} conn`, cost, rate));
         targets.push(costTarget(`embedded proxy vs the plain undici forwarder @ ${c} conn`, MAX_EXTRA_US, cost, { r: rate, min: MIN_VS_FORWARDER }, floor));

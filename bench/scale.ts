@@ -2,7 +2,7 @@ import { GrpcLoad } from './lib/grpc-load.js';
 import { warmUp } from './lib/interleave.js';
 import { Histogram, summarise, type LatencySummary } from './lib/histogram.js';
 import { benchScript } from './lib/machine.js';
-import { alternate, alternateGrpc, BLOCKS, compareCost, compareRate, costData, costNotes, costRows, formatRatio, judgedFigure, PAIRS, spread } from './lib/cost.js';
+import { alternate, alternateGrpc, BLOCKS, compareCost, INSTANCES, compareRate, costData, costNotes, costRows, formatRatio, judgedFigure, PAIRS, spread } from './lib/cost.js';
 import { measured, round2, runProblems, saturationNote, type Measured } from './lib/measure.js';
 import { row, target, type Row, type TargetResult } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
@@ -76,17 +76,25 @@ export const scale: Section = {
     );
 
     const pairs = PAIRS;
-    ctx.log(`scale: Check cost (${BLOCKS} interleaved pairs) and throughput (${pairs} alternating pairs), ${label(LARGE)} vs ${label(SMALL)} sandboxes`);
+    ctx.log(`scale: Check cost (${BLOCKS} interleaved pairs over ${INSTANCES} instance pairs) and throughput (${pairs} alternating pairs), ${label(LARGE)} vs ${label(SMALL)} sandboxes`);
     const t = timing(ctx, { warmupMs: 500, durationMs: 1500 }, { warmupMs: 1000, durationMs: 3000 });
     const tCost = timing(ctx, { warmupMs: 300, durationMs: 2000 }, { warmupMs: 1000, durationMs: 4000 });
-    const small = await startGateway(ctx.procs, { name: `sandgate-${label(SMALL)}`, sandboxes: writeSandboxesFile(ctx.tmp, SMALL, 'none') }, ctx.targetOptions);
-    const large = await startGateway(ctx.procs, { name: `sandgate-${label(LARGE)}`, sandboxes: writeSandboxesFile(ctx.tmp, LARGE, 'none'), readyTimeoutMs: 180_000 }, ctx.targetOptions);
+    // INSTANCES gateways of each size (cost.ts says why); the first of each also serves the rows at the limit.
+    const [smallFile, largeFile] = [writeSandboxesFile(ctx.tmp, SMALL, 'none'), writeSandboxesFile(ctx.tmp, LARGE, 'none')];
+    const smalls: Target[] = [];
+    const larges: Target[] = [];
+    for (let i = 1; i <= INSTANCES; i++) {
+      smalls.push(await startGateway(ctx.procs, { name: `sandgate-${label(SMALL)}-${i}`, sandboxes: smallFile }, ctx.targetOptions));
+      larges.push(await startGateway(ctx.procs, { name: `sandgate-${label(LARGE)}-${i}`, sandboxes: largeFile, readyTimeoutMs: 180_000 }, ctx.targetOptions));
+    }
+    const [small, large] = [smalls[0]!, larges[0]!];
     const load = await GrpcLoad.start(ctx.procs, ctx.loadProcesses, ctx.grpcClient);
     const arm = (tgt: Target, size: number) => (w: Timing) =>
       measured(tgt, w, () => load.run({ target: tgt.grpcTarget, kind: 'check', inFlight: IN_FLIGHT, ...w, sandboxes: size }));
-    // The 100k gateway has just loaded its file: its heap settles and its code warms before any trial counts.
-    await warmUp({ large: arm(large, LARGE), small: arm(small, SMALL) }, ctx.quick ? 2000 : 4000);
-    const cost = compareCost(CHECK_RATE, await alternateGrpc(tCost, CHECK_RATE, IN_FLIGHT, load, 'check', { target: large, sandboxes: LARGE }, { target: small, sandboxes: SMALL }), { a: label(LARGE), b: label(SMALL) });
+    // The 100k gateways have just loaded their file: their heaps settle and their code warms before any trial counts.
+    await warmUp(Object.fromEntries([...larges.map((g) => [g.name, arm(g, LARGE)]), ...smalls.map((g) => [g.name, arm(g, SMALL)])]), ctx.quick ? 2000 : 4000);
+    const sides = (gws: readonly Target[], sandboxes: number) => gws.map((target) => ({ target, sandboxes }));
+    const cost = compareCost(CHECK_RATE, await alternateGrpc(tCost, CHECK_RATE, IN_FLIGHT, load, 'check', sides(larges, LARGE), sides(smalls, SMALL)), { a: label(LARGE), b: label(SMALL) });
     const rate = compareRate(await alternate(pairs, t, arm(large, LARGE), arm(small, SMALL)));
     // A gateway answers Checks on one thread: what it can answer is the inverse of what one costs it.
     const capacity = spread(cost.aUs.values.map((a, k) => cost.bUs.values[k]! / a));

@@ -44,14 +44,43 @@ export interface HttpSide {
 }
 
 /**
+ * Process instances per side where a verdict sits near its bar (the embedded proxy, Check at 100k vs 1k):
+ * two processes of the same code differ here by a per-request offset of their own that stays for the
+ * process's life (an embedded proxy read +1.5 … +18.3 µs over a forwarder across nine pairs of fresh
+ * processes, each pair's blocks agreeing with each other), so the pairs of a comparison are spread over
+ * several instance pairs instead of one.
+ */
+export const INSTANCES = 2;
+
+/** Blocks per instance pair: BLOCKS in all. */
+function blocksPer(pairs: number): number {
+  return Math.ceil(BLOCKS / pairs);
+}
+
+/** Runs `one` for each instance pair (a[i] against b[i]) and lays the blocks end to end. */
+export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a: S, b: S, blocks: number) => Promise<{ a: Measured[]; b: Measured[] }>): Promise<{ a: Measured[]; b: Measured[] }> {
+  if (a.length === 0 || a.length !== b.length) throw new Error(`instance pairs: ${a.length} against ${b.length}`);
+  const out = { a: [] as Measured[], b: [] as Measured[] };
+  for (let i = 0; i < a.length; i++) {
+    const r = await one(a[i]!, b[i]!, blocksPer(a.length));
+    out.a.push(...r.a);
+    out.b.push(...r.b);
+  }
+  return out;
+}
+
+/**
  * CPU per request of two HTTP servers at `rate` req/s, interleaved finely (paced-http.ts pacedAlternation):
  * BLOCKS blocks of `t.durationMs`, each one pair, the load switched between the two every eighth of a block
- * over connections that stay open, both processes' CPU read over the same block; one unmeasured block of
- * warm-up first.
+ * over connections that stay open, both processes' CPU read over the same block; unmeasured blocks of
+ * warm-up first (one, or as many as `t.warmupMs` spans). With several instances per side, a[i] is
+ * compared with b[i] and the blocks are shared out among the instance pairs.
  */
-export function alternateHttp(t: Timing, rate: number, connections: number, requests: readonly HttpRequestSpec[], a: HttpSide, b: HttpSide): Promise<{ a: Measured[]; b: Measured[] }> {
+export function alternateHttp(t: Timing, rate: number, connections: number, requests: readonly HttpRequestSpec[], a: readonly HttpSide[], b: readonly HttpSide[]): Promise<{ a: Measured[]; b: Measured[] }> {
   const side = (s: HttpSide) => ({ url: s.url, cpuMicros: () => s.target.cpuMicrosNow() });
-  return profiledTogether([a.target, b.target], () => pacedAlternation({ a: side(a), b: side(b), connections, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks: BLOCKS, requests }));
+  return overInstances(a, b, (x, y, blocks) =>
+    profiledTogether([x.target, y.target], () => pacedAlternation({ a: side(x), b: side(y), connections, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks, requests })),
+  );
 }
 
 /** One side of a gRPC cost comparison: the process whose CPU is read, and how many sandboxes its calls name. */
@@ -63,15 +92,18 @@ export interface GrpcSide {
 /**
  * CPU per call of two gRPC servers at `rate` calls/s, interleaved as alternateHttp is (the load process runs
  * the schedule, grpc-load.ts alternate): BLOCKS blocks of `t.durationMs`, at most `inFlight` calls open per
- * side, one unmeasured block of warm-up first (more when `t.warmupMs` is longer than a block).
+ * side, one unmeasured block of warm-up first (more when `t.warmupMs` is longer than a block), shared out
+ * among the instance pairs as alternateHttp does.
  */
-export function alternateGrpc(t: Timing, rate: number, inFlight: number, load: GrpcLoad, kind: GrpcKind, a: GrpcSide, b: GrpcSide): Promise<{ a: Measured[]; b: Measured[] }> {
+export function alternateGrpc(t: Timing, rate: number, inFlight: number, load: GrpcLoad, kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Promise<{ a: Measured[]; b: Measured[] }> {
   const side = (s: GrpcSide) => {
     const pid = s.target.child.proc.pid;
     if (pid === undefined) throw new Error(`${s.target.name} is not running`);
     return { target: s.target.grpcTarget, pid, sandboxes: s.sandboxes };
   };
-  return profiledTogether([a.target, b.target], () => load.alternate({ a: side(a), b: side(b), kind, maxInFlight: inFlight, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks: BLOCKS }));
+  return overInstances(a, b, (x, y, blocks) =>
+    profiledTogether([x.target, y.target], () => load.alternate({ a: side(x), b: side(y), kind, maxInFlight: inFlight, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks })),
+  );
 }
 
 /**
@@ -79,8 +111,8 @@ export function alternateGrpc(t: Timing, rate: number, inFlight: number, load: G
  * of the baseline and the baseline (an A/A comparison). Its median and spread are what two identical
  * processes differ by here, printed beside the verdict.
  */
-export async function noiseFloor(t: Timing, rate: number, connections: number, requests: readonly HttpRequestSpec[], copy: HttpSide, baseline: HttpSide): Promise<CostComparison> {
-  return compareCost(rate, await alternateHttp(t, rate, connections, requests, copy, baseline), { a: copy.target.name, b: baseline.target.name });
+export async function noiseFloor(t: Timing, rate: number, connections: number, requests: readonly HttpRequestSpec[], copies: readonly HttpSide[], baselines: readonly HttpSide[]): Promise<CostComparison> {
+  return compareCost(rate, await alternateHttp(t, rate, connections, requests, copies, baselines), { a: copies[0]!.target.name, b: baselines[0]!.target.name });
 }
 
 /** "A/A noise floor (a second copy of the baseline against it): +1.2 µs (spread …)", for notes and target lines. */

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { compareCost, cpuPerRequest, spread } from '../../bench/lib/cost.js';
+import { BLOCKS, compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/cost.js';
 import { Histogram, summarise } from '../../bench/lib/histogram.js';
 import type { Measured } from '../../bench/lib/measure.js';
 import { processCpuMicros } from '../../bench/lib/proc-stat.js';
@@ -72,5 +72,22 @@ describe('bench cost figures', () => {
       child.kill('SIGKILL');
     }
     expect(processCpuMicros(2 ** 22 + 12_345)).toBeUndefined();
+  });
+
+  it('shares the blocks of a comparison out among instance pairs, each a[i] against b[i], and lays them end to end', async () => {
+    const calls: string[] = [];
+    const r = await overInstances(['g1', 'g2'], ['f1', 'f2'], (a, b, blocks) => {
+      calls.push(`${a}-${b}-${blocks}`);
+      const list = (cpu: number) => Array.from({ length: blocks }, () => trial(100, cpu));
+      return Promise.resolve({ a: list(a === 'g1' ? 0.1 : 0.2), b: list(0.1) });
+    });
+    expect(calls).toEqual([`g1-f1-${BLOCKS / 2}`, `g2-f2-${BLOCKS / 2}`]);
+    expect(r.a).toHaveLength(BLOCKS);
+    expect(r.b).toHaveLength(BLOCKS);
+    // The first pair's blocks come first: their differences are 0, the second pair's positive.
+    const c = compareCost(50, r, { a: 'g', b: 'f' });
+    expect(c.diffUs.values.slice(0, BLOCKS / 2).every((d) => d === 0)).toBe(true);
+    expect(c.diffUs.values.slice(BLOCKS / 2).every((d) => d > 0)).toBe(true);
+    await expect(overInstances(['g1'], ['f1', 'f2'], () => Promise.resolve({ a: [], b: [] }))).rejects.toThrow('instance pairs: 1 against 2');
   });
 });
