@@ -212,8 +212,8 @@ export const proxy: Section = {
     const targets: TargetResult[] = [];
     try {
       ctx.log('proxy: warming every arm up');
-      // The forwarder's copy too: a process measured colder than the one it is compared with reads dearer
-      // (without it, its A/A floor read +12.5 µs @ 64 conn, every pair positive).
+      // The second instances and the forwarder's copies too: a process measured colder than the one it is
+      // compared with reads dearer (an unwarmed copy's A/A floor read +12.5 µs @ 64 conn, every pair positive).
       const others = [...started.gws.slice(1), ...started.forwarders.slice(1), ...started.copies];
       await warmUp({ ...armsAt(JUDGED_AT), ...Object.fromEntries(others.map((s) => [s.target.name, proxyArm(s, JUDGED_AT)])) }, ctx.quick ? 1500 : 4000);
       notes.push(await idleNote('embedded proxy vs forwarder', RATE, { 'embedded proxy': started.gws[0]!.target, forwarder: started.forwarders[0]!.target }, ctx.quick ? 1000 : 3000));
