@@ -67,12 +67,6 @@ interface Started {
   readonly notes: string[];
 }
 
-function pidOf(t: Target): number {
-  const pid = t.child.proc.pid;
-  if (pid === undefined) throw new Error(`${t.name} has no process`);
-  return pid;
-}
-
 /**
  * nginx's two arms, or why there are none. nginx asks a gateway of its own, so the embedded proxy's
  * gateway (its CPU, its profile) serves proxy traffic only.
@@ -85,7 +79,7 @@ async function startNginxArms(ctx: BenchContext, upstream: Target, sandboxes: st
   }
   const authz = await startGateway(ctx.procs, { name: 'sandgate-authz', sandboxes }, ctx.targetOptions);
   const nginx = await startNginx(ctx.procs, ctx.tmp, found.bin, { upstream: `127.0.0.1:${upstream.port('main')}`, adminPort: authz.port('admin'), authRequest: found.authRequest });
-  into.pids.push(pidOf(authz), pidOf(nginx.target));
+  into.pids.push(authz.pid, nginx.target.pid);
   into.arms.nginxPass = { url: `http://127.0.0.1:${nginx.ports.proxyPass}`, cpu: new CombinedTarget([nginx.target, upstream]) };
   if (found.authRequest) {
     const tier = new CombinedTarget([nginx.target, authz, upstream]);
@@ -121,7 +115,7 @@ async function startArms(ctx: BenchContext): Promise<Started> {
     forwarders,
     copies,
     upstreamPort,
-    pids: [upstream, ...[...gws, ...forwarders, ...copies].map((s) => s.target)].map(pidOf),
+    pids: [upstream, ...[...gws, ...forwarders, ...copies].map((s) => s.target)].map((t) => t.pid),
     notes: [],
   };
   try {

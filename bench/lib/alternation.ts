@@ -1,4 +1,5 @@
-import { Histogram, type HistogramJson } from './histogram.js';
+import { Histogram, summarise, type HistogramJson } from './histogram.js';
+import type { Measured } from './measure.js';
 
 /**
  * The schedule of an interleaved cost comparison, whatever the protocol: two targets, load switched
@@ -57,7 +58,7 @@ export interface AlternationResult {
  * Slices per block: A B B A A B B A. A block of 2 s is then eight slices of 250 ms, each side loaded for four,
  * and whatever else the machine does over a second or two falls on both sides of the block alike.
  */
-export const SLICES = ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a'] as const;
+const SLICES = ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a'] as const;
 
 const TICK_MS = 1;
 const DRAIN_MS = 10_000;
@@ -72,10 +73,15 @@ interface Tally {
 
 const fresh = (): Tally => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined, hist: new Histogram() });
 
+/** Unmeasured blocks before the measured ones: at least one, or as many as the plan's warm-up spans. */
+export function warmBlocks(plan: Pick<AlternationPlan, 'warmupMs' | 'blockMs'>): number {
+  return Math.max(1, Math.ceil(plan.warmupMs / plan.blockMs));
+}
+
 /** Runs the plan; rejects (after the requests in flight have drained) when a side's CPU can no longer be read. */
 export async function alternateSlices(plan: AlternationPlan, sides: { readonly a: AlternationSide; readonly b: AlternationSide }): Promise<AlternationResult> {
   const sliceMs = plan.blockMs / SLICES.length;
-  const warmBlocks = Math.max(1, Math.ceil(plan.warmupMs / plan.blockMs));
+  const warm = warmBlocks(plan);
   const tallies: { a: Tally; b: Tally }[] = [];
   const inFlight = { a: 0, b: 0 };
   const cpu = { a: [] as number[], b: [] as number[] };
@@ -100,7 +106,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
 
   const schedule = new Promise<void>((resolve, reject) => {
     const t0 = performance.now();
-    const total = warmBlocks + plan.blocks;
+    const total = warm + plan.blocks;
     let slice = -1;
     let issued = 0;
     let sliceStart = t0;
@@ -111,7 +117,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
         // A block boundary (even one a late tick jumped past the start of): read both processes' CPU (and
         // the generator's) before the next slice's load. A side that stopped fails the run, not the process.
         const boundary = Math.min(Math.floor(k / SLICES.length), total);
-        if (boundary !== Math.floor(slice / SLICES.length) && boundary >= warmBlocks) {
+        if (boundary !== Math.floor(slice / SLICES.length) && boundary >= warm) {
           try {
             cpu.a.push(sides.a.cpuMicros());
             cpu.b.push(sides.b.cpuMicros());
@@ -133,7 +139,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
         sliceStart = t0 + k * sliceMs;
       }
       const arm = SLICES[slice % SLICES.length]!;
-      const block = Math.floor(slice / SLICES.length) - warmBlocks;
+      const block = Math.floor(slice / SLICES.length) - warm;
       const tally = block < 0 ? undefined : (tallies[block] ??= { a: fresh(), b: fresh() })[arm];
       const due = Math.floor(((now - sliceStart) / 1000) * plan.rate);
       while (issued < due && inFlight[arm] < plan.maxInFlight) {
@@ -166,4 +172,24 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   };
   const blocks = Array.from({ length: plan.blocks }, (_, k) => k);
   return { a: blocks.map((k) => result('a', k)), b: blocks.map((k) => result('b', k)), activeMs: plan.blockMs / 2 };
+}
+
+/** One Measured per side and block (durationMs: the time the side carried load; target CPU over the whole block). */
+export function blocksMeasured(r: AlternationResult, blockMs: number): { a: Measured[]; b: Measured[] } {
+  const one = (b: BlockResult): Measured => {
+    const histogram = Histogram.fromJSON(b.histogram);
+    return {
+      rps: b.completed / (r.activeMs / 1000),
+      latency: summarise(histogram),
+      histogram,
+      durationMs: r.activeMs,
+      completed: b.completed,
+      errors: b.errors,
+      notAllowed: b.notAllowed,
+      loadCpuCores: b.loadMicros / 1000 / blockMs,
+      targetCpuCores: b.cpuMicros / 1000 / r.activeMs,
+      firstError: b.firstError,
+    };
+  };
+  return { a: r.a.map(one), b: r.b.map(one) };
 }

@@ -96,11 +96,7 @@ export interface GrpcSide {
  * among the instance pairs as alternateHttp does.
  */
 export function alternateGrpc(t: Timing, rate: number, inFlight: number, load: GrpcLoad, kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Promise<{ a: Measured[]; b: Measured[] }> {
-  const side = (s: GrpcSide) => {
-    const pid = s.target.child.proc.pid;
-    if (pid === undefined) throw new Error(`${s.target.name} is not running`);
-    return { target: s.target.grpcTarget, pid, sandboxes: s.sandboxes };
-  };
+  const side = (s: GrpcSide) => ({ target: s.target.grpcTarget, pid: s.target.pid, sandboxes: s.sandboxes });
   return overInstances(a, b, (x, y, blocks) =>
     profiledTogether([x.target, y.target], () => load.alternate({ a: side(x), b: side(y), kind, maxInFlight: inFlight, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks })),
   );

@@ -275,7 +275,8 @@ export interface GrpcAlternationArgs extends AlternationPlan {
  * SAMPLE_EVERY-th answer of a side is decoded and checked to be an allow.
  */
 async function alternate(a: GrpcAlternationArgs): Promise<AlternationResult> {
-  const callers = { a: await caller(a.kind, a.client, a.a.target, a.a.sandboxes, 0), b: await caller(a.kind, a.client, a.b.target, a.b.sandboxes, 1) };
+  // One seed for both: where the two name the same number of sandboxes, they are sent the same calls.
+  const connect = (s: GrpcAlternationSide) => caller(a.kind, a.client, s.target, s.sandboxes, 0);
   const side = (c: Caller, pid: number): AlternationSide => {
     let answers = 0;
     return {
@@ -291,11 +292,16 @@ async function alternate(a: GrpcAlternationArgs): Promise<AlternationResult> {
         }),
     };
   };
+  const ca = await connect(a.a);
   try {
-    return await alternateSlices(a, { a: side(callers.a, a.a.pid), b: side(callers.b, a.b.pid) });
+    const cb = await connect(a.b);
+    try {
+      return await alternateSlices(a, { a: side(ca, a.a.pid), b: side(cb, a.b.pid) });
+    } finally {
+      cb.close();
+    }
   } finally {
-    callers.a.close();
-    callers.b.close();
+    ca.close();
   }
 }
 

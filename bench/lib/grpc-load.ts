@@ -1,9 +1,8 @@
-import type { AlternationResult } from './alternation.js';
-import type { GrpcAlternationArgs, GrpcAlternationSide, GrpcClientKind, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
+import { blocksMeasured, warmBlocks, type AlternationResult } from './alternation.js';
+import type { GrpcAlternationArgs, GrpcClientKind, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
 import { Histogram, summarise, type LatencySummary } from './histogram.js';
 import { benchScript } from './machine.js';
 import type { Measured } from './measure.js';
-import { blocksMeasured } from './paced-http.js';
 import type { Child, ProcessGroup } from './processes.js';
 
 /**
@@ -82,9 +81,9 @@ export class GrpcLoad {
    * load process alone, which switches the load between the two every slice and reads both targets' CPU
    * from /proc at every block boundary. One Measured per side and block.
    */
-  async alternate(r: Omit<GrpcAlternationArgs, 'client' | 'a' | 'b'> & { readonly a: GrpcAlternationSide; readonly b: GrpcAlternationSide }): Promise<{ a: Measured[]; b: Measured[] }> {
+  async alternate(r: Omit<GrpcAlternationArgs, 'client'>): Promise<{ a: Measured[]; b: Measured[] }> {
     const args: GrpcAlternationArgs = { ...r, client: this.client };
-    const timeoutMs = (Math.max(1, Math.ceil(r.warmupMs / r.blockMs)) + r.blocks) * r.blockMs + 60_000;
+    const timeoutMs = (warmBlocks(r) + r.blocks) * r.blockMs + 60_000;
     return blocksMeasured(await this.workers[0]!.request<AlternationResult>('alternate', args, timeoutMs), r.blockMs);
   }
 }

@@ -1,6 +1,5 @@
 import { Pool } from 'undici';
-import { alternateSlices, type AlternationResult, type BlockResult, type Outcome } from './alternation.js';
-import { Histogram, summarise } from './histogram.js';
+import { alternateSlices, blocksMeasured, type Outcome } from './alternation.js';
 import type { HttpRequestSpec } from './http-load.js';
 import type { Measured } from './measure.js';
 
@@ -29,26 +28,6 @@ export interface AlternatingRun {
   readonly blockMs: number;
   readonly blocks: number;
   readonly requests: readonly HttpRequestSpec[];
-}
-
-/** One Measured per side and block (durationMs: the time the side carried load; target CPU over the whole block). */
-export function blocksMeasured(r: AlternationResult, blockMs: number): { a: Measured[]; b: Measured[] } {
-  const one = (b: BlockResult): Measured => {
-    const histogram = Histogram.fromJSON(b.histogram);
-    return {
-      rps: b.completed / (r.activeMs / 1000),
-      latency: summarise(histogram),
-      histogram,
-      durationMs: r.activeMs,
-      completed: b.completed,
-      errors: b.errors,
-      notAllowed: b.notAllowed,
-      loadCpuCores: b.loadMicros / 1000 / blockMs,
-      targetCpuCores: b.cpuMicros / 1000 / r.activeMs,
-      firstError: b.firstError,
-    };
-  };
-  return { a: r.a.map(one), b: r.b.map(one) };
 }
 
 /**

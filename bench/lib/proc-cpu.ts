@@ -52,9 +52,7 @@ export class ProcessTreeTarget extends Target {
   }
 
   override async cpuMicros(): Promise<number> {
-    const pid = this.child.proc.pid;
-    if (pid === undefined) throw new Error(`${this.name} has no process`);
-    return processTreeCpuMicros(pid);
+    return processTreeCpuMicros(this.pid);
   }
 }
 

@@ -58,6 +58,13 @@ export class Target {
     return this.cpuMicrosNow();
   }
 
+  /** The process's id; throws when it never started. */
+  get pid(): number {
+    const pid = this.child.proc.pid;
+    if (pid === undefined) throw new Error(`${this.name} has no process`);
+    return pid;
+  }
+
   /** cpuMicros() read at once, for a load loop that reads it at its own block boundaries. */
   cpuMicrosNow(): number {
     const pid = this.child.proc.pid;

@@ -22,8 +22,7 @@ function readyz(url: string): Promise<number | undefined> {
 }
 
 export async function waitForWorkers(gw: Target, workers: number, timeoutMs = 60_000): Promise<void> {
-  const pid = gw.child.proc.pid;
-  if (pid === undefined) throw new Error(`${gw.name} has no process`);
+  const pid = gw.pid;
   const url = gw.adminUrl + '/readyz';
   const needed = workers * 4;
   const deadline = Date.now() + timeoutMs;
