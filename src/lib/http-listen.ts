@@ -46,23 +46,58 @@ export function closeGracefully(server: Server, graceMs: number, front?: Connect
 /**
  * An HTTP/1.1 server for proxied traffic (the embedded proxy, the relay listener): TCP_NODELAY, keep-alive
  * longer than common load balancers' idle timeouts, no overall request timeout (SSE and downloads are
- * legitimate long streams; idleness is policed per stream), upgrades handed to `onUpgrade`, and a bare 400
- * for requests that do not even parse.
+ * legitimate long streams; idleness is policed per stream), upgrades handed to `onUpgrade`, and a bare
+ * 400 (431 for a head past the limit, 408 for one too slow) for requests that do not even parse — or,
+ * behind an answer still in flight, no answer: that one finishes and the connection closes.
  */
 export function createStreamingServer(
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
   onUpgrade: (req: IncomingMessage, socket: Socket, head: Buffer) => void,
 ): Server {
-  const server = createServer({ noDelay: true }, onRequest);
+  // Answers in flight per connection: a request that does not parse behind one must not be answered
+  // ahead of it (the client would read that answer as the first request's).
+  const open = new Map<Duplex, InFlight>();
+  const server = createServer({ noDelay: true }, (req, res) => {
+    const socket = req.socket;
+    let f = open.get(socket);
+    if (f === undefined) open.set(socket, (f = { answering: 0, req, res, broken: false }));
+    f.answering++;
+    f.req = req;
+    f.res = res;
+    const flight = f;
+    res.once('close', () => {
+      if (--flight.answering > 0) return;
+      open.delete(socket);
+      if (flight.broken) socket.end();
+    });
+    onRequest(req, res);
+  });
   server.keepAliveTimeout = 65_000;
   server.requestTimeout = 0;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(req, socket as Socket, head));
   refuseConnect(server, PROXIED_METHODS);
-  server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
-    else socket.destroy();
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    const f = open.get(socket);
+    if (f !== undefined && f.req.complete) {
+      // A request after those being answered: they finish, then the connection closes, it unanswered.
+      f.broken = true;
+      return;
+    }
+    // The body of the request being answered broke: refused while nothing of its answer was sent, else cut.
+    if (!socket.writable || (f !== undefined && f.res.headersSent)) return void socket.destroy();
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
+    socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
   });
   return server;
+}
+
+/** A connection's requests being answered, and the latest of them (node:http reads ahead of its answers). */
+interface InFlight {
+  answering: number;
+  req: IncomingMessage;
+  res: ServerResponse;
+  /** Bytes after `req` did not parse: close once the answers in flight are written. */
+  broken: boolean;
 }
 
 /** The methods the embedded proxy and the relay listener carry (anything but CONNECT). */

@@ -1,13 +1,15 @@
 import { createServer, type Server } from 'node:http';
-import { connect, type AddressInfo, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { AuthzFront, MAX_HEAD_BYTES, MAX_HEADERS, parseAuthzHead } from '../../src/edge/authz-front.js';
+import { AuthzFront, parseAuthzHead } from '../../src/edge/authz-front.js';
+import { MAX_HEAD_BYTES, MAX_HEADERS } from '../../src/edge/http-front.js';
 import type { AuthzSink, HttpAuthz } from '../../src/edge/http-authz.js';
 import type { HeaderMap } from '../../src/domain/route-key.js';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { RawClient } from '../helpers/raw-http-client.js';
 
 /** Parses `head` (up to and without its blank line) as the front would. */
 function parse(head: string) {
@@ -19,11 +21,12 @@ const ENVOY = 'GET /authz/api/v1/files?path=%2Fhome HTTP/1.1\r\nhost: 8000-web.t
 
 describe('parseAuthzHead: which heads the front reads itself', () => {
   it('reads what Envoy and nginx (HTTP/1.1) send: lower-case names, values without surrounding blanks, Connection: close', () => {
-    expect(parse(ENVOY)).toEqual({ method: 'GET', url: '/authz/api/v1/files?path=%2Fhome', headers: { host: '8000-web.team-a.localhost', 'x-request-id': 'r-1', accept: 'application/json' }, close: false });
+    expect(parse(ENVOY)).toEqual({ method: 'GET', url: '/authz/api/v1/files?path=%2Fhome', headers: { host: '8000-web.team-a.localhost', 'x-request-id': 'r-1', accept: 'application/json' }, rawHeaders: ['host', '8000-web.team-a.localhost', 'x-request-id', 'r-1', 'accept', 'application/json'], close: false });
     expect(parse('POST /authz HTTP/1.1\r\nHost:  gw \t\r\nX-Original-URI: /sbx/a/b/1/\r\nContent-Length: 0\r\nConnection: Close')).toEqual({
       method: 'POST',
       url: '/authz',
       headers: { host: 'gw', 'x-original-uri': '/sbx/a/b/1/', 'content-length': '0', connection: 'Close' },
+      rawHeaders: ['Host', 'gw', 'X-Original-URI', '/sbx/a/b/1/', 'Content-Length', '0', 'Connection', 'Close'],
       close: true,
     });
     expect(parse('GET /authz?x=1 HTTP/1.1\r\nhost: gw\r\nconnection: keep-alive\r\nx-empty:')?.headers).toEqual({ host: 'gw', connection: 'keep-alive', 'x-empty': '' });
@@ -65,97 +68,6 @@ describe('parseAuthzHead: which heads the front reads itself', () => {
     expect(parse(head)).toBeUndefined();
   });
 });
-
-/** One HTTP/1.1 response as read off the wire. */
-interface Answer {
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  readonly body: string;
-}
-
-/** A raw client: writes what it is given, reads responses (bodies by Content-Length, or chunked, or none for HEAD). */
-class RawClient {
-  private buf = '';
-  private closed = false;
-  private readonly waiters: (() => void)[] = [];
-  readonly socket: Socket;
-
-  constructor(port: number) {
-    this.socket = connect(port, '127.0.0.1');
-    this.socket.setEncoding('latin1');
-    this.socket.on('data', (d: string) => {
-      this.buf += d;
-      this.wake();
-    });
-    this.socket.on('close', () => {
-      this.closed = true;
-      this.wake();
-    });
-    this.socket.on('error', () => undefined);
-  }
-
-  private wake(): void {
-    for (const w of this.waiters.splice(0)) w();
-  }
-
-  write(s: string): void {
-    this.socket.write(s, 'latin1');
-  }
-
-  get ended(): boolean {
-    return this.closed;
-  }
-
-  /** The next response, or undefined when the connection closed first. */
-  async read(head = false): Promise<Answer | undefined> {
-    for (;;) {
-      const a = this.take(head);
-      if (a !== undefined) return a;
-      if (this.closed) return undefined;
-      await new Promise<void>((r) => this.waiters.push(r));
-    }
-  }
-
-  async closedByServer(): Promise<void> {
-    while (!this.closed) await new Promise<void>((r) => this.waiters.push(r));
-  }
-
-  private take(head: boolean): Answer | undefined {
-    const end = this.buf.indexOf('\r\n\r\n');
-    if (end < 0) return undefined;
-    const lines = this.buf.slice(0, end).split('\r\n');
-    const status = Number(lines[0]!.split(' ')[1]);
-    const headers: Record<string, string> = {};
-    for (const l of lines.slice(1)) {
-      const c = l.indexOf(':');
-      headers[l.slice(0, c).toLowerCase()] = l.slice(c + 1).trim();
-    }
-    let rest = this.buf.slice(end + 4);
-    let body = '';
-    if (!head && headers['transfer-encoding'] === 'chunked') {
-      const term = rest.indexOf('0\r\n\r\n');
-      if (term < 0) return undefined;
-      for (let i = 0; i < term; ) {
-        const nl = rest.indexOf('\r\n', i);
-        const n = parseInt(rest.slice(i, nl), 16);
-        body += rest.slice(nl + 2, nl + 2 + n);
-        i = nl + 2 + n + 2;
-      }
-      rest = rest.slice(term + 5);
-    } else if (!head) {
-      const n = Number(headers['content-length'] ?? 0);
-      if (rest.length < n) return undefined;
-      body = rest.slice(0, n);
-      rest = rest.slice(n);
-    }
-    this.buf = rest;
-    return { status, headers, body };
-  }
-
-  close(): void {
-    this.socket.destroy();
-  }
-}
 
 const HOST = '8000-web.team-a.localhost';
 const req = (path: string, extra = '', method = 'GET', host = HOST) => `${method} ${path} HTTP/1.1\r\nhost: ${host}\r\n${extra}\r\n`;
@@ -353,7 +265,7 @@ describe('the front on its own server: idle connections, closing', () => {
     const c = new RawClient(port());
     c.write(req('/authz/', '', 'GET', 'throw'));
     expect(await c.read()).toBeUndefined();
-    expect(logs.find((l) => l.msg === 'answering an HTTP authz request failed')).toBeDefined();
+    expect(logs.find((l) => l.msg === 'answering a request read by the front failed')).toBeDefined();
     const d = new RawClient(port());
     d.write(req('/authz/', '', 'GET', 'a'));
     expect((await d.read())?.headers['x-host']).toBe('a');

@@ -6,12 +6,15 @@ import { GATEWAY_HEADER_PREFIX } from '../headers.js';
  * and every header it names, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
  * `Upgrade`), the routing headers, the upstream header and every `x-sandgate-*` header (the gateways'
  * own namespace: a sandbox may trust them, so a client never speaks to it with them), and any configured
- * credential headers. Set: `X-Forwarded-For` (appended), `-Proto`, `-Host`.
+ * credential headers, and `Expect` (the proxy's server has answered it). Set: `X-Forwarded-For` (appended),
+ * `-Proto`, `-Host`.
  */
 
 export const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'proxy-authenticate', 'proxy-authorization'];
 /** Set by the proxy itself; a client's copies are replaced (X-Forwarded-For is appended to instead). */
 const SET_BY_PROXY = ['x-forwarded-proto', 'x-forwarded-host'];
+/** Answered by the proxy's server (node:http sends `100 Continue` itself): the body follows anyway. */
+const CONSUMED = ['expect'];
 
 export interface ForwardOptions {
   readonly upstreamHeader: string;
@@ -21,7 +24,7 @@ export interface ForwardOptions {
 
 /** Builds the set of request header names (lower case) the proxy drops before forwarding. */
 export function dropSet(opts: ForwardOptions): ReadonlySet<string> {
-  return new Set([...HOP_BY_HOP, ...ROUTING_HEADERS, opts.upstreamHeader, ...opts.strip, ...SET_BY_PROXY]);
+  return new Set([...HOP_BY_HOP, ...ROUTING_HEADERS, opts.upstreamHeader, ...opts.strip, ...SET_BY_PROXY, ...CONSUMED]);
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
@@ -18,6 +18,9 @@ import { UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
 import { dropSet, forwardRequestHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
 import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forwarding/websocket-tunnel.js';
 import { sandboxKey } from '../../domain/sandbox.js';
+import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
+import { HttpFront } from '../http-front.js';
+import { proxyFrontHandler } from './proxy-front.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
@@ -57,8 +60,13 @@ export interface ProxyOptions {
   readonly maxConnectionsPerSandbox?: number;
 }
 
+/** `OPTIONS *` asks about the server itself: the proxy is not the sandbox's server, and forwards none. */
+const ASTERISK = deny('invalid_route', 'The embedded proxy forwards no asterisk-form request (OPTIONS *)');
+
 export class EmbeddedProxy implements ExchangeOwner {
   private readonly server: Server;
+  /** Reads bodyless GET and HEAD requests itself (proxy-front.ts); node:http reads the rest. */
+  readonly front: HttpFront<unknown>;
   private readonly agent: Agent;
   private readonly drop: ReadonlySet<string>;
   /** In-flight requests and tunnels per sandbox. */
@@ -79,7 +87,8 @@ export class EmbeddedProxy implements ExchangeOwner {
       bodyTimeout: opts.idleTimeoutMs,
       keepAliveTimeout: 4_000,
     });
-    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head));
+    this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head));
+    this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => this.request(req, res)), log);
   }
 
   async start(): Promise<number> {
@@ -88,18 +97,18 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   async close(graceMs: number): Promise<void> {
-    await closeGracefully(this.server, graceMs);
+    await closeGracefully(this.server, graceMs, this.front);
     await this.agent.close();
   }
 
   /** The request as the decision reads it: absolute-form routed on its authority (request-target.ts). */
-  private route(req: IncomingMessage, t?: RequestTarget): RouteRequest {
+  private route(req: ClientRequest | IncomingMessage, t?: RequestTarget): RouteRequest {
     const headers = req.headers as RouteRequest['headers'];
     return t === undefined ? { headers, host: headers.host, path: req.url } : { headers, host: t.host, path: t.path };
   }
 
-  private context(req: IncomingMessage): ForwardContext {
-    return { clientIp: req.socket.remoteAddress ?? '', proto: 'http', host: req.headers.host };
+  private context(req: ClientRequest): ForwardContext {
+    return { clientIp: req.clientIp, proto: 'http', host: req.headers.host };
   }
 
   /** Decides, waiting through a readiness gap while the client is still there. */
@@ -107,9 +116,10 @@ export class EmbeddedProxy implements ExchangeOwner {
     void this.decider.decideAndAnswer('proxy', route, gone, abortOnClose, then);
   }
 
-  private request(req: IncomingMessage, res: ServerResponse): void {
+  private request(req: ClientRequest, res: ClientResponse): void {
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return this.refuse(res, t, this.route(req));
+    if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req));
     const route = this.route(req, t);
     this.decideFor(route, res, (d) => {
       if (!d.allow) return this.refuse(res, d, route);
@@ -131,15 +141,15 @@ export class EmbeddedProxy implements ExchangeOwner {
     closes.on('close', () => this.connections.release(d.entry.key));
   }
 
-  private refuse(res: ServerResponse, d: Deny, route: RouteRequest): void {
+  private refuse(res: ClientResponse, d: Deny, route: RouteRequest): void {
     if (res.headersSent || res.destroyed) return;
     const r = renderDenial(this.decider.answer(route, d), route.headers.accept);
-    for (const [k, v] of r.headers) res.setHeader(k, v);
-    res.writeHead(r.status).end(r.body);
+    res.writeHead(r.status, [...r.headers.flat(), 'content-length', String(Buffer.byteLength(r.body))]);
+    res.end(r.body);
   }
 
   /** Carries an allowed request whose connection slot is taken: the exchange, or the relay path, gives it back on close. */
-  private forward(req: IncomingMessage, res: ServerResponse, d: Allow, route: RouteRequest): void {
+  private forward(req: ClientRequest, res: ClientResponse, d: Allow, route: RouteRequest): void {
     const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
@@ -172,10 +182,9 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
-  private send(req: IncomingMessage, res: ServerResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest): void {
-    const hasBody = req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
+  private send(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest): void {
     this.agent.dispatch(
-      { origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: hasBody ? req : null },
+      { origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body },
       new UpstreamExchange(this, req, res, d, route, hop),
     );
   }
@@ -195,11 +204,12 @@ export class EmbeddedProxy implements ExchangeOwner {
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return writeDenial(socket, t, this.route(req));
     const route = this.route(req, t);
+    const client = fromNodeHttp(req);
     this.decideFor(route, socket, (d) => {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
       if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
-      const headers = upgradeHeaders(req, this.drop, this.context(req), this.opts.stripOriginOnUpgrade);
+      const headers = upgradeHeaders(req, this.drop, this.context(client), this.opts.stripOriginOnUpgrade);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
       if (!d.relay) {

@@ -1,7 +1,7 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { Allow } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
+import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
 import type { ForwardHop } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
 
@@ -30,8 +30,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   constructor(
     private readonly owner: ExchangeOwner,
-    readonly req: IncomingMessage,
-    readonly res: ServerResponse,
+    readonly req: ClientRequest,
+    readonly res: ClientResponse,
     readonly decision: Allow,
     readonly route: RouteRequest,
     /** Where a failure happened, for its error code: the sandbox, or a peer gateway's relay listener. */
@@ -75,7 +75,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
   onError(err: Error): void {
     const res = this.res;
     // A request body still arriving has nowhere to go: its connection is cut.
-    if (!this.req.complete) this.req.destroy();
+    const body = this.req.body;
+    if (body !== null && !body.complete) body.destroy();
     // Reset mid-response: the client must see a broken response, not a hang or a silent truncation.
     if (res.headersSent) return void res.destroy();
     if (res.destroyed) return;

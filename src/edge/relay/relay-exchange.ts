@@ -1,6 +1,7 @@
-import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import { request as httpRequest } from 'node:http';
 import type { Socket } from 'node:net';
 import { deny, type Deny, type RouteEntry } from '../../domain/decide.js';
+import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
 import { forwardFailure } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
 import type { Connect, Pipe } from '../forwarding/websocket-tunnel.js';
@@ -36,12 +37,11 @@ function timeoutError(message: string): Error {
  * response rather than a silently short one. A client that leaves aborts the stream (RESET), which the
  * supervisor turns into a TCP reset toward the sandbox.
  */
-export function exchange(req: IncomingMessage, res: ServerResponse, path: string, headers: readonly string[], open: Connect, t: ExchangeTimeouts, fail: (err: unknown) => void): void {
+export function exchange(req: ClientRequest, res: ClientResponse, path: string, headers: readonly string[], open: Connect, t: ExchangeTimeouts, fail: (err: unknown) => void): void {
   const ac = new AbortController();
   let headTimer: NodeJS.Timeout | undefined;
   const out = [...headers];
   const chunked = req.headers['transfer-encoding'] !== undefined;
-  const hasBody = chunked || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
   // Transfer-Encoding is hop-by-hop and was filtered out: say again how this hop's body is framed.
   if (chunked && req.headers['content-length'] === undefined) out.push('transfer-encoding', 'chunked');
   const creq = httpRequest({
@@ -81,11 +81,16 @@ export function exchange(req: IncomingMessage, res: ServerResponse, path: string
     res.writeHead(ures.statusCode ?? 502, forwardResponseHeaders(ures.rawHeaders));
     // Server-Sent Events: send the head now, do not wait for the first event.
     if (ures.headers['content-type']?.startsWith('text/event-stream') === true) res.flushHeaders();
-    ures.pipe(res);
+    ures.on('data', (chunk: Buffer) => {
+      if (res.write(chunk)) return;
+      ures.pause();
+      res.once('drain', () => ures.resume());
+    });
+    ures.once('end', () => res.end());
     ures.once('close', () => {
       if (!ures.complete) res.destroy();
     });
   });
-  if (hasBody) req.pipe(creq);
+  if (req.body !== null) req.body.pipe(creq);
   else creq.end();
 }

@@ -11,6 +11,7 @@ import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.j
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 import { isDeny, requestTarget } from '../request-target.js';
 import { exchange, relayDenial } from './relay-exchange.js';
+import { fromNodeHttp } from '../forwarding/client-side.js';
 import type { RelayCredentials } from './relay-credential.js';
 import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
 
@@ -80,7 +81,7 @@ export class RelayListener {
     const t = this.admit(req);
     if ('allow' in t) return refuse(res, t, req);
     const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX);
-    exchange(req, res, rt.path, headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.opts, (err) => {
+    exchange(fromNodeHttp(req), res, rt.path, headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.opts, (err) => {
       this.log.debug({ err, target: t }, 'relay failed before the response');
       refuse(res, relayDenial(err), req);
     });

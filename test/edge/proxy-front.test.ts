@@ -1,0 +1,185 @@
+import { createServer, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RouteOptions } from '../../src/domain/route-key.js';
+import { Decider } from '../../src/edge/decider.js';
+import { HttpFront, type FrontHandler } from '../../src/edge/http-front.js';
+import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
+import { GatewayMetrics } from '../../src/observability/metrics.js';
+import { SandboxView } from '../../src/view/sandbox-view.js';
+import { snapshot } from '../helpers/snapshots.js';
+import { startUpstream } from '../helpers/upstream.js';
+
+/**
+ * The proxy port's front (src/edge/proxy/proxy-front.ts) against node:http: the same requests, once read
+ * by the front and once by node:http (on a connection the front handed over), must get the same bytes back
+ * — head lines, their order, the body's framing and the body — but for the `Date` value.
+ */
+
+const ROUTE: RouteOptions = { order: ['headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 80, pathPrefix: '' };
+const log = pino({ level: 'silent' });
+
+/** Writes `bytes` on a new connection and returns all the server sent until it closed. */
+function exchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, '127.0.0.1');
+    let got = '';
+    s.setEncoding('latin1');
+    s.on('data', (c: string) => (got += c));
+    s.on('error', reject);
+    s.on('close', () => resolve(got));
+    s.write(bytes, 'latin1');
+  });
+}
+
+const dateless = (s: string): string => s.replace(/\r\nDate: [^\r]*/gi, '\r\nDate: -');
+
+describe('the embedded proxy front: the bytes node:http would send', () => {
+  let proxy: EmbeddedProxy;
+  let upstream: Awaited<ReturnType<typeof startUpstream>>;
+  let host: string;
+
+  beforeAll(async () => {
+    upstream = await startUpstream((req, res) => {
+      const path = req.url ?? '/';
+      if (req.method === 'OPTIONS') return void res.writeHead(200, { 'content-length': '0' }).end();
+      if (path === '/length') return void res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '5' }).end('hello');
+      if (path === '/chunked') {
+        res.writeHead(200, { 'content-type': 'text/plain', 'x-a': 'one' });
+        res.write('first ');
+        setImmediate(() => res.end('second'));
+        return;
+      }
+      if (path === '/empty') return void res.writeHead(200, { 'x-empty': '1' }).end();
+      if (path === '/no-content') return void res.writeHead(204, { 'x-b': '2' }).end();
+      if (path === '/not-modified') return void res.writeHead(304, { etag: '"v1"' }).end();
+      if (path === '/dated') return void res.writeHead(200, ['Date', 'Tue, 01 Jan 2030 00:00:00 GMT', 'Set-Cookie', 'a=1', 'set-cookie', 'b=2', 'X-Case', 'MiXeD']).end('dated');
+      if (path === '/sse') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: one\n\n');
+      res.writeHead(404).end('nothing here');
+    });
+    const view = new SandboxView({ waiters: { perSandbox: 10, total: 100 } });
+    view.registerDriver('test');
+    view.replace('test', [
+      snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } }),
+      snapshot({ name: 'paused', uid: 'u2', state: 'paused', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } }),
+    ]);
+    const decider = new Decider({ view, route: ROUTE, readinessWaitMs: 0, metrics: new GatewayMetrics(view, false), log });
+    proxy = new EmbeddedProxy(
+      decider,
+      { host: '127.0.0.1', port: 0, upstreamHeader: 'x-sandgate-upstream', stripHeaders: [], stripOriginOnUpgrade: false, connectTimeoutMs: 2000, headersTimeoutMs: 5000, idleTimeoutMs: 30_000 },
+      log,
+    );
+    await proxy.start();
+    host = `${upstream.port}-web.team-a.localhost`;
+  });
+  afterAll(async () => {
+    await proxy.close(100);
+    await upstream.close();
+  });
+
+  const get = (path: string, method = 'GET', h = host, extra = '') => `${method} ${path} HTTP/1.1\r\nHost: ${h}\r\nAccept: */*\r\n${extra}\r\n`;
+  /** An OPTIONS request first: the front hands the connection to node:http, which then reads what follows. */
+  const OPTIONS = (h: string): string => `OPTIONS /options HTTP/1.1\r\nHost: ${h}\r\n\r\n`;
+  const OPTIONS_ANSWER = /^HTTP\/1\.1 200 OK\r\n[^]*?\r\n\r\n/;
+
+  async function both(requests: string): Promise<{ front: string; node: string }> {
+    const front = await exchange(proxy.port, requests);
+    const node = await exchange(proxy.port, OPTIONS(host) + requests);
+    expect(node).toMatch(OPTIONS_ANSWER);
+    return { front: dateless(front), node: dateless(node.replace(OPTIONS_ANSWER, '')) };
+  }
+
+  it.each([
+    ['a Content-Length body', get('/length')],
+    ['a chunked body (the upstream sent no length), written in two parts', get('/chunked')],
+    ['an empty body without a length', get('/empty')],
+    ['204 No Content', get('/no-content')],
+    ['304 Not Modified', get('/not-modified')],
+    ["the sandbox's own Date, repeated Set-Cookie, header case", get('/dated')],
+    ['Server-Sent Events', get('/sse')],
+    ['HEAD of a Content-Length body', get('/length', 'HEAD')],
+    ['HEAD of a chunked body', get('/chunked', 'HEAD')],
+    ['a 404 from the sandbox', get('/missing')],
+  ])('%s: keep-alive then Connection: close, pipelined', async (_what, request) => {
+    const closing = request.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n');
+    const { front, node } = await both(request + closing);
+    expect(front).toBe(node);
+    expect(front.split('HTTP/1.1 ')).toHaveLength(3);
+    expect(front).toContain('Connection: keep-alive\r\nKeep-Alive: timeout=65\r\n');
+  });
+
+  it.each([
+    ['an unknown sandbox (404 sandbox_not_found)', '1-nope.team-a.localhost'],
+    ['a paused sandbox (409)', `1-paused.team-a.localhost`],
+    ['a Host that names no sandbox (400)', 'localhost'],
+  ])('denials: %s', async (_what, h) => {
+    const { front, node } = await both(get('/x', 'GET', h) + get('/y', 'GET', h, 'Connection: close\r\n'));
+    expect(front).toBe(node);
+    expect(front).toMatch(/^HTTP\/1\.1 (400|404|409) /);
+    expect(front).toContain('x-sandgate-error: ');
+  });
+
+  it('an absolute-form target is routed on its authority and forwarded origin-form, as by node:http', async () => {
+    const { front, node } = await both(`GET http://${host}/length HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    expect(front).toBe(node);
+    expect(front).toMatch(/hello$/);
+  });
+
+  it('reads GET and HEAD itself and hands a connection to node:http at its first request with a body', async () => {
+    const s = connect(proxy.port, '127.0.0.1');
+    await new Promise((r) => s.once('connect', r));
+    const got: string[] = [];
+    s.setEncoding('latin1');
+    s.on('data', (c: string) => got.push(c));
+    const until = async (f: () => boolean) => {
+      while (!f()) await new Promise((r) => setTimeout(r, 5));
+    };
+    s.write(get('/length'));
+    await until(() => got.join('').endsWith('hello'));
+    expect(proxy.front.size).toBe(1);
+    s.write(`POST /length HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 2\r\n\r\nhi`);
+    await until(() => got.join('').split('hello').length === 3);
+    expect(proxy.front.size).toBe(0);
+    s.destroy();
+  });
+});
+
+describe('a front on its own server: a head that trickles in', () => {
+  let server: Server;
+  let front: HttpFront<null>;
+  let answered = 0;
+
+  beforeAll(async () => {
+    server = createServer((_req, res) => res.end('node'));
+    server.headersTimeout = 300;
+    const handler: FrontHandler<null> = {
+      accepts: () => true,
+      connect: () => null,
+      handle: () => answered++,
+    };
+    front = new HttpFront(server, handler, log);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  });
+  afterAll(async () => {
+    front.closeAll();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+
+  it("is answered 408 once it has taken longer than the server's headersTimeout, as node:http answers", async () => {
+    const s = connect((server.address() as AddressInfo).port, '127.0.0.1');
+    let got = '';
+    s.setEncoding('latin1');
+    s.on('data', (c: string) => (got += c));
+    const closed = new Promise((r) => s.once('close', r));
+    s.write('GET / HTTP/1.1\r\n');
+    await new Promise((r) => setTimeout(r, 150));
+    s.write('Host: a\r\n');
+    expect(got).toBe('');
+    await new Promise((r) => setTimeout(r, 250));
+    s.write('X-Late: 1\r\n');
+    await closed;
+    expect(got).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
+    expect(answered).toBe(0);
+  });
+});
