@@ -161,6 +161,9 @@ const RAW_ROUTES: Record<string, { bytes: string; close?: boolean }> = {
   '/undated': { bytes: 'HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 2\r\n\r\nok' },
   '/latin': { bytes: 'HTTP/1.1 200 OK\r\nX-Latin: caf\u00e9 \u0080\u00ff\r\nContent-Length: 2\r\n\r\nok' },
   '/latin-name': { bytes: 'HTTP/1.1 200 OK\r\nX-\u00e9: 1\r\nContent-Length: 2\r\n\r\nok' },
+  // Upgrades the upstream declines (chunked, with its own keep-alive) and accepts.
+  '/tunnel-chunked': { bytes: 'HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nTransfer-Encoding: chunked\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n\r\n3;x=1\r\nno!\r\n0\r\nX-T: 1\r\n\r\n' },
+  '/switch': { bytes: 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n' },
 };
 
 describe('embedded proxy on the wire', () => {
@@ -597,19 +600,36 @@ describe('embedded proxy on the wire', () => {
       expect(hits.length).toBe(0);
     });
 
-    it("an Upgrade the upstream declines: its answer passes verbatim and the connection stays a byte tunnel to that sandbox; what follows skips the proxy's routing and header rules (pinned as is: see the report), never reaching another sandbox", async () => {
-      const c = client();
-      c.write(get('/tunnel', host('web', raw.port), 'Upgrade: h2c\r\nConnection: Upgrade\r\n'));
-      const a = await c.read();
-      expect([a?.statusLine, a?.lines, a?.body]).toEqual(['HTTP/1.1 200 OK', ['Content-Length: 2'], 'ok']);
+    it('an Upgrade the upstream declines: its answer reaches the client with Connection: close, then the connection closes; nothing the client sent after the handshake reaches any sandbox', async () => {
       const smuggled = `GET /next HTTP/1.1\r\nHost: ${host('other', other.port)}\r\nX-Sandgate-Upstream: 10.6.6.6:1\r\nX-Forwarded-For: 203.0.113.66\r\n\r\n`;
+      const handshake = `GET /tunnel HTTP/1.1\r\nHost: ${host('web', raw.port)}\r\nUpgrade: h2c\r\nConnection: Upgrade\r\nx-forwarded-for: 127.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: ${host('web', raw.port)}`;
+      // Pipelined with the handshake, and written after the answer.
+      const c = client();
+      c.write(get('/tunnel', host('web', raw.port), 'Upgrade: h2c\r\nConnection: Upgrade\r\n') + smuggled);
+      const a = await c.read();
+      expect([a?.statusLine, a?.lines, a?.body]).toEqual(['HTTP/1.1 200 OK', ['Content-Length: 2', 'Connection: close'], 'ok']);
       c.write(smuggled);
-      expect((await c.read())?.body).toBe('ok');
-      expect(raw.heads).toEqual([
-        `GET /tunnel HTTP/1.1\r\nHost: ${host('web', raw.port)}\r\nUpgrade: h2c\r\nConnection: Upgrade\r\nx-forwarded-for: 127.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: ${host('web', raw.port)}`,
-        smuggled.slice(0, -4),
-      ]);
+      await within(c.closedByServer(), 5000, 'the server to close');
+      expect(c.unread).toBe('');
+      // A chunked answer with the upstream's own keep-alive: hop-by-hop headers dropped, the chunks (and trailer) as sent.
+      const d = client();
+      d.write(get('/tunnel-chunked', host('web', raw.port), 'Upgrade: h2c\r\nConnection: Upgrade\r\n'));
+      const b = await d.read();
+      expect([b?.statusLine, b?.lines, b?.body, b?.wire]).toEqual(['HTTP/1.1 401 Unauthorized', ['WWW-Authenticate: Bearer', 'Transfer-Encoding: chunked', 'Connection: close'], 'no!', '3;x=1\r\nno!\r\n0\r\nX-T: 1\r\n\r\n']);
+      d.write(smuggled);
+      await within(d.closedByServer(), 5000, 'the server to close');
+      expect(raw.heads).toEqual([handshake, handshake.replace('/tunnel', '/tunnel-chunked')]);
       expect(otherHits.length).toBe(0);
+    });
+
+    it('an Upgrade the upstream accepts: the 101, then the bytes sent with the handshake reach the upstream after it, then both ways spliced', async () => {
+      const c = client();
+      c.write(get('/switch', host('web', raw.port), 'Upgrade: h2c\r\nConnection: Upgrade\r\n') + 'EARLY /early HTTP/1.1\r\n\r\n');
+      expect((await c.read())?.statusLine).toBe('HTTP/1.1 101 Switching Protocols');
+      expect((await c.read())?.body).toBe('ok');
+      c.write('LATER /later HTTP/1.1\r\n\r\n');
+      expect((await c.read())?.body).toBe('ok');
+      expect(raw.heads.slice(1)).toEqual(['EARLY /early HTTP/1.1', 'LATER /later HTTP/1.1']);
     });
 
     it('a denial (unknown sandbox → 404 with the typed body) keeps the connection; the next request on it is answered normally', async () => {

@@ -1,12 +1,13 @@
-import type { IncomingMessage } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { forwardRequestHeaders, type ForwardContext } from './forward-headers.js';
+import { forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
 
 /**
  * WebSocket (and any HTTP/1.1 Upgrade) passthrough: the proxy replays the handshake request upstream
- * with its own header rules, then splices the two connections. The upstream's 101 answer and every
- * frame after it pass through untouched, so subprotocols and extensions work as negotiated. The
+ * with its own header rules and, once the upstream accepts (101), splices the two connections. The 101
+ * answer and every frame after it pass through untouched, so subprotocols and extensions work as
+ * negotiated; an upgrade the upstream declines ends with its answer (spliceUpgrade). The
  * upstream end is any byte pipe: a TCP connection to the sandbox, to a peer gateway's relay listener,
  * or a relay stream over a local supervisor session.
  */
@@ -64,9 +65,13 @@ export function upgradeHeaders(req: IncomingMessage, drop: ReadonlySet<string>, 
 }
 
 /**
- * Opens the upstream with `open`, writes the handshake (`method path HTTP/1.1` and `headers`) and the
- * bytes that arrived with it, then splices both ways. `fail` gets the error when the upstream could not
- * be opened (nothing was written to the client yet); later failures close both sides.
+ * Opens the upstream with `open`, writes the handshake (`method path HTTP/1.1` and `headers`), and reads
+ * the upstream's answer before anything else of the client's reaches it. A 101 (the upgrade accepted):
+ * the answer, then the bytes that arrived with the handshake, then both ways spliced. Any other answer
+ * (the upgrade declined): it reaches the client as one response — hop-by-hop headers dropped,
+ * `Connection: close` — and then both connections close, so no byte the client sends after the handshake
+ * ever reaches the sandbox without a decision and the proxy's header rules. `fail` gets the error when the
+ * upstream could not be opened (nothing was written to the client yet); later failures close both sides.
  */
 export function spliceUpgrade(
   req: IncomingMessage,
@@ -89,7 +94,6 @@ export function spliceUpgrade(
       let text = `${req.method} ${path} HTTP/1.1\r\n`;
       for (let i = 0; i < headers.length; i += 2) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
       up.write(text + '\r\n');
-      if (head.length > 0) up.write(head);
       up.setTimeout(idleTimeoutMs, () => {
         up.destroy();
         client.destroy();
@@ -99,17 +103,155 @@ export function spliceUpgrade(
         broken = true;
         client.destroy();
       });
-      up.pipe(client);
-      client.pipe(up);
       // A clean end lets the last bytes reach the client before its socket closes; a failure cuts it.
       up.once('close', () => (broken ? client.destroy() : client.destroySoon()));
       client.once('close', () => up.destroy());
+      readAnswerHead(up, (answer, rest) => {
+        if (answer === undefined) return void up.destroy(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
+        if (answer.status === 101) {
+          client.write(Buffer.concat([answer.bytes, rest]));
+          if (head.length > 0) up.write(head);
+          up.pipe(client);
+          client.pipe(up);
+          return;
+        }
+        passDeclined(req.method === 'HEAD', answer, rest, up, client);
+      });
     },
     (err: unknown) => {
       client.off('close', gone);
       if (!client.destroyed) fail(err);
     },
   );
+}
+
+/** An upstream's answer head, as read off the pipe. */
+interface AnswerHead {
+  readonly status: number;
+  /** The head's bytes, its blank line included. */
+  readonly bytes: Buffer;
+  /** Name, value, … as sent. */
+  readonly raw: string[];
+}
+
+/** Longest upstream answer head read (node:http's default limit on heads). */
+const MAX_ANSWER_HEAD = 16 * 1024;
+const STATUS_LINE = /^HTTP\/1\.[01] (\d{3})(?: [^\r\n]*)?$/;
+
+/** Reads the upstream's answer head; `then` gets it (undefined when it is not one) and the bytes after it. */
+function readAnswerHead(up: Pipe, then: (answer: AnswerHead | undefined, rest: Buffer) => void): void {
+  let acc: Buffer = Buffer.alloc(0);
+  const onData = (chunk: Buffer): void => {
+    acc = acc.length === 0 ? chunk : Buffer.concat([acc, chunk]);
+    const end = acc.indexOf('\r\n\r\n');
+    if (end < 0 && acc.length <= MAX_ANSWER_HEAD) return;
+    up.off('data', onData);
+    up.pause();
+    if (end < 0) return then(undefined, acc);
+    const lines = acc.subarray(0, end).toString('latin1').split('\r\n');
+    const m = STATUS_LINE.exec(lines[0]!);
+    const raw: string[] = [];
+    for (const line of lines.slice(1)) {
+      const colon = line.indexOf(':');
+      if (colon <= 0) return then(undefined, acc);
+      raw.push(line.slice(0, colon), line.slice(colon + 1).trim());
+    }
+    then(m === null ? undefined : { status: Number(m[1]), bytes: acc.subarray(0, end + 4), raw }, acc.subarray(end + 4));
+  };
+  up.on('data', onData);
+}
+
+/**
+ * A declined upgrade's answer, to the client: its head (hop-by-hop headers dropped, `Connection: close`),
+ * then its body as its framing bounds it — a length, chunks, or the upstream's close — then both closed.
+ */
+function passDeclined(headRequest: boolean, answer: AnswerHead, rest: Buffer, up: Pipe, client: Socket): void {
+  const headers = forwardResponseHeaders(answer.raw);
+  let length: number | undefined;
+  let chunked = false;
+  for (let i = 0; i < answer.raw.length; i += 2) {
+    const name = answer.raw[i]!.toLowerCase();
+    if (name === 'content-length') length = Number(answer.raw[i + 1]);
+    else if (name === 'transfer-encoding') chunked = /(?:^|,)\s*chunked\s*$/i.test(answer.raw[i + 1]!);
+  }
+  let out = `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status] ?? 'unknown'}\r\n`;
+  for (let i = 0; i < headers.length; i += 2) out += `${headers[i]}: ${headers[i + 1]}\r\n`;
+  if (chunked) out += 'Transfer-Encoding: chunked\r\n';
+  client.write(out + 'Connection: close\r\n\r\n', 'latin1');
+  const finish = (): void => {
+    up.destroy();
+    client.end();
+  };
+  const bodyless = headRequest || answer.status === 204 || answer.status === 304 || answer.status < 200;
+  if (bodyless || (!chunked && length === 0)) return finish();
+  if (!chunked && length !== undefined && !(length >= 0)) return void client.destroy();
+  const chunks = chunked ? new ChunkedEnd() : undefined;
+  let left = length ?? Infinity;
+  const forward = (data: Buffer): void => {
+    const end = chunks !== undefined ? chunks.feed(data) : data.length >= left ? left : undefined;
+    if (end === MALFORMED) {
+      up.destroy();
+      return void client.destroy();
+    }
+    if (end === undefined) {
+      if (chunks === undefined) left -= data.length;
+      client.write(data);
+      return;
+    }
+    up.off('data', forward);
+    client.write(data.subarray(0, end));
+    finish();
+  };
+  up.on('data', forward);
+  if (rest.length > 0) forward(rest);
+  up.resume();
+}
+
+/** What ChunkedEnd.feed() returns for bytes that are not chunked framing. */
+export const MALFORMED = -1;
+/** Longer than any chunk size line or trailer field this reads. */
+const MAX_LINE = 8 * 1024;
+
+/** Finds where a chunked body ends (RFC 9112 §7.1): the last chunk, its trailer fields and the blank line. */
+export class ChunkedEnd {
+  private state: 'size' | 'data' | 'data-end' | 'trailer' = 'size';
+  private line = '';
+  private left = 0;
+
+  /** Feeds the next bytes; returns the offset just past the body's end within them, undefined, or MALFORMED. */
+  feed(b: Buffer): number | undefined {
+    for (let i = 0; i < b.length; ) {
+      if (this.state === 'data') {
+        const n = Math.min(this.left, b.length - i);
+        this.left -= n;
+        i += n;
+        if (this.left === 0) this.state = 'data-end';
+        continue;
+      }
+      const c = b[i++]!;
+      if (c !== 0x0a) {
+        if (c !== 0x0d) this.line += String.fromCharCode(c);
+        if (this.line.length > MAX_LINE) return MALFORMED;
+        continue;
+      }
+      const line = this.line;
+      this.line = '';
+      if (this.state === 'size') {
+        const digits = line.split(';')[0]!.trim();
+        if (!/^[0-9a-fA-F]{1,12}$/.test(digits)) return MALFORMED;
+        const size = parseInt(digits, 16);
+        if (size === 0) this.state = 'trailer';
+        else {
+          this.left = size;
+          this.state = 'data';
+        }
+      } else if (this.state === 'data-end') {
+        if (line !== '') return MALFORMED;
+        this.state = 'size';
+      } else if (line === '') return i;
+    }
+    return undefined;
+  }
 }
 
 function withoutOrigin(raw: readonly string[]): string[] {
