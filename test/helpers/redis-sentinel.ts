@@ -54,15 +54,49 @@ async function ask<T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T | u
   }
 }
 
+/** Diskless sync without delay: a replica is in sync within milliseconds of starting. */
+const DATA_ARGS = ['--repl-diskless-sync', 'yes', '--repl-diskless-sync-delay', '0'];
+
 export async function startSentinelGroup(o: SentinelGroupOptions = {}): Promise<SentinelGroup> {
   const replicaCount = o.replicas ?? 1;
   const downAfter = o.downAfterMs ?? 500;
   const failoverTimeout = o.failoverTimeoutMs ?? 2000;
-  // Diskless sync without delay: a replica is in sync within milliseconds of starting.
-  const dataArgs = ['--repl-diskless-sync', 'yes', '--repl-diskless-sync-delay', '0'];
-  const master = await startRedisServer({ args: dataArgs });
+  const master = await startRedisServer({ args: DATA_ARGS });
   const nodes: RedisServer[] = [master];
-  for (let i = 0; i < replicaCount; i++) nodes.push(await startRedisServer({ args: [...dataArgs, '--replicaof', '127.0.0.1', String(master.port)] }));
+  const procs: ChildProcess[] = [];
+  const dir = mkdtempSync(join(tmpdir(), 'sandgate-sentinel-'));
+  const stop = async (): Promise<void> => {
+    await Promise.all(
+      procs.map(async (p) => {
+        if (p.exitCode !== null || p.signalCode !== null || p.pid === undefined) return;
+        const exited = new Promise((resolve) => p.once('exit', resolve));
+        p.kill('SIGKILL');
+        await exited;
+      }),
+    );
+    for (const n of nodes) n.resume();
+    await Promise.all(nodes.map((n) => n.stop()));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    return await startSentinels(master, nodes, procs, dir, { replicaCount, downAfter, failoverTimeout }, stop);
+  } catch (err) {
+    // Nothing started here outlives a group that could not start (redis-sentinel missing, say).
+    await stop();
+    throw err;
+  }
+}
+
+async function startSentinels(
+  master: RedisServer,
+  nodes: RedisServer[],
+  procs: ChildProcess[],
+  dir: string,
+  o: { readonly replicaCount: number; readonly downAfter: number; readonly failoverTimeout: number },
+  stop: () => Promise<void>,
+): Promise<SentinelGroup> {
+  const { replicaCount, downAfter, failoverTimeout } = o;
+  for (let i = 0; i < replicaCount; i++) nodes.push(await startRedisServer({ args: [...DATA_ARGS, '--replicaof', '127.0.0.1', String(master.port)] }));
   await eventually(
     async () => {
       const info = await master.admin().info('replication');
@@ -72,9 +106,7 @@ export async function startSentinelGroup(o: SentinelGroupOptions = {}): Promise<
     'replicas online',
   );
 
-  const dir = mkdtempSync(join(tmpdir(), 'sandgate-sentinel-'));
   const sentinelPorts: number[] = [];
-  const procs: ChildProcess[] = [];
   for (let i = 0; i < 3; i++) {
     const port = await freePort();
     const conf = join(dir, `sentinel-${i}.conf`);
@@ -91,7 +123,10 @@ export async function startSentinelGroup(o: SentinelGroupOptions = {}): Promise<
         '',
       ].join('\n'),
     );
-    procs.push(spawn('redis-sentinel', [conf], { stdio: 'ignore' }));
+    const proc = spawn('redis-sentinel', [conf], { stdio: 'ignore' });
+    // A missing binary is an 'error' event: the discovery wait below then fails, and stop() cleans up.
+    proc.on('error', () => undefined);
+    procs.push(proc);
     sentinelPorts.push(port);
   }
   // A failover needs the quorum to agree and a majority to elect a leader: wait until every sentinel has
@@ -145,18 +180,6 @@ export async function startSentinelGroup(o: SentinelGroupOptions = {}): Promise<
         `the sentinels to switch the master away from ${fromPort}`,
       );
     },
-    async stop() {
-      await Promise.all(
-        procs.map(async (p) => {
-          if (p.exitCode !== null || p.signalCode !== null) return;
-          const exited = new Promise((resolve) => p.once('exit', resolve));
-          p.kill('SIGKILL');
-          await exited;
-        }),
-      );
-      for (const n of nodes) n.resume();
-      await Promise.all(nodes.map((n) => n.stop()));
-      rmSync(dir, { recursive: true, force: true });
-    },
+    stop,
   };
 }
