@@ -3,6 +3,7 @@ import { createLogger, MemoryLogSink } from '../src/observability/logger.js';
 import { createRedisPresence, type RedisPresence } from '../src/sessions/presence/redis-presence.js';
 import { runScript } from '../src/sessions/presence/redis-connection.js';
 import { presenceKeys, scriptKeys, SCRIPTS, shardOf } from '../src/sessions/presence/redis-scripts.js';
+import { spread } from './lib/cost.js';
 import { sleep } from './lib/processes.js';
 import { callDelta, startRedis, type BenchRedis } from './lib/redis.js';
 import { row, target, type Row } from './lib/report.js';
@@ -54,11 +55,6 @@ async function fill(admin: Redis, prefix: string, shards: number): Promise<void>
  */
 const PASSES = 5;
 
-function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  return s[s.length >> 1]!;
-}
-
 /**
  * Server time of one snapshot of each shard and the client's wall time of it: each the median of PASSES
  * calls, the shards taken one after another in each pass.
@@ -84,7 +80,7 @@ async function snapshots(admin: Redis, prefix: string, shards: number): Promise<
       server[k]!.push((await evalshaTime(admin)).ms);
     }
   }
-  return { server: server.map(median), wall: wall.map(median) };
+  return { server: server.map((v) => spread(v).median), wall: wall.map((v) => spread(v).median) };
 }
 
 /** Redis commands/s and scripts/s of `GATEWAYS` idle stores with `shards` shards. */

@@ -1,6 +1,6 @@
 import { STATUS_CODES, type Server } from 'node:http';
 import type { Logger } from '../observability/logger.js';
-import { FrontConnection, HttpFront, httpDate, parseFrontHead, type FrontHandler, type FrontRequest } from './http-front.js';
+import { BAD_HEADER_VALUE, FrontConnection, HttpFront, httpDate, parseFrontHead, type FrontHandler, type FrontRequest } from './http-front.js';
 import { isAuthzPath, type AuthzReply, type AuthzSink, type HttpAuthz } from './http-authz.js';
 
 /**
@@ -8,9 +8,6 @@ import { isAuthzPath, type AuthzReply, type AuthzSink, type HttpAuthz } from './
  * and nginx's `auth_request` (with `proxy_http_version 1.1`) send — an HTTP/1.1 request for `/authz…`
  * with no body, each header once — from the decision, and hands anything else to node:http.
  */
-
-/** What must never reach a response header value from a decision (it cannot, by construction: checked anyway, as node:http's writeHead does). */
-const HEAD_BREAK = /[\r\n]/;
 
 const acceptsAuthz = (_method: string, url: string): boolean => isAuthzPath(url);
 
@@ -40,7 +37,8 @@ class AuthzAnswer implements AuthzSink {
         head += r.head[i] + ': ' + value + '\r\n';
         values += value;
       }
-      if (HEAD_BREAK.test(values)) {
+      // A decision's values cannot hold such bytes, by construction: checked anyway, as node:http's writeHead does.
+      if (BAD_HEADER_VALUE.test(values)) {
         conn.socket.destroy();
         return;
       }

@@ -48,6 +48,22 @@ export function renderDenial(d: Deny, accept: string | undefined): RenderedDenia
   return { status: d.status, headers, body: html ? denialHtml(d) : denialJson(d) };
 }
 
+/** A response not yet started: node:http's ServerResponse, or the proxy front's. */
+export interface DenialResponse {
+  readonly headersSent: boolean;
+  readonly destroyed: boolean;
+  writeHead(status: number, headers: string[]): unknown;
+  end(body: string): unknown;
+}
+
+/** Answers a denial with its length, unless the response has started (or its client left). */
+export function respondDenial(res: DenialResponse, d: Deny, accept: string | undefined): void {
+  if (res.headersSent || res.destroyed) return;
+  const r = renderDenial(d, accept);
+  res.writeHead(r.status, [...r.headers.flat(), 'content-length', String(Buffer.byteLength(r.body))]);
+  res.end(r.body);
+}
+
 /** Writes a denial as a raw HTTP/1.1 response on a socket that asked to upgrade. */
 export function writeDenial(socket: Duplex, d: Deny, route: RouteRequest): void {
   if (socket.destroyed) return;

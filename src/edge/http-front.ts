@@ -18,6 +18,9 @@ import type { Logger } from '../observability/logger.js';
  * proxied exchange holds the next).
  */
 
+/** Bytes no response header value may hold (node:http's writeHead refuses the same): a CR or LF would break the head. */
+export const BAD_HEADER_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
+
 /** Node's default limit on a request head (`--max-http-header-size`); a longer one goes to node:http, which answers 431. */
 export const MAX_HEAD_BYTES = 16 * 1024;
 /** More header lines than these requests carry: past it, node:http reads the request. */

@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RouteOptions } from '../../src/domain/route-key.js';
@@ -10,6 +10,7 @@ import { GatewayMetrics } from '../../src/observability/metrics.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { startUpstream } from '../helpers/upstream.js';
+import { RawClient } from '../helpers/raw-http-client.js';
 
 /**
  * The proxy port's front (src/edge/proxy/proxy-front.ts) against node:http: the same requests, once read
@@ -21,16 +22,11 @@ const ROUTE: RouteOptions = { order: ['headers', 'host', 'path'], baseDomain: 'l
 const log = pino({ level: 'silent' });
 
 /** Writes `bytes` on a new connection and returns all the server sent until it closed. */
-function exchange(port: number, bytes: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const s = connect(port, '127.0.0.1');
-    let got = '';
-    s.setEncoding('latin1');
-    s.on('data', (c: string) => (got += c));
-    s.on('error', reject);
-    s.on('close', () => resolve(got));
-    s.write(bytes, 'latin1');
-  });
+async function exchange(port: number, bytes: string): Promise<string> {
+  const c = new RawClient(port);
+  c.write(bytes);
+  await c.closedByServer();
+  return c.unread;
 }
 
 const dateless = (s: string): string => s.replace(/\r\nDate: [^\r]*/gi, '\r\nDate: -');
@@ -127,21 +123,15 @@ describe('the embedded proxy front: the bytes node:http would send', () => {
   });
 
   it('reads GET and HEAD itself and hands a connection to node:http at its first request with a body', async () => {
-    const s = connect(proxy.port, '127.0.0.1');
-    await new Promise((r) => s.once('connect', r));
-    const got: string[] = [];
-    s.setEncoding('latin1');
-    s.on('data', (c: string) => got.push(c));
-    const until = async (f: () => boolean) => {
-      while (!f()) await new Promise((r) => setTimeout(r, 5));
-    };
-    s.write(get('/length'));
-    await until(() => got.join('').endsWith('hello'));
+    const c = new RawClient(proxy.port);
+    await c.connected;
+    c.write(get('/length'));
+    await c.until((got) => got.endsWith('hello'));
     expect(proxy.front.size).toBe(1);
-    s.write(`POST /length HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 2\r\n\r\nhi`);
-    await until(() => got.join('').split('hello').length === 3);
+    c.write(`POST /length HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 2\r\n\r\nhi`);
+    await c.until((got) => got.split('hello').length === 3);
     expect(proxy.front.size).toBe(0);
-    s.destroy();
+    c.close();
   });
 });
 
@@ -167,18 +157,15 @@ describe('a front on its own server: a head that trickles in', () => {
   });
 
   it("is answered 408 once it has taken longer than the server's headersTimeout, as node:http answers", async () => {
-    const s = connect((server.address() as AddressInfo).port, '127.0.0.1');
-    let got = '';
-    s.setEncoding('latin1');
-    s.on('data', (c: string) => (got += c));
-    const closed = new Promise((r) => s.once('close', r));
-    s.write('GET / HTTP/1.1\r\n');
+    const c = new RawClient((server.address() as AddressInfo).port);
+    c.write('GET / HTTP/1.1\r\n');
     await new Promise((r) => setTimeout(r, 150));
-    s.write('Host: a\r\n');
-    expect(got).toBe('');
+    c.write('Host: a\r\n');
+    expect(c.unread).toBe('');
     await new Promise((r) => setTimeout(r, 250));
-    s.write('X-Late: 1\r\n');
-    await closed;
+    c.write('X-Late: 1\r\n');
+    await c.closedByServer();
+    const got = c.unread;
     expect(got).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
     expect(answered).toBe(0);
   });

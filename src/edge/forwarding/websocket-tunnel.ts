@@ -174,6 +174,11 @@ function passDeclined(headRequest: boolean, answer: AnswerHead, rest: Buffer, up
     if (name === 'content-length') length = Number(answer.raw[i + 1]);
     else if (name === 'transfer-encoding') chunked = /(?:^|,)\s*chunked\s*$/i.test(answer.raw[i + 1]!);
   }
+  // A length that is no length: nothing of the answer goes out, both connections are cut.
+  if (!chunked && length !== undefined && !(length >= 0)) {
+    up.destroy();
+    return void client.destroy();
+  }
   let out = `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status] ?? 'unknown'}\r\n`;
   for (let i = 0; i < headers.length; i += 2) out += `${headers[i]}: ${headers[i + 1]}\r\n`;
   if (chunked) out += 'Transfer-Encoding: chunked\r\n';
@@ -184,7 +189,6 @@ function passDeclined(headRequest: boolean, answer: AnswerHead, rest: Buffer, up
   };
   const bodyless = headRequest || answer.status === 204 || answer.status === 304 || answer.status < 200;
   if (bodyless || (!chunked && length === 0)) return finish();
-  if (!chunked && length !== undefined && !(length >= 0)) return void client.destroy();
   const chunks = chunked ? new ChunkedEnd() : undefined;
   let left = length ?? Infinity;
   const forward = (data: Buffer): void => {

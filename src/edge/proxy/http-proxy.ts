@@ -7,7 +7,7 @@ import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
-import { renderDenial, writeDenial } from '../denial.js';
+import { respondDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
@@ -143,9 +143,7 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   private refuse(res: ClientResponse, d: Deny, route: RouteRequest): void {
     if (res.headersSent || res.destroyed) return;
-    const r = renderDenial(this.decider.answer(route, d), route.headers.accept);
-    res.writeHead(r.status, [...r.headers.flat(), 'content-length', String(Buffer.byteLength(r.body))]);
-    res.end(r.body);
+    respondDenial(res, this.decider.answer(route, d), route.headers.accept);
   }
 
   /** Carries an allowed request whose connection slot is taken: the exchange, or the relay path, gives it back on close. */
@@ -204,12 +202,11 @@ export class EmbeddedProxy implements ExchangeOwner {
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return writeDenial(socket, t, this.route(req));
     const route = this.route(req, t);
-    const client = fromNodeHttp(req);
     this.decideFor(route, socket, (d) => {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
       if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
-      const headers = upgradeHeaders(req, this.drop, this.context(client), this.opts.stripOriginOnUpgrade);
+      const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req)), this.opts.stripOriginOnUpgrade);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
       if (!d.relay) {

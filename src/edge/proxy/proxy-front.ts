@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
-import { httpDate, type FrontConnection, type FrontHandler } from '../http-front.js';
+import { BAD_HEADER_VALUE, httpDate, type FrontConnection, type FrontHandler } from '../http-front.js';
 
 /**
  * The embedded proxy's front (http-front.ts): it reads bodyless GET and HEAD requests itself and writes
@@ -13,9 +13,8 @@ import { httpDate, type FrontConnection, type FrontHandler } from '../http-front
  * request (a body, an upgrade, any other method or shape) is read by node:http as before.
  */
 
-/** What no header may hold (node:http's writeHead refuses the same). */
+/** What no header name may hold (node:http's writeHead refuses the same). */
 const BAD_NAME = /[^!#$%&'*+.^_`|~0-9A-Za-z-]/;
-const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
 
 /** A response written straight onto a front connection: the subset of ServerResponse the proxy uses. */
 export class FrontResponse extends EventEmitter implements ClientResponse {
@@ -39,10 +38,10 @@ export class FrontResponse extends EventEmitter implements ClientResponse {
 
   constructor(
     private readonly conn: FrontConnection<unknown>,
-    head: boolean,
+    headRequest: boolean,
   ) {
     super();
-    this.bodyless = head;
+    this.bodyless = headRequest;
     conn.gone = () => this.closeOnce();
   }
 
@@ -64,7 +63,7 @@ export class FrontResponse extends EventEmitter implements ClientResponse {
       if (name.length === 14) this.hasLength ||= name.toLowerCase() === 'content-length';
       else if (name.length === 4) this.hasDate ||= name.toLowerCase() === 'date';
     }
-    if (BAD_NAME.test(names) || BAD_VALUE.test(values)) throw new Error('a response header holds a byte no header may hold');
+    if (BAD_NAME.test(names) || BAD_HEADER_VALUE.test(values)) throw new Error('a response header holds a byte no header may hold');
     this.status = status;
     this.lines = lines;
     if (status === 204 || status === 304) this.bodyless = true;

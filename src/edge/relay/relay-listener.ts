@@ -5,7 +5,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
-import { renderDenial, writeDenial } from '../denial.js';
+import { respondDenial, writeDenial } from '../denial.js';
 import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.js';
 import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
@@ -77,13 +77,13 @@ export class RelayListener {
 
   private request(req: IncomingMessage, res: ServerResponse): void {
     const rt = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(rt)) return refuse(res, rt, req);
+    if (isDeny(rt)) return respondDenial(res, rt, req.headers.accept);
     const t = this.admit(req);
-    if ('allow' in t) return refuse(res, t, req);
+    if ('allow' in t) return respondDenial(res, t, req.headers.accept);
     const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX);
     exchange(fromNodeHttp(req), res, rt.path, headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.opts, (err) => {
       this.log.debug({ err, target: t }, 'relay failed before the response');
-      refuse(res, relayDenial(err), req);
+      respondDenial(res, relayDenial(err), req.headers.accept);
     });
   }
 
@@ -102,11 +102,4 @@ export class RelayListener {
 
 function singleValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? undefined : v;
-}
-
-function refuse(res: ServerResponse, d: Deny, req: IncomingMessage): void {
-  if (res.headersSent || res.destroyed) return;
-  const r = renderDenial(d, req.headers.accept);
-  for (const [k, v] of r.headers) res.setHeader(k, v);
-  res.writeHead(r.status).end(r.body);
 }
