@@ -93,10 +93,11 @@ let profiles = 0;
 
 /**
  * The V8 flags the gateway ships with (Dockerfile ENTRYPOINT, `npm start`; a test keeps them in step): a
- * young generation of up to 64 MB per semi-space, so a sandbox's replaced snapshot dies there instead of
- * being promoted and collected by full GCs (docs/benchmarks.md, "Cost, not just rate").
+ * young generation of up to 64 MB per semi-space, and no pretenuring by allocation site, so a sandbox's
+ * replaced snapshot dies young instead of being promoted (or allocated in the old generation to begin
+ * with) and collected by full GCs (docs/benchmarks.md, "Cost, not just rate").
  */
-export const GATEWAY_NODE_FLAGS = ['--max-semi-space-size=64'] as const;
+export const GATEWAY_NODE_FLAGS = ['--max-semi-space-size=64', '--no-allocation-site-pretenuring'] as const;
 
 function nodeFlags(name: string, opts: TargetOptions): string[] {
   // Every Node process under test, baselines too, runs with the gateway's flags, so a comparison is of
