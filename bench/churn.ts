@@ -30,7 +30,7 @@ const IN_FLIGHT = 64;
  * sustain (at the limit a churning gateway answers about 4,400/s here). At 2,000/s the quiet arm's CPU
  * moved by a quarter from one run to the next (0.33 … 0.48 cores, while the churning arm's stayed within
  * 0.45 … 0.55), and the difference — the verdict — read +0.055 … +0.135 cores across six runs of one code;
- * at 3,000/s, +0.047 and +0.063 in two.
+ * at 3,000/s, +0.047 and +0.063 in two runs of this section alone and +0.103 in a whole --quick run.
  */
 const CHECK_RATE = 3000;
 /** Pairs of the judged comparison (10k updates/s): its quiet arm moves most, so it gets more than PAIRS. */
