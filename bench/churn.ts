@@ -28,8 +28,8 @@ const IN_FLIGHT = 64;
 /**
  * Checks per second offered in the cost trials: the Check door's own rate (envoy-grpc.ts), which both arms
  * sustain (at the limit a churning gateway answers about 4,400/s here). At 2,000/s the quiet arm's CPU
- * moved by a quarter from one run to the next (0.33 … 0.48 cores, while the churning arm's stayed within
- * 0.45 … 0.55), and the difference — the verdict — read +0.055 … +0.135 cores across six runs of one code;
+ * moved by a third from one run to the next (0.33 … 0.49 cores, while the churning arm's stayed within
+ * 0.43 … 0.54), and the difference — the verdict — read +0.029 … +0.135 cores across eight runs of one code;
  * at 3,000/s, +0.047 and +0.063 in two runs of this section alone and +0.103 in a whole --quick run.
  */
 const CHECK_RATE = 3000;

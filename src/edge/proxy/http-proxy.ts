@@ -142,7 +142,6 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   private refuse(res: ClientResponse, d: Deny, route: RouteRequest): void {
-    if (res.headersSent || res.destroyed) return;
     respondDenial(res, this.decider.answer(route, d), route.headers.accept);
   }
 
