@@ -79,7 +79,7 @@ export async function startSentinelGroup(o: SentinelGroupOptions = {}): Promise<
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    return await startSentinels(master, nodes, procs, dir, { replicaCount, downAfter, failoverTimeout }, stop);
+    return { ...(await startSentinels(master, nodes, procs, dir, { replicaCount, downAfter, failoverTimeout })), stop };
   } catch (err) {
     // Nothing started here outlives a group that could not start (redis-sentinel missing, say).
     await stop();
@@ -93,8 +93,7 @@ async function startSentinels(
   procs: ChildProcess[],
   dir: string,
   o: { readonly replicaCount: number; readonly downAfter: number; readonly failoverTimeout: number },
-  stop: () => Promise<void>,
-): Promise<SentinelGroup> {
+): Promise<Omit<SentinelGroup, 'stop'>> {
   const { replicaCount, downAfter, failoverTimeout } = o;
   for (let i = 0; i < replicaCount; i++) nodes.push(await startRedisServer({ args: [...DATA_ARGS, '--replicaof', '127.0.0.1', String(master.port)] }));
   await eventually(
@@ -124,7 +123,7 @@ async function startSentinels(
       ].join('\n'),
     );
     const proc = spawn('redis-sentinel', [conf], { stdio: 'ignore' });
-    // A missing binary is an 'error' event: the discovery wait below then fails, and stop() cleans up.
+    // A missing binary is an 'error' event: the discovery wait below then fails, and the caller's stop() cleans up.
     proc.on('error', () => undefined);
     procs.push(proc);
     sentinelPorts.push(port);
@@ -180,6 +179,5 @@ async function startSentinels(
         `the sentinels to switch the master away from ${fromPort}`,
       );
     },
-    stop,
   };
 }
