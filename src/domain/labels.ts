@@ -29,15 +29,18 @@ export function isDnsName(s: string): boolean {
   return true;
 }
 
-/** Parses a decimal TCP port 1–65535 with no sign, no leading zero and no trailing garbage; 0 if invalid. */
-export function parsePort(s: string): number {
-  const n = s.length;
-  if (n === 0 || n > 5) return 0;
+/**
+ * Parses a decimal TCP port 1–65535 with no sign, no leading zero and no trailing garbage; 0 if invalid.
+ * `from` and `to` bound the digits within `s` (a request's host is read in place, not sliced).
+ */
+export function parsePort(s: string, from = 0, to = s.length): number {
+  const n = to - from;
+  if (n <= 0 || n > 5) return 0;
+  if (s.charCodeAt(from) === 0x30) return 0;
   let port = 0;
-  for (let i = 0; i < n; i++) {
+  for (let i = from; i < to; i++) {
     const c = s.charCodeAt(i);
     if (c < 0x30 || c > 0x39) return 0;
-    if (i === 0 && c === 0x30) return 0;
     port = port * 10 + (c - 0x30);
   }
   return port <= 65535 ? port : 0;

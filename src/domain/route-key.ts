@@ -1,4 +1,4 @@
-import { isDnsLabel, parsePort } from './labels.js';
+import { isDnsLabel, MAX_LABEL_LENGTH, parsePort } from './labels.js';
 
 /**
  * Route keys: every front door turns a request into one canonical target — a sandbox named by
@@ -134,6 +134,14 @@ function fromE2bHeaders(h: HeaderMap, opts: RouteOptions): RouteParse {
   return target('e2b-headers', undefined, undefined, id, port, undefined);
 }
 
+/** Characters of a DNS name by code: 1 for [a-z0-9.-], 2 for upper case (lower-cased), 0 for anything else. */
+const HOST_CHAR = new Uint8Array(128);
+for (let c = 0x61; c <= 0x7a; c++) HOST_CHAR[c] = 1;
+for (let c = 0x30; c <= 0x39; c++) HOST_CHAR[c] = 1;
+for (let c = 0x41; c <= 0x5a; c++) HOST_CHAR[c] = 2;
+HOST_CHAR[0x2d] = 1;
+HOST_CHAR[0x2e] = 1;
+
 /**
  * Normalises an authority: drops an explicit `:port`, lower-cases, drops one trailing dot. Returns
  * `undefined` for IP literals and anything that is not a plain DNS name.
@@ -150,15 +158,24 @@ export function normaliseHost(raw: string): string | undefined {
     if (c < 0x30 || c > 0x39) break;
   }
   if (end > 0 && raw.charCodeAt(end - 1) === 0x2e) end--;
-  let lower = true;
+  if (end === 0) return undefined;
+  let kinds = 0;
   for (let i = 0; i < end; i++) {
     const c = raw.charCodeAt(i);
-    if (c >= 0x41 && c <= 0x5a) lower = false;
-    else if (!((c >= 0x61 && c <= 0x7a) || (c >= 0x30 && c <= 0x39) || c === 0x2d || c === 0x2e)) return undefined;
+    const k = c < 0x80 ? HOST_CHAR[c]! : 0;
+    if (k === 0) return undefined;
+    kinds |= k;
   }
-  if (end === 0) return undefined;
   const host = end === raw.length ? raw : raw.slice(0, end);
-  return lower ? host : host.toLowerCase();
+  return kinds === 1 ? host : host.toLowerCase();
+}
+
+/**
+ * True when `host[from, to)` is a DNS-1123 label, for a normalised host (every character in [a-z0-9.-])
+ * with no dot in the range: what is left to check is the length and the first and last character.
+ */
+function isLabelIn(host: string, from: number, to: number): boolean {
+  return to > from && to - from <= MAX_LABEL_LENGTH && host.charCodeAt(from) !== 0x2d && host.charCodeAt(to - 1) !== 0x2d;
 }
 
 function fromHost(raw: string | undefined, opts: RouteOptions): RouteParse {
@@ -178,14 +195,13 @@ function fromHost(raw: string | undefined, opts: RouteOptions): RouteParse {
   const dash = host.indexOf('-');
   const dot = host.indexOf('.');
   if (dash < 0 || dash > dot) return 'host must look like <port>-<name>.<namespace>.<base-domain> or <port>-<id>.<base-domain>';
-  const port = parsePort(host.slice(0, dash));
+  const port = parsePort(host, 0, dash);
   if (port === 0) return 'host names a port outside 1-65535';
+  if (!isLabelIn(host, dash + 1, dot)) return 'host names an invalid sandbox name or id';
   const label = host.slice(dash + 1, dot);
-  if (!isDnsLabel(label)) return 'host names an invalid sandbox name or id';
   if (dot === prefixLen) return target('host', undefined, undefined, label, port, undefined);
-  const namespace = host.slice(dot + 1, prefixLen);
-  if (!isDnsLabel(namespace)) return 'host must have exactly one namespace label before the base domain';
-  return target('host', namespace, label, undefined, port, undefined);
+  if (!isLabelIn(host, dot + 1, prefixLen) || host.indexOf('.', dot + 1) !== prefixLen) return 'host must have exactly one namespace label before the base domain';
+  return target('host', host.slice(dot + 1, prefixLen), label, undefined, port, undefined);
 }
 
 function isDotSegment(seg: string): boolean {

@@ -5,6 +5,7 @@ import type { BackendSnapshot, Condition, DriverEvent, Endpoint, Presence, Publi
 import { sandboxKey } from '../domain/sandbox.js';
 import { classifyIds, compareClaimants, hasLegacyForm, legacyId, type IdRefusal } from '../domain/sandbox-ids.js';
 import { IdIndex } from './id-index.js';
+import { NameIndex } from './name-index.js';
 import { ChangeWaiters, type WaiterLimits } from './waiters.js';
 
 /**
@@ -208,24 +209,11 @@ function upstreamHostOf(endpoint: Endpoint): string | undefined {
   }
 }
 
-/**
- * Where a sandbox's current entry is kept, the same object for as long as the sandbox is in the view: an
- * update replaces `entry` in place instead of setting both maps again (on a 10k-sandbox view, each map
- * write is a hash lookup that misses the cache).
- */
-interface Slot {
-  entry: ViewEntry;
-}
-
 export class SandboxView implements RouteTable {
-  private readonly entries = new Map<string, Slot>();
-  /**
-   * The same slots by namespace, then name: what get() reads on every request. Two lookups on the
-   * request's own namespace and name strings cost about a third of one on `namespace/name`, which would
-   * be built, flattened and hashed per request. Kept in step with `entries` by put() and remove() alone.
-   */
-  private readonly byNamespace = new Map<string, Map<string, Slot>>();
-  private readonly ids = new IdIndex((key) => this.entries.get(key)?.entry.snapshot);
+  private readonly entries = new Map<string, ViewEntry>();
+  /** The same entries by namespace and name: what get() reads on every request. Kept in step with `entries` by put() and remove() alone. */
+  private readonly byName = new NameIndex<ViewEntry>();
+  private readonly ids = new IdIndex((key) => this.entries.get(key)?.snapshot);
   private readonly refused = { in_use: 0, names_another_sandbox: 0 };
   private readonly idListeners = new Set<(r: IdRefused) => void>();
   private readonly presence = new Map<string, Presence>();
@@ -289,20 +277,20 @@ export class SandboxView implements RouteTable {
   }
 
   get(namespace: string, name: string): ViewEntry | undefined {
-    return this.byNamespace.get(namespace)?.get(name)?.entry;
+    return this.byName.get(namespace, name);
   }
 
   getById(id: string): ViewEntry | undefined {
     if (!hasLegacyForm(id)) {
       const key = this.ids.holder(id);
-      return key === undefined ? undefined : this.entries.get(key)?.entry;
+      return key === undefined ? undefined : this.entries.get(key);
     }
     // The legacy id `<namespace>--<name>` (OpenKruise), and nothing else: a declared id never shadows it.
     // Namespaces and names may hold `--` themselves, so each split point is a reading; when two sandboxes
     // read the same, the first claimant wins as for declared ids.
     let best: ViewEntry | undefined;
     for (let i = id.indexOf('--', 1); i > 0 && i + 2 < id.length; i = id.indexOf('--', i + 1)) {
-      const hit = this.entries.get(id.slice(0, i) + '/' + id.slice(i + 2))?.entry;
+      const hit = this.entries.get(id.slice(0, i) + '/' + id.slice(i + 2));
       if (hit !== undefined && (best === undefined || compareClaimants(hit.snapshot, best.snapshot) < 0)) best = hit;
     }
     return best;
@@ -322,12 +310,12 @@ export class SandboxView implements RouteTable {
   /** Sandboxes per public phase (metrics). */
   phaseCounts(): Map<string, number> {
     const counts = new Map<string, number>();
-    for (const { entry: e } of this.entries.values()) counts.set(e.status.phase, (counts.get(e.status.phase) ?? 0) + 1);
+    for (const e of this.entries.values()) counts.set(e.status.phase, (counts.get(e.status.phase) ?? 0) + 1);
     return counts;
   }
 
   *list(): IterableIterator<ViewEntry> {
-    for (const slot of this.entries.values()) yield slot.entry;
+    yield* this.entries.values();
   }
 
   presenceOf(namespace: string, name: string): Presence | undefined {
@@ -345,7 +333,7 @@ export class SandboxView implements RouteTable {
     if (event.type === 'delete') {
       const key = sandboxKey(event.namespace, event.name);
       this.fence(event.uid, now);
-      const held = this.entries.get(key)?.entry;
+      const held = this.entries.get(key);
       if (held === undefined || held.snapshot.uid !== event.uid) return false;
       this.remove(key, held);
       return true;
@@ -353,8 +341,7 @@ export class SandboxView implements RouteTable {
     let s = event.snapshot;
     // The held entry is found by the event's own namespace and name strings, and its key (hashed once,
     // when it was first put) serves every further map operation: a busy driver's updates build no key.
-    const slot = this.byNamespace.get(s.namespace)?.get(s.name);
-    const held = slot?.entry;
+    const held = this.byName.get(s.namespace, s.name);
     const sameUid = held !== undefined && held.snapshot.uid === s.uid;
     // A held uid is never fenced (a uid is fenced only as its entry leaves or is replaced): only an event
     // for a sandbox not held under this uid needs the tombstones read.
@@ -376,7 +363,7 @@ export class SandboxView implements RouteTable {
     }
     // A held entry carries the presence the map holds for it (setPresence() re-puts the entry on every change).
     const key = held !== undefined ? held.key : sandboxKey(s.namespace, s.name);
-    this.put(key, driver, s, held !== undefined ? held.presence : this.presence.get(key), now, sameUid ? held.status : undefined, slot);
+    this.put(key, driver, s, held !== undefined ? held.presence : this.presence.get(key), now, sameUid ? held.status : undefined, held);
     return true;
   }
 
@@ -387,7 +374,7 @@ export class SandboxView implements RouteTable {
       seen.add(sandboxKey(s.namespace, s.name));
       this.apply(driver, { type: 'upsert', snapshot: s });
     }
-    for (const [key, { entry: e }] of [...this.entries]) {
+    for (const [key, e] of [...this.entries]) {
       if (e.driver === driver && !seen.has(key)) {
         this.fence(e.snapshot.uid, this.opts.now());
         this.remove(key, e);
@@ -408,21 +395,20 @@ export class SandboxView implements RouteTable {
       if (before !== undefined && before.sessionId === p.sessionId && before.epoch === p.epoch && before.gatewayId === p.gatewayId) return;
       this.presence.set(key, p);
     }
-    const slot = this.entries.get(key);
-    if (slot !== undefined) this.recompose(key, slot, p, this.opts.now());
+    const held = this.entries.get(key);
+    if (held !== undefined) this.recompose(key, held, p, this.opts.now());
   }
 
   /** Recomposes time-dependent statuses (expiry) and lifts old fences. Called periodically. */
   tick(): void {
     const now = this.opts.now();
     for (const key of this.expiring) {
-      const slot = this.entries.get(key);
-      if (slot === undefined) {
+      const e = this.entries.get(key);
+      if (e === undefined) {
         this.expiring.delete(key);
         continue;
       }
-      const e = slot.entry;
-      if (e.snapshot.shutdownTime !== undefined && e.snapshot.shutdownTime <= now && e.status.phase !== 'Deleting') this.recompose(key, slot, e.presence, now);
+      if (e.snapshot.shutdownTime !== undefined && e.snapshot.shutdownTime <= now && e.status.phase !== 'Deleting') this.recompose(key, e, e.presence, now);
     }
     for (const [uid, until] of this.tombstones) if (until <= now) this.tombstones.delete(uid);
   }
@@ -438,9 +424,8 @@ export class SandboxView implements RouteTable {
     presence: Presence | undefined,
     now: number,
     prior: PublicStatus | undefined,
-    slot: Slot | undefined,
+    held: ViewEntry | undefined,
   ): void {
-    const held = slot?.entry;
     const { claims, foreign } = classifyIds(s.namespace, s.name, s.ids);
     const heldClaims = held?.idClaims ?? NONE;
     // Most sandboxes declare no id, and most updates keep the ids and the creation time (the claim order):
@@ -475,14 +460,8 @@ export class SandboxView implements RouteTable {
     if (entry.accessToken !== undefined || entry.envdAccessToken !== undefined) this.tokenCount++;
     this.countRefusals(held, -1);
     this.countRefusals(entry, 1);
-    if (slot !== undefined) slot.entry = entry;
-    else {
-      const added: Slot = { entry };
-      this.entries.set(key, added);
-      let names = this.byNamespace.get(entry.namespace);
-      if (names === undefined) this.byNamespace.set(entry.namespace, (names = new Map()));
-      names.set(entry.name, added);
-    }
+    this.entries.set(key, entry);
+    this.byName.set(entry);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
     else if (held?.snapshot.shutdownTime !== undefined) this.expiring.delete(key);
     this.emit(key, entry, version, held);
@@ -492,9 +471,8 @@ export class SandboxView implements RouteTable {
   }
 
   /** Puts a held sandbox again with its own snapshot (presence, expiry or an id moved). */
-  private recompose(key: string, slot: Slot, presence: Presence | undefined, now: number): void {
-    const e = slot.entry;
-    this.put(key, e.driver, e.snapshot, presence, now, e.status, slot);
+  private recompose(key: string, e: ViewEntry, presence: Presence | undefined, now: number): void {
+    this.put(key, e.driver, e.snapshot, presence, now, e.status, e);
   }
 
   private holdsAll(key: string, ids: readonly string[]): boolean {
@@ -505,8 +483,8 @@ export class SandboxView implements RouteTable {
   /** Recomposes sandboxes that gained or lost an id through another sandbox's change. */
   private restatus(keys: ReadonlySet<string>, now: number): void {
     for (const k of keys) {
-      const slot = this.entries.get(k);
-      if (slot !== undefined) this.recompose(k, slot, slot.entry.presence, now);
+      const e = this.entries.get(k);
+      if (e !== undefined) this.recompose(k, e, e.presence, now);
     }
   }
 
@@ -527,8 +505,7 @@ export class SandboxView implements RouteTable {
 
   private remove(key: string, held: ViewEntry): void {
     this.entries.delete(key);
-    const names = this.byNamespace.get(held.namespace);
-    if (names !== undefined && names.delete(held.name) && names.size === 0) this.byNamespace.delete(held.namespace);
+    this.byName.delete(held.namespace, held.name);
     if (held.accessToken !== undefined || held.envdAccessToken !== undefined) this.tokenCount--;
     this.expiring.delete(key);
     this.countRefusals(held, -1);

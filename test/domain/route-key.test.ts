@@ -64,6 +64,15 @@ const cases: [string, Parameters<typeof req>[0], Want][] = [
   ['host: missing name', { host: '8000-.team-a.localhost' }, 'reject'],
   ['host: no dash', { host: '8000.team-a.localhost' }, 'reject'],
   ['host: name of 64 chars', { host: `8000-${'a'.repeat(64)}.team-a.localhost` }, 'reject'],
+  ['host: name of 63 chars', { host: `8000-${'a'.repeat(63)}.team-a.localhost` }, { namespace: 'team-a', name: 'a'.repeat(63), port: 8000, source: 'host' }],
+  ['host: name starts with a dash', { host: '8000--web.team-a.localhost' }, 'reject'],
+  ['host: name ends with a dash', { host: '8000-web-.team-a.localhost' }, 'reject'],
+  ['host: namespace starts with a dash', { host: '8000-web.-team.localhost' }, 'reject'],
+  ['host: namespace ends with a dash', { host: '8000-web.team-.localhost' }, 'reject'],
+  ['host: empty namespace', { host: '8000-web..localhost' }, 'reject'],
+  ['host: namespace of 64 chars', { host: `8000-web.${'a'.repeat(64)}.localhost` }, 'reject'],
+  ['host: port with a leading zero', { host: '08000-web.team-a.localhost' }, 'reject'],
+  ['host: port of six digits', { host: '100000-web.team-a.localhost' }, 'reject'],
   ['host: huge host', { host: `8000-web.${'a'.repeat(300)}.localhost` }, 'reject'],
   ['host: unicode under base domain', { host: '8000-wéb.team-a.localhost' }, 'reject'],
   ['host: CRLF', { host: '8000-web.team-a.localhost\r\nx: y' }, 'reject'],
@@ -123,6 +132,38 @@ describe('parseRoute', () => {
 
   it('path routing is off when the prefix is empty', () => {
     expect(parseRoute(req({ path: '/sbx/team-a/web/8000/' }), { ...opts, pathPrefix: '' })).toBeUndefined();
+  });
+
+  // The host is read in one pass (route-key.ts): the parse must agree with the grammar, written here as a
+  // regular expression, on every host over an alphabet that hits each branch.
+  it('reads every generated host as the host grammar does', () => {
+    const label = '[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?';
+    const grammar = new RegExp(`^([1-9][0-9]{0,4})-(${label})(?:\\.(${label}))?\\.localhost$`);
+    const ports = ['8000', '1', '65535', '0', '65536', '08', 'a', ''];
+    const dashes = ['-', '-', '-', '--', '.', ''];
+    const labels = ['web', 'a', 'b-c', 'a1', 'Team', '9', 'a'.repeat(63), 'a'.repeat(64), '-x', 'x-', 'a.b', 'é', ' ', ''];
+    let x = 7;
+    let routed = 0;
+    const next = (n: number): number => {
+      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+      return (x >>> 8) % n;
+    };
+    for (let k = 0; k < 20_000; k++) {
+      const pick = (from: readonly string[]): string => from[next(from.length)]!;
+      const body = pick(ports) + pick(dashes) + pick(labels) + (next(2) === 0 ? '.' + pick(labels) : '');
+      const raw = body + (next(4) === 0 ? '' : '.localhost') + (next(3) === 0 ? ':' + next(70_000) : '') + (next(5) === 0 ? '.' : '');
+      const got = parseRoute(req({ host: raw }), { ...opts, order: ['host'] });
+      const m = grammar.exec(normaliseHost(raw) ?? '');
+      const port = m === null ? 0 : Number(m[1]);
+      if (m !== null && port <= 65535) {
+        const want = m[3] === undefined ? { id: m[2], namespace: undefined, name: undefined } : { id: undefined, namespace: m[3], name: m[2] };
+        expect(got, raw).toEqual({ ...want, port, path: undefined, source: 'host' });
+        routed++;
+      } else {
+        expect(typeof got === 'object', raw).toBe(false);
+      }
+    }
+    expect(routed).toBeGreaterThan(1000);
   });
 
   it('works with a multi-label base domain', () => {
