@@ -52,17 +52,17 @@ export interface HttpSide {
  */
 export const INSTANCES = 2;
 
-/** Blocks per instance pair: BLOCKS in all. */
-function blocksPer(pairs: number): number {
-  return Math.ceil(BLOCKS / pairs);
-}
-
-/** Runs `one` for each instance pair (a[i] against b[i]) and lays the blocks end to end. */
-export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a: S, b: S, blocks: number) => Promise<{ a: Measured[]; b: Measured[] }>): Promise<{ a: Measured[]; b: Measured[] }> {
+/** Runs `one` for each instance pair (a[i] against b[i]), sharing `blocks` out among them, and lays the blocks end to end. */
+export async function overInstances<S>(
+  a: readonly S[],
+  b: readonly S[],
+  one: (a: S, b: S, blocks: number) => Promise<{ a: Measured[]; b: Measured[] }>,
+  blocks = BLOCKS,
+): Promise<{ a: Measured[]; b: Measured[] }> {
   if (a.length === 0 || a.length !== b.length) throw new Error(`instance pairs: ${a.length} against ${b.length}`);
   const out = { a: [] as Measured[], b: [] as Measured[] };
   for (let i = 0; i < a.length; i++) {
-    const r = await one(a[i]!, b[i]!, blocksPer(a.length));
+    const r = await one(a[i]!, b[i]!, Math.ceil(blocks / a.length));
     out.a.push(...r.a);
     out.b.push(...r.b);
   }
@@ -91,14 +91,26 @@ export interface GrpcSide {
 
 /**
  * CPU per call of two gRPC servers at `rate` calls/s, interleaved as alternateHttp is (the load process runs
- * the schedule, grpc-load.ts alternate): BLOCKS blocks of `t.durationMs`, at most `inFlight` calls open per
- * side, one unmeasured block of warm-up first (more when `t.warmupMs` is longer than a block), shared out
- * among the instance pairs as alternateHttp does.
+ * the schedule, grpc-load.ts alternate): `blocks` blocks (BLOCKS unless given) of `t.durationMs`, at most
+ * `inFlight` calls open per side, one unmeasured block of warm-up first (more when `t.warmupMs` is longer
+ * than a block), shared out among the instance pairs as alternateHttp does.
  */
-export function alternateGrpc(t: Timing, rate: number, inFlight: number, load: GrpcLoad, kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Promise<{ a: Measured[]; b: Measured[] }> {
+export function alternateGrpc(
+  t: Timing,
+  rate: number,
+  inFlight: number,
+  load: GrpcLoad,
+  kind: GrpcKind,
+  a: readonly GrpcSide[],
+  b: readonly GrpcSide[],
+  blocks = BLOCKS,
+): Promise<{ a: Measured[]; b: Measured[] }> {
   const side = (s: GrpcSide) => ({ target: s.target.grpcTarget, pid: s.target.pid, sandboxes: s.sandboxes });
-  return overInstances(a, b, (x, y, blocks) =>
-    profiledTogether([x.target, y.target], () => load.alternate({ a: side(x), b: side(y), kind, maxInFlight: inFlight, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks })),
+  return overInstances(
+    a,
+    b,
+    (x, y, n) => profiledTogether([x.target, y.target], () => load.alternate({ a: side(x), b: side(y), kind, maxInFlight: inFlight, rate, warmupMs: t.warmupMs, blockMs: t.durationMs, blocks: n })),
+    blocks,
   );
 }
 
