@@ -38,19 +38,10 @@ export class NameIndex<E extends Named> {
   }
 
   get(namespace: string, name: string): E | undefined {
-    const h = this.hash(namespace, name);
-    const { hashes, slots, mask } = this;
-    for (let i = h & mask; ; i = (i + 1) & mask) {
-      const at = hashes[i]!;
-      if (at === 0) return undefined;
-      if (at === h) {
-        const e = slots[i]!;
-        if (e.name === name && e.namespace === namespace) {
-          this.lastFound = i;
-          return e;
-        }
-      }
-    }
+    const i = this.find(this.hash(namespace, name), namespace, name);
+    if (this.hashes[i] === 0) return undefined;
+    this.lastFound = i;
+    return this.slots[i];
   }
 
   /** Adds `entry`, or replaces the entry of the same namespace and name. */
