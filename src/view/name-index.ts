@@ -11,7 +11,8 @@ import { randomInt } from 'node:crypto';
  * do not collide on another's, and a lookup always compares the names themselves: a hash alone never
  * routes. At most half the slots are used (the table doubles past that); a deletion shifts the rest of
  * its probe run back, so no tombstones build up. The table does not shrink: after a mass deletion it
- * keeps the size of its peak (eight bytes per slot, two slots per sandbox at most).
+ * keeps the size of its peak: twelve bytes per slot (a 4-byte hash and a reference), and two slots per
+ * sandbox just before the table doubles, four just after.
  */
 
 export interface Named {
@@ -28,8 +29,6 @@ export class NameIndex<E extends Named> {
   private slots: (E | undefined)[] = new Array<E | undefined>(INITIAL_CAPACITY).fill(undefined);
   private mask = INITIAL_CAPACITY - 1;
   private count = 0;
-  /** The slot get() last found: an update reads its sandbox, then sets the new entry in the same slot. */
-  private lastFound = 0;
 
   constructor(private readonly seed: number = randomInt(0x7fffffff)) {}
 
@@ -39,19 +38,11 @@ export class NameIndex<E extends Named> {
 
   get(namespace: string, name: string): E | undefined {
     const i = this.find(this.hash(namespace, name), namespace, name);
-    if (this.hashes[i] === 0) return undefined;
-    this.lastFound = i;
-    return this.slots[i];
+    return this.hashes[i] === 0 ? undefined : this.slots[i];
   }
 
   /** Adds `entry`, or replaces the entry of the same namespace and name. */
   set(entry: E): void {
-    // Names are unique in the table, so a slot holding this name is its slot, however the table moved since.
-    const last = this.slots[this.lastFound];
-    if (last !== undefined && last.name === entry.name && last.namespace === entry.namespace) {
-      this.slots[this.lastFound] = entry;
-      return;
-    }
     const h = this.hash(entry.namespace, entry.name);
     const i = this.find(h, entry.namespace, entry.name);
     if (this.hashes[i] !== 0) {
@@ -109,7 +100,8 @@ export class NameIndex<E extends Named> {
   }
 
   private grow(): void {
-    const [hashes, slots] = [this.hashes, this.slots];
+    const hashes = this.hashes;
+    const slots = this.slots;
     const capacity = hashes.length * 2;
     this.hashes = new Int32Array(capacity);
     this.slots = new Array<E | undefined>(capacity).fill(undefined);

@@ -32,7 +32,7 @@ describe('NameIndex', () => {
       if (next(3) === 0) {
         expect(index.delete(namespace, name)).toBe(model.delete(key));
       } else {
-        // As the view does on an update: read the sandbox, then set its new entry (set() reuses the slot).
+        // As the view does on an update: read the sandbox, then set its new entry.
         if (next(2) === 0) expect(index.get(namespace, name)).toBe(model.get(key));
         const e = { namespace, name, n: step };
         index.set(e);
