@@ -31,6 +31,14 @@ const CHECK_RATE = 3000;
  * 1.07× across four runs while the lookups at 100k cost a fraction of a µs more than at 1k in-process.
  */
 const COST_BLOCKS = 2 * BLOCKS;
+/**
+ * Gateways of each size in the Check cost comparison, twice the other doors' INSTANCES: what moves its
+ * median is the offset each process keeps for its life (cost.ts INSTANCES). On 2026-11-26, with two
+ * instance pairs, one pair read about +4 … +5 µs per Check at 100k over 1k and the other about −1 in each
+ * of two --quick runs, which pair was which changing, and the median of the 20 blocks landed at 0.94 and
+ * 0.99×; four pairs of five blocks each halve the variance that offset adds to the median.
+ */
+const COST_INSTANCES = 2 * INSTANCES;
 
 interface Probed extends ViewProbeResult {
   readonly latency: LatencySummary;
@@ -82,16 +90,16 @@ export const scale: Section = {
     );
 
     const pairs = PAIRS;
-    ctx.log(`scale: Check cost (${COST_BLOCKS} interleaved pairs over ${INSTANCES} instance pairs) and throughput (${pairs} alternating pairs), ${label(LARGE)} vs ${label(SMALL)} sandboxes`);
+    ctx.log(`scale: Check cost (${COST_BLOCKS} interleaved pairs over ${COST_INSTANCES} instance pairs) and throughput (${pairs} alternating pairs), ${label(LARGE)} vs ${label(SMALL)} sandboxes`);
     const t = timing(ctx, { warmupMs: 500, durationMs: 1500 }, { warmupMs: 1000, durationMs: 3000 });
     // The cost comparison has the full run's blocks and warm-up in --quick too: with 2 s blocks and half the
     // warm-up, the 100k gateways (just loaded) read +5 … +9 µs per Check in --quick against +0.5 in full runs.
     const tCost: Timing = { warmupMs: 1000, durationMs: 4000 };
-    // INSTANCES gateways of each size (cost.ts says why); the first of each also serves the rows at the limit.
+    // COST_INSTANCES gateways of each size (cost.ts says why); the first of each also serves the rows at the limit.
     const [smallFile, largeFile] = [writeSandboxesFile(ctx.tmp, SMALL, 'none'), writeSandboxesFile(ctx.tmp, LARGE, 'none')];
     const smalls: Target[] = [];
     const larges: Target[] = [];
-    for (let i = 1; i <= INSTANCES; i++) {
+    for (let i = 1; i <= COST_INSTANCES; i++) {
       smalls.push(await startGateway(ctx.procs, { name: `sandgate-${label(SMALL)}-${i}`, sandboxes: smallFile }, ctx.targetOptions));
       larges.push(await startGateway(ctx.procs, { name: `sandgate-${label(LARGE)}-${i}`, sandboxes: largeFile, readyTimeoutMs: 180_000 }, ctx.targetOptions));
     }
