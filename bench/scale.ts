@@ -111,9 +111,9 @@ export const scale: Section = {
     await warmUp(Object.fromEntries([...larges.map((g) => [g.name, arm(g, LARGE)]), ...smalls.map((g) => [g.name, arm(g, SMALL)])]), 4000);
     // Then each collects its garbage (two full GCs, heap-probe.ts): what loading the file and warming up left
     // in the old generation would otherwise be marked by a full GC that falls into some block of the
-    // comparison, at 100k over a heap five times the 1k one's. Measured one by one on 2026-11-26, a window
-    // of 8 s with such a GC in it read +30 … +40 µs per Check; after a few such windows, the 100k and 1k
-    // gateways read 72.7 and 73.2 µs, with nothing promoted at 100k.
+    // comparison, at 100k over a heap five times the 1k one's (measured one gateway at a time on
+    // 2026-11-26, an 8 s window with such a GC in it read +30 … +40 µs per Check). It does not close the
+    // whole gap: the full run after it still read +9 … +16 µs per Check at 100k (docs/benchmarks.md §4).
     for (const g of [...larges, ...smalls]) await g.heap();
     const sides = (gws: readonly Target[], sandboxes: number) => gws.map((target) => ({ target, sandboxes }));
     const cost = compareCost(CHECK_RATE, await alternateGrpc(tCost, CHECK_RATE, IN_FLIGHT, load, 'check', sides(larges, LARGE), sides(smalls, SMALL), COST_BLOCKS), { a: label(LARGE), b: label(SMALL) });
