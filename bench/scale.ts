@@ -32,11 +32,11 @@ const CHECK_RATE = 3000;
  */
 const COST_BLOCKS = 2 * BLOCKS;
 /**
- * Gateways of each size in the Check cost comparison, twice the other doors' INSTANCES: what moves its
- * median is the offset each process keeps for its life (cost.ts INSTANCES). On 2026-11-26, with two
- * instance pairs, one pair read about +4 … +5 µs per Check at 100k over 1k and the other about −1 in each
- * of two --quick runs, which pair was which changing, and the median of the 20 blocks landed at 0.94 and
- * 0.99×; four pairs of five blocks each halve the variance that offset adds to the median.
+ * Gateways of each size in the Check cost comparison, twice the other doors' INSTANCES, so the offset each
+ * process keeps for its life (cost.ts INSTANCES) weighs half as much on the median. On 2026-11-26, with
+ * two instance pairs, one pair read about +4 … +5 µs per Check at 100k over 1k and the other about −1 in
+ * each of two --quick runs. With four, every pair of the two full runs after it read +4 … +16: beside the
+ * offsets there is a gap of the 100k gateways' own, not yet explained (docs/benchmarks.md §4).
  */
 const COST_INSTANCES = 2 * INSTANCES;
 
