@@ -124,6 +124,27 @@ describe('FileDriver', () => {
     }
   });
 
+  it('hands over every field an entry sets, plus its uid and resourceVersion', async () => {
+    const dir = tmp();
+    const path = join(dir, 'sandboxes.yaml');
+    const entry = {
+      namespace: 'a', name: 'web', ids: ['sbx-web'], address: '127.0.0.2', ports: [8000, 49983], state: 'paused', supervisor: 'none', reason: 'Paused',
+      message: 'paused by its owner', instanceId: 'pod-1', shutdownTime: '2030-01-01T00:00:00Z', accessToken: 'tok', envdAccessToken: 'envd', resume: 'on-traffic',
+    };
+    writeFileSync(path, JSON.stringify({ sandboxes: [entry] }));
+    const [parsed] = parseSandboxesFile(readFileSync(path, 'utf8'), path);
+    const driver = new FileDriver(path);
+    const sink = new Sink();
+    await driver.start(sink);
+    try {
+      const [s] = sink.lists[0]!;
+      expect(s).toEqual({ ...parsed, uid: s!.uid, resourceVersion: '1' });
+      expect(s!.uid).toMatch(/^file-/);
+    } finally {
+      await driver.stop();
+    }
+  });
+
   it('a missing file at start is reported and counts as an empty, synced list', async () => {
     const driver = new FileDriver(join(tmp(), 'missing.yaml'));
     const sink = new Sink();
