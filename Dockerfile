@@ -31,5 +31,5 @@ USER node
 EXPOSE 9001 9090
 # A young generation big enough that a busy driver's replaced snapshots die young, and no pretenuring
 # that would allocate them in the old generation to begin with (docs/benchmarks.md).
-ENTRYPOINT ["node", "--max-semi-space-size=64", "--no-allocation-site-pretenuring", "dist/src/cli/main.js"]
+ENTRYPOINT ["node", "--max-semi-space-size=64", "--no-allocation-site-pretenuring", "--heap-growing-percent=100", "dist/src/cli/main.js"]
 CMD ["serve"]

@@ -95,9 +95,12 @@ let profiles = 0;
  * The V8 flags the gateway ships with (Dockerfile ENTRYPOINT, `npm start`; a test keeps them in step): a
  * young generation of up to 64 MB per semi-space, and no pretenuring by allocation site, so a sandbox's
  * replaced snapshot dies young instead of being promoted (or allocated in the old generation to begin
- * with) and collected by full GCs (docs/benchmarks.md, "Cost, not just rate").
+ * with) and collected by full GCs (docs/benchmarks.md, "Cost, not just rate"); and an old generation
+ * allowed to grow to twice what the last full GC left before the next one, where V8 by itself lets a
+ * large live heap grow by about a tenth: it reckons a full GC by its pauses, not by its concurrent
+ * marking, which at 100k sandboxes takes about a second of CPU (docs/benchmarks.md §4).
  */
-export const GATEWAY_NODE_FLAGS = ['--max-semi-space-size=64', '--no-allocation-site-pretenuring'] as const;
+export const GATEWAY_NODE_FLAGS = ['--max-semi-space-size=64', '--no-allocation-site-pretenuring', '--heap-growing-percent=100'] as const;
 
 function nodeFlags(name: string, opts: TargetOptions): string[] {
   // Every Node process under test, baselines too, runs with the gateway's flags, so a comparison is of
