@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,13 +27,44 @@ export interface RedisServer {
   admin(): Redis;
 }
 
+/**
+ * A port free on 127.0.0.1 now, for a server started later (and maybe restarted on it). It is drawn from
+ * below the kernel's ephemeral range: a port from that range (what `listen(0)` hands out) can be taken
+ * meanwhile as the local end of any outgoing connection (a gateway's Redis client, say), and the server
+ * then fails to start with the port in use.
+ */
 export async function freePort(): Promise<number> {
+  const [low, high] = belowEphemeral();
+  for (let attempt = 0; attempt < 100 && high > low; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    if ((await bindOnce(port)) !== undefined) return port;
+  }
+  const port = await bindOnce(0);
+  if (port === undefined) throw new Error('no free port');
+  return port;
+}
+
+/** Ports [from, to) below the ephemeral range (Linux: /proc/sys/net/ipv4/ip_local_port_range); empty if unknown. */
+function belowEphemeral(): [number, number] {
+  try {
+    const first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(first) && first > 11_000 ? [10_000, first] : [0, 0];
+  } catch {
+    return [0, 0];
+  }
+}
+
+/** Binds `port` (0: any) on 127.0.0.1 and closes it again; the port bound, or undefined when in use. */
+async function bindOnce(port: number): Promise<number | undefined> {
   const srv = createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const bound = await new Promise<boolean>((resolve) => {
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => resolve(true));
+  });
+  if (!bound) return undefined;
   const address = srv.address();
   await new Promise<void>((resolve) => srv.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
+  return address === null || typeof address === 'string' ? undefined : address.port;
 }
 
 function ping(port: number): Promise<boolean> {
