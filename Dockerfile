@@ -29,8 +29,9 @@ COPY assets ./assets
 USER node
 # ext_authz / ext_proc / gRPC health, admin (HTTP authz, API, metrics)
 EXPOSE 9001 9090
-# A young generation big enough that a busy driver's replaced snapshots die young, no pretenuring that
+# A fixed young generation big enough that a busy driver's replaced snapshots die young (and that does not
+# shrink after a quiet spell, when each request would cost more CPU), no pretenuring that
 # would allocate them in the old generation to begin with, and an old generation that may double before
 # a full GC, which at 100k sandboxes costs about a second of CPU (docs/benchmarks.md, docs/operations.md).
-ENTRYPOINT ["node", "--max-semi-space-size=64", "--no-allocation-site-pretenuring", "--heap-growing-percent=100", "dist/src/cli/main.js"]
+ENTRYPOINT ["node", "--min-semi-space-size=64", "--max-semi-space-size=64", "--no-allocation-site-pretenuring", "--heap-growing-percent=100", "dist/src/cli/main.js"]
 CMD ["serve"]
