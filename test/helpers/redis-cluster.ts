@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { eventually } from './eventually.js';
-import { startRedisServer, type RedisServer } from './redis-server.js';
+import { freePort, startRedisServer, type RedisServer } from './redis-server.js';
 
 /**
  * A Redis Cluster on loopback for one test: `masters` masters, each with `replicasPerMaster` replicas,
@@ -23,6 +23,9 @@ export interface RedisClusterGroup {
 
 const run = promisify(execFile);
 
+/** A cluster node talks to the others on its port plus this (Redis's cluster bus). */
+const CLUSTER_BUS_OFFSET = 10_000;
+
 /**
  * `requireFullCoverage: false` (`cluster-require-full-coverage no`) lets the masters that still hold their
  * slots serve while another master's slots have no owner; by default Redis stops the whole cluster
@@ -34,7 +37,7 @@ export async function startRedisCluster(o: { masters?: number; replicasPerMaster
   const args = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(o.nodeTimeoutMs ?? 1000), '--repl-diskless-sync', 'yes', '--repl-diskless-sync-delay', '0'];
   if (o.requireFullCoverage === false) args.push('--cluster-require-full-coverage', 'no');
   const nodes: RedisServer[] = [];
-  for (let i = 0; i < masters * (1 + replicas); i++) nodes.push(await startRedisServer({ args }));
+  for (let i = 0; i < masters * (1 + replicas); i++) nodes.push(await startRedisServer({ port: await freePort(CLUSTER_BUS_OFFSET), args }));
   await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes']);
   await eventually(
     async () => {

@@ -31,14 +31,16 @@ export interface RedisServer {
  * A port free on 127.0.0.1 now, for a server started later (and maybe restarted on it). It is drawn from
  * below the kernel's ephemeral range: a port from that range (what `listen(0)` hands out) can be taken
  * meanwhile as the local end of any outgoing connection (a gateway's Redis client, say), and the server
- * then fails to start with the port in use.
+ * then fails to start with the port in use. With `plus`, the port `plus` above it is free too (a Redis
+ * Cluster node's bus port), and below the ephemeral range as well.
  */
-export async function freePort(): Promise<number> {
+export async function freePort(plus = 0): Promise<number> {
   const [low, high] = belowEphemeral();
-  for (let attempt = 0; attempt < 100 && high > low; attempt++) {
-    const port = low + Math.floor(Math.random() * (high - low));
-    if ((await bindOnce(port)) !== undefined) return port;
+  for (let attempt = 0; attempt < 100 && high - plus > low; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - plus - low));
+    if ((await bindOnce(port)) !== undefined && (plus === 0 || (await bindOnce(port + plus)) !== undefined)) return port;
   }
+  if (plus !== 0) throw new Error(`no free port with ${plus} above it free too`);
   const port = await bindOnce(0);
   if (port === undefined) throw new Error('no free port');
   return port;
