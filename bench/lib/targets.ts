@@ -97,9 +97,9 @@ let profiles = 0;
  * replaced snapshot dies young instead of being promoted (or allocated in the old generation to begin
  * with) and collected by full GCs (docs/benchmarks.md, "Cost, not just rate"). The young generation is
  * fixed at that size: V8 by itself starts it at 1 MB, grows it only as objects survive and shrinks it
- * again after a quiet spell, so two gateways under the same load ran with 8 MB or 64 MB semi-spaces
- * depending on their past, and at 8 MB a Check cost 1–4 µs more CPU (docs/benchmarks.md, "Cost, not just
- * rate"). And an old generation allowed to grow to twice what the last full GC left before the next one,
+ * again after a quiet spell, so two gateways under the same load ran with 4 MB or 64 MB semi-spaces
+ * depending on their past, and at 8 MB a Check cost 1–4 µs more CPU than at 64 (docs/benchmarks.md,
+ * "Cost, not just rate"). And an old generation allowed to grow to twice what the last full GC left before the next one,
  * where V8 by itself lets a large live heap grow by about a tenth: it reckons a full GC by its pauses,
  * not by its concurrent marking, which at 100k sandboxes takes about a second of CPU (docs/benchmarks.md §4).
  */
