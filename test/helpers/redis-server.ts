@@ -35,38 +35,36 @@ export interface RedisServer {
  * Cluster node's bus port), and below the ephemeral range as well.
  */
 export async function freePort(plus = 0): Promise<number> {
-  const [low, high] = belowEphemeral();
-  for (let attempt = 0; attempt < 100 && high - plus > low; attempt++) {
-    const port = low + Math.floor(Math.random() * (high - plus - low));
-    if ((await bindOnce(port)) !== undefined && (plus === 0 || (await bindOnce(port + plus)) !== undefined)) return port;
+  const high = ephemeralStart() - plus;
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = LOWEST_PORT + Math.floor(Math.random() * (high - LOWEST_PORT));
+    if ((await bindable(port)) && (plus === 0 || (await bindable(port + plus)))) return port;
   }
-  if (plus !== 0) throw new Error(`no free port with ${plus} above it free too`);
-  const port = await bindOnce(0);
-  if (port === undefined) throw new Error('no free port');
-  return port;
+  throw new Error(`no free port below ${high}${plus === 0 ? '' : ` with the port ${plus} above it free too`}`);
 }
 
-/** Ports [from, to) below the ephemeral range (Linux: /proc/sys/net/ipv4/ip_local_port_range); empty if unknown. */
-function belowEphemeral(): [number, number] {
+const LOWEST_PORT = 10_000;
+
+/** The first port of the ephemeral range: Linux's own setting, else its default. */
+function ephemeralStart(): number {
   try {
     const first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
-    return Number.isInteger(first) && first > 11_000 ? [10_000, first] : [0, 0];
+    if (Number.isInteger(first) && first > 2 * LOWEST_PORT) return first;
   } catch {
-    return [0, 0];
+    // Not Linux: its default below.
   }
+  return 32_768;
 }
 
-/** Binds `port` (0: any) on 127.0.0.1 and closes it again; the port bound, or undefined when in use. */
-async function bindOnce(port: number): Promise<number | undefined> {
+/** True when `port` on 127.0.0.1 can be bound now (it is bound and closed again). */
+async function bindable(port: number): Promise<boolean> {
   const srv = createServer();
   const bound = await new Promise<boolean>((resolve) => {
     srv.once('error', () => resolve(false));
     srv.listen(port, '127.0.0.1', () => resolve(true));
   });
-  if (!bound) return undefined;
-  const address = srv.address();
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return address === null || typeof address === 'string' ? undefined : address.port;
+  if (bound) await new Promise<void>((resolve) => srv.close(() => resolve()));
+  return bound;
 }
 
 function ping(port: number): Promise<boolean> {
