@@ -3,6 +3,7 @@ import type { RouteEntry, RouteTable } from '../domain/decide.js';
 import { isIP } from 'node:net';
 import type { BackendSnapshot, Condition, DriverEvent, Endpoint, Presence, PublicStatus } from '../domain/sandbox.js';
 import { sandboxKey } from '../domain/sandbox.js';
+import { flat } from '../domain/flat-string.js';
 import { classifyIds, compareClaimants, hasLegacyForm, legacyId, type IdRefusal } from '../domain/sandbox-ids.js';
 import { IdIndex } from './id-index.js';
 import { NameIndex } from './name-index.js';
@@ -362,7 +363,7 @@ export class SandboxView implements RouteTable {
       }
     }
     // A held entry carries the presence the map holds for it (setPresence() re-puts the entry on every change).
-    const key = held !== undefined ? held.key : sandboxKey(s.namespace, s.name);
+    const key = held !== undefined ? held.key : flat(sandboxKey(s.namespace, s.name));
     this.put(key, driver, s, held !== undefined ? held.presence : this.presence.get(key), now, sameUid ? held.status : undefined, held);
     return true;
   }

@@ -124,6 +124,34 @@ describe('FileDriver', () => {
     }
   });
 
+  it('a reload hands over an unchanged entry as the same snapshot, and a new one for any change, however deep', async () => {
+    const dir = tmp();
+    const path = join(dir, 'sandboxes.yaml');
+    const file = (apiPorts: string) =>
+      `sandboxes:\n  - {namespace: a, name: web, address: 127.0.0.2, ports: [80]}\n  - {namespace: a, name: api, address: 127.0.0.3, ports: [${apiPorts}]}\n`;
+    writeFileSync(path, file('80, 443'));
+    const driver = new FileDriver(path);
+    const sink = new Sink();
+    await driver.start(sink);
+    try {
+      const before = new Map(sink.lists[0]!.map((s) => [s.name, s]));
+      const next = sink.next();
+      writeFileSync(join(dir, 'tmp'), file('80, 444'));
+      renameSync(join(dir, 'tmp'), path);
+      await next;
+      const after = new Map(sink.lists.at(-1)!.map((s) => [s.name, s]));
+      expect(after.get('web')).toBe(before.get('web'));
+      expect(after.get('web')!.resourceVersion).toBe('1');
+      const api = after.get('api')!;
+      expect(api).not.toBe(before.get('api'));
+      expect(api.ports).toEqual([80, 444]);
+      expect(api.uid).toBe(before.get('api')!.uid);
+      expect(api.resourceVersion).toBe('2');
+    } finally {
+      await driver.stop();
+    }
+  });
+
   it('hands over every field an entry sets, plus its uid and resourceVersion', async () => {
     const dir = tmp();
     const path = join(dir, 'sandboxes.yaml');

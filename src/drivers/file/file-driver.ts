@@ -1,8 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import { watchFile, type FileWatch } from '../../lib/file-watch.js';
 import { isIP } from 'node:net';
+import { isDeepStrictEqual } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../../domain/errors.js';
+import { flat } from '../../domain/flat-string.js';
 import { isDnsLabel } from '../../domain/labels.js';
 import { sandboxKey, type BackendSnapshot, type BackendState, type Condition, type Endpoint } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
@@ -112,7 +114,7 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     accessToken: token === 'derived' ? { derived: true } : token,
     envdAccessToken: envdToken,
     resumeOnTraffic: resume === undefined ? undefined : resume === 'on-traffic',
-    instanceId: str('instanceId', false) ?? sandboxKey(namespace, name),
+    instanceId: str('instanceId', false) ?? flat(sandboxKey(namespace, name)),
     ids,
     state,
     conditions: [ready],
@@ -151,6 +153,12 @@ function withIdentity(s: FileSandbox, uid: string, resourceVersion: string): Bac
   } satisfies Record<keyof BackendSnapshot, unknown>;
 }
 
+/** True when a parsed entry says of its sandbox all that `held` (its snapshot from an earlier load) says. */
+function saysTheSame(s: FileSandbox, held: BackendSnapshot): boolean {
+  for (const k of Object.keys(s) as (keyof FileSandbox)[]) if (!isDeepStrictEqual(s[k], held[k])) return false;
+  return true;
+}
+
 /** Parses the text of a sandboxes file. Throws SandgateError `sandboxes_file_invalid` naming the bad entry. */
 export function parseSandboxesFile(text: string, path = 'sandboxes file'): FileSandbox[] {
   let doc: unknown;
@@ -183,8 +191,8 @@ export class FileDriver implements Driver {
   readonly id = 'file';
   private sink: DriverSink | undefined;
   private watcher: FileWatch | undefined;
-  /** What the last good file said, by key, with the uid and version given to it. */
-  private held = new Map<string, { json: string; snapshot: BackendSnapshot }>();
+  /** The snapshots of the last good file, by key. */
+  private held = new Map<string, BackendSnapshot>();
   private generation = 0;
   private uidCounter = 0;
   private reloading: Promise<void> = Promise.resolve();
@@ -225,19 +233,18 @@ export class FileDriver implements Driver {
       return;
     }
     const version = String(++this.generation);
-    const next = new Map<string, { json: string; snapshot: BackendSnapshot }>();
+    const next = new Map<string, BackendSnapshot>();
     for (const s of parsed) {
-      const key = sandboxKey(s.namespace, s.name);
-      const json = JSON.stringify(s);
+      const key = flat(sandboxKey(s.namespace, s.name));
       const before = this.held.get(key);
-      if (before !== undefined && before.json === json) {
+      if (before !== undefined && saysTheSame(s, before)) {
         next.set(key, before);
         continue;
       }
-      const uid = before?.snapshot.uid ?? `file-${process.pid}-${++this.uidCounter}`;
-      next.set(key, { json, snapshot: withIdentity(s, uid, version) });
+      const uid = before?.uid ?? flat(`file-${process.pid}-${++this.uidCounter}`);
+      next.set(key, withIdentity(s, uid, version));
     }
     this.held = next;
-    sink.replace([...next.values()].map((v) => v.snapshot));
+    sink.replace([...next.values()]);
   }
 }
