@@ -1,8 +1,8 @@
 /**
  * `s` as one string in memory. V8 keeps a string built with `+` or a template literal (13 characters or
- * more) as a tree of its parts: two to five heap objects, for as long as the string lives. Strings held
- * for every sandbox (keys, uids) are held flat: a view of 100k sandboxes is then a million heap objects
- * fewer (docs/benchmarks.md §4). Joining the characters builds one flat string.
+ * more) as a tree of its parts: two heap objects or more, for as long as the string lives. Strings held
+ * for every sandbox (keys, uids) are held flat, as one object each (docs/benchmarks.md §4). Joining the
+ * characters builds one flat string.
  */
 export function flat(s: string): string {
   return s.split('').join('');
