@@ -206,7 +206,10 @@ describe('Redis absent at start', () => {
     const late = await startRedisServer({ port });
     extraServers.push(late);
     await eventually(healthy(a), 4000, 'A to connect');
+    // Connected is not yet written: A asserts what it recorded meanwhile in its next round, and B sees it
+    // in its first load or from the channel after it.
     const b = await started('B', { url: late.url });
+    await eventually(() => b.get('ns', 'sb') !== undefined, 4000, "B to see A's claim");
     expect(b.get('ns', 'sb')).toEqual(rec);
   });
 });
