@@ -36,6 +36,7 @@ export interface RedisServer {
  */
 export async function freePort(plus = 0): Promise<number> {
   const high = ephemeralStart() - plus;
+  if (high <= LOWEST_PORT) throw new Error(`no port between ${LOWEST_PORT} and the ephemeral range with the port ${plus} above it free too`);
   for (let attempt = 0; attempt < 100; attempt++) {
     const port = LOWEST_PORT + Math.floor(Math.random() * (high - LOWEST_PORT));
     if ((await bindable(port)) && (plus === 0 || (await bindable(port + plus)))) return port;
@@ -49,7 +50,7 @@ const LOWEST_PORT = 10_000;
 function ephemeralStart(): number {
   try {
     const first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
-    if (Number.isInteger(first) && first > 2 * LOWEST_PORT) return first;
+    if (Number.isInteger(first) && first > LOWEST_PORT) return first;
   } catch {
     // Not Linux: its default below.
   }
