@@ -99,9 +99,10 @@ let profiles = 0;
  * fixed at that size: V8 by itself starts it at 1 MB, grows it only as objects survive and shrinks it
  * again after a quiet spell, so two gateways under the same load ran with 4 MB or 64 MB semi-spaces
  * depending on their past, and at 8 MB a Check cost 1–4 µs more CPU than at 64 (docs/benchmarks.md,
- * "Cost, not just rate"). And an old generation allowed to grow to twice what the last full GC left before the next one,
- * where V8 by itself lets a large live heap grow by about a tenth: it reckons a full GC by its pauses,
- * not by its concurrent marking, which at 100k sandboxes takes about a second of CPU (docs/benchmarks.md §4).
+ * "Cost, not just rate"). And an old generation allowed to grow to twice what the last full GC left
+ * before the next one, where V8 by itself lets a large live heap grow by about a tenth: it reckons a
+ * full GC by its pauses, not by its concurrent marking, which at 100k sandboxes takes about a second of
+ * CPU (docs/benchmarks.md §4).
  */
 export const GATEWAY_NODE_FLAGS = ['--min-semi-space-size=64', '--max-semi-space-size=64', '--no-allocation-site-pretenuring', '--heap-growing-percent=100'] as const;
 
