@@ -37,9 +37,9 @@ const COST_BLOCKS = 2 * BLOCKS;
  * two instance pairs, one pair read about +4 … +5 µs per Check at 100k over 1k and the other about −1 in
  * each of two --quick runs. With four, every pair of the two full runs after it read +4 … +16: beside the
  * offsets there is a gap of the 100k gateways' own. Full GCs were part of it, until the gateway's flags let
- * the old generation double (bench/lib/targets.ts); of what remains, about 2 µs per Check are the lookup's
- * cache misses and the rest (+3 … +10 µs, by run and process pair) comes with holding 100k sandboxes at all,
- * whichever a Check names (docs/benchmarks.md §4).
+ * the old generation double (bench/lib/targets.ts). What remains (+4 … +12 µs, by run and process pair)
+ * comes with the heap a 100k gateway holds, whichever sandbox a Check names: a process answering Checks
+ * from a plain Map of 100k routes and little else pays nothing over one of 1k (docs/benchmarks.md §4).
  */
 const COST_INSTANCES = 2 * INSTANCES;
 
