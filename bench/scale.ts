@@ -38,8 +38,9 @@ const COST_BLOCKS = 2 * BLOCKS;
  * each of two --quick runs. With four, every pair of the two full runs after it read +4 … +16: beside the
  * offsets there is a gap of the 100k gateways' own. Full GCs were part of it, until the gateway's flags let
  * the old generation double (bench/lib/targets.ts). What remains (+4 … +12 µs, by run and process pair)
- * comes with the heap a 100k gateway holds, whichever sandbox a Check names: a process answering Checks
- * from a plain Map of 100k routes and little else pays nothing over one of 1k (docs/benchmarks.md §4).
+ * comes with holding 100k sandboxes, whichever sandbox a Check names, and not with how the gateway holds
+ * them: a door process of sandgate's own door code over 301 B of routes per sandbox, and a bare Map of
+ * routes, read +3 … +8 µs per Check at 100k over 1k too (docs/benchmarks.md §4, tenth session).
  */
 const COST_INSTANCES = 2 * INSTANCES;
 
