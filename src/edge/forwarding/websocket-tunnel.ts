@@ -115,7 +115,7 @@ export function spliceUpgrade(
         if (answer.status === 101) {
           client.write(Buffer.concat([answer.bytes, rest]));
           if (head.length > 0) up.write(head);
-          if (activity !== undefined) watchData(req, client, up, head, rest, activity);
+          if (activity !== undefined) watchData((req.headers.upgrade ?? '').toLowerCase() === 'websocket', client, up, head, rest, activity);
           up.pipe(client);
           client.pipe(up);
           return;
@@ -130,9 +130,12 @@ export function spliceUpgrade(
   );
 }
 
-/** Calls `activity` for data on either side of a spliced upgrade (data frames only, for a WebSocket). */
-function watchData(req: IncomingMessage, client: Socket, up: Pipe, head: Buffer, rest: Buffer, activity: () => void): void {
-  const ws = (req.headers.upgrade ?? '').toLowerCase() === 'websocket';
+/**
+ * Calls `activity` for data on either side of a spliced tunnel, the bytes already passed on each side
+ * (`clientFirst`, `upFirst`) included: on a WebSocket (`ws`) data frames only, on any other protocol
+ * every byte.
+ */
+export function watchData(ws: boolean, client: Duplex, up: Duplex, clientFirst: Buffer, upFirst: Buffer, activity: () => void): void {
   const side = (first: Buffer): ((chunk: Buffer) => void) => {
     const scanner = ws ? new FrameScanner() : undefined;
     if (first.length > 0 && (scanner === undefined || scanner.feed(first))) activity();
@@ -140,12 +143,12 @@ function watchData(req: IncomingMessage, client: Socket, up: Pipe, head: Buffer,
       if (scanner === undefined || scanner.feed(chunk)) activity();
     };
   };
-  client.on('data', side(head));
-  up.on('data', side(rest));
+  client.on('data', side(clientFirst));
+  up.on('data', side(upFirst));
 }
 
 /** An upstream's answer head, as read off the pipe. */
-interface AnswerHead {
+export interface AnswerHead {
   readonly status: number;
   /** The head's bytes, its blank line included. */
   readonly bytes: Buffer;
@@ -158,7 +161,7 @@ const MAX_ANSWER_HEAD = 16 * 1024;
 const STATUS_LINE = /^HTTP\/1\.[01] (\d{3})(?: [^\r\n]*)?$/;
 
 /** Reads the upstream's answer head; `then` gets it (undefined when it is not one) and the bytes after it. */
-function readAnswerHead(up: Pipe, then: (answer: AnswerHead | undefined, rest: Buffer) => void): void {
+export function readAnswerHead(up: Pipe, then: (answer: AnswerHead | undefined, rest: Buffer) => void): void {
   let acc: Buffer = Buffer.alloc(0);
   const onData = (chunk: Buffer): void => {
     acc = acc.length === 0 ? chunk : Buffer.concat([acc, chunk]);
@@ -277,7 +280,7 @@ export class ChunkedEnd {
   }
 }
 
-function withoutOrigin(raw: readonly string[]): string[] {
+export function withoutOrigin(raw: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() !== ORIGIN) out.push(raw[i]!, raw[i + 1]!);
   return out;
