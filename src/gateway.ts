@@ -33,6 +33,8 @@ import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
+import { AccessLog, accessLogTarget } from './observability/access-log.js';
+import { ExchangeRecorder } from './observability/exchange.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
 import type { RelayOpener } from './sessions/relay-opener.js';
@@ -188,6 +190,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
 
+  const accessLogTo = accessLogTarget(config.accessLog);
+  const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
+  // Absent unless the access log is on: the doors then make no exchange records at all.
+  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
+
   const view = new SandboxView({
     now: opts.now ?? Date.now,
     tombstoneTtlMs: config.tombstoneTtlMs,
@@ -215,6 +222,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
+    recorder,
   });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
   const host = config.listenHost;
@@ -236,7 +244,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const relay = new RelayListener(
     sessionStreams,
-    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
+    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, recorder },
     log.child({ part: 'relay' }),
   );
   const readiness: Readiness = {
@@ -325,6 +333,16 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   let tick: NodeJS.Timeout | undefined;
 
   const components: Component[] = [
+    // First to start and last to stop: every listener has closed before the access log's last flush.
+    ...(accessLog === undefined
+      ? []
+      : [
+          {
+            name: 'access log',
+            start: () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
+            stop: () => accessLog.close(),
+          },
+        ]),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
     listener(
       '--relay-port',

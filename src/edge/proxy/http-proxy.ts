@@ -8,13 +8,16 @@ import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { respondDenial, writeDenial } from '../denial.js';
-import { exchange, relayDenial } from '../relay/relay-exchange.js';
+import { exchange, relayDenial, relayStreamHost } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
 import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js';
-import { UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
+import { RecordedUpstreamExchange, UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
+import type { Exchange } from '../../observability/exchange.js';
+
+const TRACEPARENT = 'traceparent';
 import { dropSet, forwardRequestHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
 import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forwarding/websocket-tunnel.js';
 import { sandboxKey } from '../../domain/sandbox.js';
@@ -80,7 +83,9 @@ export class EmbeddedProxy implements ExchangeOwner {
   ) {
     // A client's copies of the relay headers never travel on: a relay hop gets the gateway's own.
     this.connections = new ConnectionLimit(opts.maxConnectionsPerSandbox ?? 0);
-    this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER] });
+    // With tracing on, the sandbox gets the proxy's own `traceparent` (its span's), never the client's.
+    const traced = decider.recorder?.tracer !== undefined ? [TRACEPARENT] : [];
+    this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, ...traced] });
     this.agent = new Agent({
       connect: { timeout: opts.connectTimeoutMs, noDelay: true },
       headersTimeout: opts.headersTimeoutMs,
@@ -111,21 +116,18 @@ export class EmbeddedProxy implements ExchangeOwner {
     return { clientIp: req.clientIp, proto: 'http', host: req.headers.host };
   }
 
-  /** Decides, waiting through a readiness gap while the client is still there. */
-  private decideFor(route: RouteRequest, gone: { once(event: 'close', fn: () => void): unknown }, then: (d: Decision) => void): void {
-    void this.decider.decideAndAnswer('proxy', route, gone, abortOnClose, then);
-  }
-
   private request(req: ClientRequest, res: ClientResponse): void {
+    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
     const t = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(t)) return this.refuse(res, t, this.route(req));
-    if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req));
+    if (isDeny(t)) return this.refuse(res, t, this.route(req), x);
+    if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req), x);
     const route = this.route(req, t);
-    this.decideFor(route, res, (d) => {
-      if (!d.allow) return this.refuse(res, d, route);
-      if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
-      this.forward(req, res, d, route);
-    });
+    const then = (d: Decision): void => {
+      if (!d.allow) return this.refuse(res, d, route, x);
+      if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route, x);
+      this.forward(req, res, d, route, x);
+    };
+    void this.decider.decideAndAnswer('proxy', route, res, abortOnClose, then, x);
   }
 
   /** Takes a connection slot for the decided sandbox until `closes` closes (nothing to give back without a cap). */
@@ -141,28 +143,40 @@ export class EmbeddedProxy implements ExchangeOwner {
     closes.on('close', () => this.connections.release(d.entry.key));
   }
 
-  private refuse(res: ClientResponse, d: Deny, route: RouteRequest): void {
-    respondDenial(res, this.decider.answer(route, d), route.headers.accept);
+  private refuse(res: ClientResponse, d: Deny, route: RouteRequest, x: Exchange | undefined): void {
+    const a = this.decider.answer(route, d);
+    const bytes = respondDenial(res, a, route.headers.accept);
+    x?.denied(a.status, a.code, bytes);
   }
 
   /** Carries an allowed request whose connection slot is taken: the exchange, or the relay path, gives it back on close. */
-  private forward(req: ClientRequest, res: ClientResponse, d: Allow, route: RouteRequest): void {
+  private forward(req: ClientRequest, res: ClientResponse, d: Allow, route: RouteRequest, x: Exchange | undefined): void {
     const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
-    if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route);
+    if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route, x);
     const local = this.localRelay(d);
     if (local !== undefined) this.releaseOnClose(d, res);
-    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route);
+    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route, x);
     if (local !== undefined) {
       const timeouts = { headersTimeoutMs: this.opts.headersTimeoutMs, idleTimeoutMs: this.opts.idleTimeoutMs };
-      return exchange(req, res, path, headers, local, timeouts, (err) => {
-        this.log.debug({ err, sandbox: sandboxKey(d.entry.namespace, d.entry.name) }, 'relay failed before the response');
-        this.refuse(res, relayDenial(err, d.entry), route);
-      });
+      if (x !== undefined) injectTraceparent(headers, x, relayStreamHost(d.entry.namespace, d.entry.name, d.target.port));
+      return exchange(
+        req,
+        res,
+        path,
+        headers,
+        local,
+        timeouts,
+        (err) => {
+          this.log.debug({ err, sandbox: sandboxKey(d.entry.namespace, d.entry.name) }, 'relay failed before the response');
+          this.refuse(res, relayDenial(err, d.entry), route, x);
+        },
+        x,
+      );
     }
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    this.send(req, res, d, path, headers, 'peer_gateway', route);
+    this.send(req, res, d, path, headers, 'peer_gateway', route, x);
   }
 
   /**
@@ -179,17 +193,20 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
-  private send(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest): void {
-    this.agent.dispatch(
-      { origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body },
-      new UpstreamExchange(this, req, res, d, route, hop),
-    );
+  private send(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest, x: Exchange | undefined): void {
+    let handler: UpstreamExchange;
+    if (x === undefined) handler = new UpstreamExchange(this, req, res, d, route, hop);
+    else {
+      injectTraceparent(headers, x, d.upstream);
+      handler = new RecordedUpstreamExchange(this, req, res, d, route, hop, x);
+    }
+    this.agent.dispatch({ origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body }, handler);
   }
 
   upstreamFailed(x: UpstreamExchange, err: Error): void {
     const code = forwardFailure(x.hop, err);
     this.log.debug({ err, upstream: x.decision.upstream, code }, 'upstream failed before the response');
-    this.refuse(x.res, deny(code, undefined, x.decision.entry), x.route);
+    this.refuse(x.res, deny(code, undefined, x.decision.entry), x.route, x instanceof RecordedUpstreamExchange ? x.record : undefined);
   }
 
   closed(x: UpstreamExchange): void {
@@ -198,26 +215,40 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     socket.on('error', () => socket.destroy());
+    const x = this.decider.recorder?.begin('proxy', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as ClientRequest['headers'], client: socket.remoteAddress ?? '' });
+    const refuse = x === undefined ? writeDenial : (s: Socket, d: Deny, r: RouteRequest): void => x.denied(d.status, d.code, writeDenial(s, d, r));
     const t = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(t)) return writeDenial(socket, t, this.route(req));
+    if (isDeny(t)) return void refuse(socket, t, this.route(req));
     const route = this.route(req, t);
-    this.decideFor(route, socket, (d) => {
+    const then = (d: Decision): void => {
       if (socket.destroyed) return;
-      if (!d.allow) return writeDenial(socket, d, route);
-      if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
+      if (!d.allow) return void refuse(socket, d, route);
+      if (!this.take(d, socket)) return void refuse(socket, deny('too_many_connections', undefined, d.entry, 1), route);
       const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req)), this.opts.stripOriginOnUpgrade);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
+      const local = d.relay ? this.localRelay(d) : undefined;
+      if (local === 'unreachable') return void refuse(socket, deny('sandbox_unreachable', undefined, d.entry), route);
+      if (x !== undefined) {
+        injectTraceparent(headers, x, local !== undefined ? relayStreamHost(d.entry.namespace, d.entry.name, d.target.port) : d.upstream);
+        x.endsWithTunnel(socket);
+      }
+      const seen = x === undefined ? undefined : (status: number) => x.answered(status);
       if (!d.relay) {
         const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route));
+        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => refuse(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route), seen);
       }
-      const local = this.localRelay(d);
-      if (local === 'unreachable') return writeDenial(socket, deny('sandbox_unreachable', undefined, d.entry), route);
-      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => writeDenial(socket, relayDenial(err, d.entry), route));
+      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => refuse(socket, relayDenial(err, d.entry), route), seen);
       for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route));
-    });
+      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => refuse(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route), seen);
+    };
+    void this.decider.decideAndAnswer('proxy', route, socket, abortOnClose, then, x);
   }
+}
+
+/** The request leaves for `host`: with tracing on, it carries the upstream span's `traceparent`. */
+function injectTraceparent(headers: string[], x: Exchange, host: string): void {
+  const traceparent = x.upstreamStarted(host);
+  if (traceparent !== undefined) headers.push(TRACEPARENT, traceparent);
 }
