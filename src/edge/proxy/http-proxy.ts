@@ -4,11 +4,12 @@ import { Agent, type Dispatcher } from 'undici';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
+import { RequestGuard } from '../../lib/request-guard.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { respondDenial, writeDenial } from '../denial.js';
-import { exchange, relayDenial } from '../relay/relay-exchange.js';
+import { exchange, relayDenial, type ExchangeOptions } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
@@ -58,6 +59,8 @@ export interface ProxyOptions {
   readonly relay?: ProxyRelay;
   /** Concurrent requests and WebSockets per sandbox (0 = no cap); past it 429 too_many_connections. */
   readonly maxConnectionsPerSandbox?: number;
+  /** Counts faults in the proxy's handlers (sandgate_http_handler_errors_total{listener="proxy"}). */
+  readonly handlerErrors?: { inc(): void };
 }
 
 /** `OPTIONS *` asks about the server itself: the proxy is not the sandbox's server, and forwards none. */
@@ -71,6 +74,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   private readonly drop: ReadonlySet<string>;
   /** In-flight requests and tunnels per sandbox. */
   readonly connections: ConnectionLimit;
+  private readonly guard: RequestGuard;
+  private readonly relayExchange: ExchangeOptions;
   port = 0;
 
   constructor(
@@ -87,8 +92,10 @@ export class EmbeddedProxy implements ExchangeOwner {
       bodyTimeout: opts.idleTimeoutMs,
       keepAliveTimeout: 4_000,
     });
-    this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head));
-    this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => this.request(req, res)), log);
+    const guard = (this.guard = new RequestGuard('proxy', log, opts.handlerErrors));
+    this.relayExchange = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard };
+    this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head), guard);
+    this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => guard.run(req, res, () => this.request(req, res))), log);
   }
 
   async start(): Promise<number> {
@@ -121,11 +128,16 @@ export class EmbeddedProxy implements ExchangeOwner {
     if (isDeny(t)) return this.refuse(res, t, this.route(req));
     if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req));
     const route = this.route(req, t);
-    this.decideFor(route, res, (d) => {
-      if (!d.allow) return this.refuse(res, d, route);
-      if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
-      this.forward(req, res, d, route);
-    });
+    // The answer may come after a readiness wait, outside the listener's own guarded call.
+    this.decideFor(
+      route,
+      res,
+      this.guard.bind(req, res, (d: Decision) => {
+        if (!d.allow) return this.refuse(res, d, route);
+        if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
+        this.forward(req, res, d, route);
+      }),
+    );
   }
 
   /** Takes a connection slot for the decided sandbox until `closes` closes (nothing to give back without a cap). */
@@ -155,8 +167,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     if (local !== undefined) this.releaseOnClose(d, res);
     if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route);
     if (local !== undefined) {
-      const timeouts = { headersTimeoutMs: this.opts.headersTimeoutMs, idleTimeoutMs: this.opts.idleTimeoutMs };
-      return exchange(req, res, path, headers, local, timeouts, (err) => {
+      return exchange(req, res, path, headers, local, this.relayExchange, (err) => {
         this.log.debug({ err, sandbox: sandboxKey(d.entry.namespace, d.entry.name) }, 'relay failed before the response');
         this.refuse(res, relayDenial(err, d.entry), route);
       });
@@ -201,7 +212,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return writeDenial(socket, t, this.route(req));
     const route = this.route(req, t);
-    this.decideFor(route, socket, (d) => {
+    this.decideFor(route, socket, this.guard.bindUpgrade(req, socket, (d: Decision) => {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
       if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
@@ -218,6 +229,6 @@ export class EmbeddedProxy implements ExchangeOwner {
       for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
       spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route));
-    });
+    }));
   }
 }
