@@ -49,40 +49,30 @@ export class RequestGuard {
 
   /** Runs `fn`, the handling of `req`; a throw ends the request through `res`. */
   run(req: GuardedRequest, res: GuardedResponse, fn: () => void): void {
-    try {
-      fn();
-    } catch (err) {
-      this.fault(err, req, { res });
-    }
+    this.wrap(req, { res }, fn)();
   }
 
   /** Runs `fn`, the handling of an upgrade request; a throw cuts its socket. */
   runUpgrade(req: GuardedRequest, socket: Duplex, fn: () => void): void {
-    try {
-      fn();
-    } catch (err) {
-      this.fault(err, req, { socket });
-    }
+    this.wrap(req, { socket }, fn)();
   }
 
   /** `fn` as an event listener of `req`'s handling: a throw in it ends the request through `res`. */
   bind<A extends unknown[]>(req: GuardedRequest, res: GuardedResponse, fn: (...args: A) => void): (...args: A) => void {
-    return (...args) => {
-      try {
-        fn(...args);
-      } catch (err) {
-        this.fault(err, req, { res });
-      }
-    };
+    return this.wrap(req, { res }, fn);
   }
 
   /** `fn` as an event listener of an upgrade request's handling: a throw in it cuts the socket. */
   bindUpgrade<A extends unknown[]>(req: GuardedRequest, socket: Duplex, fn: (...args: A) => void): (...args: A) => void {
+    return this.wrap(req, { socket }, fn);
+  }
+
+  private wrap<A extends unknown[]>(req: GuardedRequest, end: Ender, fn: (...args: A) => void): (...args: A) => void {
     return (...args) => {
       try {
         fn(...args);
       } catch (err) {
-        this.fault(err, req, { socket });
+        this.fault(err, req, end);
       }
     };
   }
