@@ -11,7 +11,7 @@ import { createConsole, type GatewayLease, type GatewaysSource } from './api/con
 import { sendError } from './api/respond.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
-import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
 import type { Config } from './config/schema.js';
@@ -80,6 +80,8 @@ export interface Gateway {
   readonly supervisorPort: number | undefined;
   /** Undefined when the embedded proxy is off (`--no-proxy`). */
   readonly proxyPort: number | undefined;
+  /** The proxy's TLS port; undefined without `--proxy-tls-port`. */
+  readonly proxyTlsPort: number | undefined;
   readonly relayPort: number;
   /** `host:port` of the relay listener, as published in this gateway's lease. */
   readonly relayAddress: string;
@@ -195,6 +197,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   const metrics = new GatewayMetrics(view);
+  const tlsLog = log.child({ part: 'tls' });
+  const certificates = certificateStoreFromConfig(config, (e) => {
+    metrics.tlsReloads.labels(e.result).inc();
+    if (e.result === 'failed') tlsLog.warn({ err: e.error, source: e.source, code: 'tls_certificate_invalid' }, `TLS certificate ${e.source} not loaded; the last good pair keeps serving: ${e.error?.message ?? ''}`);
+    else tlsLog.info({ source: e.source }, `TLS certificate ${e.source} ${e.result}`);
+  });
+  const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
+  if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
+  if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
@@ -245,9 +256,14 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? [])],
+    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
   };
-  metrics.watchReadiness({ notReady: () => readiness.notReady(), presenceDegraded: () => presence?.degraded() ?? [], keysDegraded: () => keyStore?.degraded() ?? [] });
+  metrics.watchReadiness({
+    notReady: () => readiness.notReady(),
+    presenceDegraded: () => presence?.degraded() ?? [],
+    keysDegraded: () => keyStore?.degraded() ?? [],
+    tlsDegraded: () => certificates?.problems() ?? [],
+  });
   const watch = new SandboxWatch(view);
   // The operator API and its console see through the same principals as the doors (docs/tenancy.md).
   const auth: ApiAuth | undefined = apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy };
@@ -293,6 +309,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           idleTimeoutMs: config.proxyIdleTimeoutMs,
           relay: { gatewayId, credentials: relayCredentials, streams: keys === undefined ? undefined : sessionStreams },
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+          tls: proxyTls,
+          redirectHttpsPort: config.proxyRedirectHttpsPort,
         },
         log.child({ part: 'proxy' }),
       );
@@ -325,6 +343,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   let tick: NodeJS.Timeout | undefined;
 
   const components: Component[] = [
+    // Watched from the start; the pairs were loaded (and checked) with the configuration.
+    ...(certificates === undefined ? [] : [{ name: 'TLS certificates', start: () => certificates.start(), stop: () => certificates.close() }]),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
     listener(
       '--relay-port',
@@ -354,6 +374,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       ? []
       : [listener('--ops-port', opsHost, config.opsPort, async () => (opsPort = await listenOn(ops, opsHost, config.opsPort)), (ms) => closeGracefully(ops, ms))]),
     ...(proxy === undefined ? [] : [listener('--proxy-port', host, config.proxyPort, () => proxy.start(), (ms) => proxy.close(ms))]),
+    ...(proxy === undefined || proxyTls === undefined ? [] : [listener('--proxy-tls-port', host, proxyTls.port, () => proxy.startTls(), (ms) => proxy.closeTls(ms))]),
     ...(keyStore === undefined
       ? []
       : [
@@ -457,7 +478,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     p.err === undefined ? log.warn({ component: p.component }, 'stop overran the shutdown deadline; abandoned') : log.warn({ err: p.err, component: p.component }, 'stop failed');
   await startAll(components, config.shutdownTimeoutMs, onProblem);
   log.info(
-    { grpcPort: grpc!.port, adminPort, opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, presence: presence!.kind, drivers: drivers.map((d) => d.id) },
+    { grpcPort: grpc!.port, adminPort, opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, proxyTlsPort: proxyTls === undefined ? undefined : proxy?.tlsPort, relayPort: relay.port, relayAddress, presence: presence!.kind, drivers: drivers.map((d) => d.id) },
     'sandgate started',
   );
 
@@ -482,6 +503,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     opsPort,
     supervisorPort: supervisors?.port,
     proxyPort: proxy?.port,
+    proxyTlsPort: proxyTls === undefined ? undefined : proxy?.tlsPort,
     relayPort: relay.port,
     relayAddress,
     close,
