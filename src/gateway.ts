@@ -40,6 +40,12 @@ import { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
 import { sandboxKey } from './domain/sandbox.js';
+import { parseDuration } from './domain/duration.js';
+import { ActivityRecorder, ignorePattern } from './edge/activity-recorder.js';
+import { ActivityReporter } from './edge/activity-reporter.js';
+import { IdleController } from './edge/idle-controller.js';
+import { redisTarget } from './lib/redis-connection.js';
+import { LocalLifecycleChannel, RedisLifecycleChannel, type LifecycleChannel } from './sessions/presence/lifecycle-channel.js';
 
 /**
  * Wiring: one gateway process — the view, its drivers, the front doors and the admin API — as one list
@@ -139,6 +145,26 @@ function consoleGateways(kind: 'memory' | 'redis', current: () => PresenceStore 
   };
 }
 
+/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
+function idleTimeoutFromConfig(config: Config): number {
+  if (config.idleTimeout === '') return 0;
+  const ms = parseDuration(config.idleTimeout);
+  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
+  return ms;
+}
+
+/** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */
+function lifecycleChannel(config: Config, gatewayId: string, log: Logger): LifecycleChannel {
+  if (config.presence === 'memory') return new LocalLifecycleChannel();
+  return new RedisLifecycleChannel({
+    target: redisTarget(config.presence, config.presenceRedisOptions, 'presence (memory or a Redis URL)'),
+    gatewayId,
+    keyPrefix: config.presenceKeyPrefix,
+    ttlMs: config.leaseTtlMs,
+    log,
+  });
+}
+
 function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {
   const d = drivers.find((x) => x.id === driverId);
   if (d?.resume === undefined) return Promise.reject(new Error(`driver ${driverId} cannot resume sandboxes`));
@@ -190,12 +216,17 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
 
+  const now = opts.now ?? Date.now;
+  const idleTimeoutMs = idleTimeoutFromConfig(config);
+  const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
-    now: opts.now ?? Date.now,
+    now,
     tombstoneTtlMs: config.tombstoneTtlMs,
     waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
+  view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
+  const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const tlsLog = log.child({ part: 'tls' });
   const certificates = certificateStoreFromConfig(config, (e) => {
@@ -226,6 +257,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
+    activity,
   });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
   const host = config.listenHost;
@@ -283,6 +315,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           auth,
           assets: new ConsoleAssets(CONSOLE_ASSETS, config.apiKeyHeader),
           gateways: consoleGateways(config.presence === 'memory' ? 'memory' : 'redis', () => presence, gatewayId, () => relayAddress),
+          now,
         })
       : undefined,
   };
@@ -309,6 +342,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           idleTimeoutMs: config.proxyIdleTimeoutMs,
           relay: { gatewayId, credentials: relayCredentials, streams: keys === undefined ? undefined : sessionStreams },
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+          activity,
           tls: proxyTls,
           redirectHttpsPort: config.proxyRedirectHttpsPort,
         },
@@ -341,6 +375,35 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   for (const d of drivers) view.registerDriver(d.id);
   let tick: NodeJS.Timeout | undefined;
+  const lifecycleLog = log.child({ part: 'lifecycle' });
+  const channel = lifecycleChannel(config, gatewayId, lifecycleLog);
+  const driverById = (id: string): Driver | undefined => drivers.find((d) => d.id === id);
+  const reporter = new ActivityReporter({
+    view,
+    channel,
+    report: (id) => {
+      const d = driverById(id);
+      return d?.reportActivity === undefined ? undefined : (reports) => d.reportActivity!(reports);
+    },
+    reportIntervalMs: config.activityReportIntervalMs,
+    patchIntervalMs: config.activityPatchIntervalMs,
+    now,
+    log: lifecycleLog,
+  });
+  const idle = new IdleController({
+    view,
+    channel,
+    pause: (id) => {
+      const d = driverById(id);
+      return d?.pause === undefined ? undefined : (ns, name) => d.pause!(ns, name);
+    },
+    defaultTimeoutMs: idleTimeoutMs,
+    graceMs: config.presence === 'memory' ? 0 : config.activityReportIntervalMs,
+    checkMs: Math.min(1000, config.activityReportIntervalMs),
+    now,
+    log: lifecycleLog,
+    counted: metrics.watchLifecycle(() => view.activity.idle(), now),
+  });
 
   const components: Component[] = [
     // Watched from the start; the pairs were loaded (and checked) with the configuration.
@@ -454,6 +517,20 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         stop: () => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed')),
       }),
     ),
+    {
+      // Activity sharing and reports, and idle pause: off the request path, once the drivers run.
+      name: 'lifecycle',
+      async start() {
+        await channel.start();
+        reporter.start();
+        idle.start();
+      },
+      async stop() {
+        idle.stop();
+        reporter.stop();
+        await channel.close();
+      },
+    },
     {
       // Last to start, first to stop: serving is announced only once everything runs, and withdrawn
       // before anything goes (Envoy's health checks move traffic away first).
