@@ -10,6 +10,7 @@ import type { SandboxView } from '../view/sandbox-view.js';
 import type { ApiKeyAuth } from '../auth/api-keys.js';
 import { renderDenial } from './denial.js';
 import type { Resumer } from './resume.js';
+import type { ActivityRecorder } from './activity-recorder.js';
 
 /** Tenancy and traffic auth settings the decision applies (domain/access.ts). */
 export interface RequestAuth {
@@ -42,6 +43,8 @@ export interface DeciderOptions {
   readonly resumer?: Resumer | undefined;
   /** Exchange records for the access log and tracing; absent when both are off. */
   readonly recorder?: ExchangeRecorder | undefined;
+  /** Records an allowed request as the sandbox port's activity (view/activity.ts); absent, nothing is recorded. */
+  readonly activity?: ActivityRecorder | undefined;
 }
 
 /**
@@ -59,6 +62,7 @@ export class Decider {
   private readonly log: Logger;
   private readonly auth: RequestAuth | undefined;
   private readonly resumer: Resumer | undefined;
+  private readonly activity: ActivityRecorder | undefined;
   /** The log level is fixed at start: read once, not per decision. */
   private readonly debug: boolean;
 
@@ -73,6 +77,7 @@ export class Decider {
     this.auth = o.auth;
     this.resumer = o.resumer;
     this.recorder = o.recorder;
+    this.activity = o.activity;
     this.debug = o.log.isLevelEnabled('debug');
   }
 
@@ -272,6 +277,7 @@ export class Decider {
   private recordDecision(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {
     this.metrics.decision(door, d.allow ? undefined : d.code, seconds);
     if (d.allow) {
+      this.activity?.request(d, d.target.path ?? req.path);
       if (this.debug) {
         this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }

@@ -3,6 +3,7 @@ import type { Socket } from 'node:net';
 import { deny, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
+import { RequestGuard } from '../../lib/request-guard.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { respondDenial, writeDenial } from '../denial.js';
@@ -10,7 +11,7 @@ import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.
 import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 import { isDeny, requestTarget } from '../request-target.js';
-import { exchange, relayDenial, relayStreamHost } from './relay-exchange.js';
+import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from './relay-exchange.js';
 import { fromNodeHttp } from '../forwarding/client-side.js';
 import type { RelayCredentials } from './relay-credential.js';
 import type { Exchange, ExchangeRecorder } from '../../observability/exchange.js';
@@ -37,6 +38,8 @@ export interface RelayListenerOptions {
   readonly credentials: RelayCredentials;
   readonly headersTimeoutMs: number;
   readonly idleTimeoutMs: number;
+  /** Counts faults in the listener's handlers (sandgate_http_handler_errors_total{listener="relay"}). */
+  readonly handlerErrors?: { inc(): void };
   /** Exchange records for the access log and tracing; absent when both are off. */
   readonly recorder?: ExchangeRecorder | undefined;
 }
@@ -50,6 +53,7 @@ const EXPIRED_MESSAGE = 'The relay credential has expired: decide again';
 export class RelayListener {
   private readonly server: Server;
   private readonly drop: ReadonlySet<string>;
+  private readonly exchangeOptions: ExchangeOptions;
   port = 0;
 
   constructor(
@@ -58,7 +62,9 @@ export class RelayListener {
     private readonly log: Logger,
   ) {
     this.drop = opts.recorder?.tracer !== undefined ? DROP_TRACED : DROP;
-    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head));
+    const guard = new RequestGuard('relay', log, opts.handlerErrors);
+    this.exchangeOptions = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard };
+    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard);
   }
 
   async start(): Promise<number> {
@@ -99,7 +105,7 @@ export class RelayListener {
       this.log.debug({ err, target: t }, 'relay failed before the response');
       refuse(relayDenial(err));
     };
-    exchange(fromNodeHttp(req), res, rt.path, headers, open, this.opts, fail, x);
+    exchange(fromNodeHttp(req), res, rt.path, headers, open, this.exchangeOptions, fail, x);
   }
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
@@ -120,7 +126,7 @@ export class RelayListener {
       x.endsWithTunnel(socket);
     }
     const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
-    spliceUpgrade(req, socket, head, rt.path, headers, open, this.opts.idleTimeoutMs, (err) => refuse(relayDenial(err)), x === undefined ? undefined : (status) => x.answered(status));
+    spliceUpgrade(req, socket, head, rt.path, headers, open, this.opts.idleTimeoutMs, (err) => refuse(relayDenial(err)), undefined, x === undefined ? undefined : (status) => x.answered(status));
   }
 
   private begin(req: IncomingMessage): Exchange | undefined {
