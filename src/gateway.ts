@@ -8,7 +8,6 @@ import { createAdminApi, type Readiness } from './api/admin-api.js';
 import type { ApiAuth } from './api/api-access.js';
 import { ConsoleAssets } from './api/console/console-assets.js';
 import { createConsole, type GatewayLease, type GatewaysSource } from './api/console/console-api.js';
-import { sendError } from './api/respond.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
 import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
@@ -30,9 +29,13 @@ import { RelayCredentials } from './edge/relay/relay-credential.js';
 import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
+import { RequestGuard } from './lib/request-guard.js';
+import { waitersPerNamespace } from './view/waiters.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
+import { AccessLog, accessLogTarget } from './observability/access-log.js';
+import { ExchangeRecorder } from './observability/exchange.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
 import type { RelayOpener } from './sessions/relay-opener.js';
@@ -116,16 +119,14 @@ function listener(portFlag: string, host: string, port: number, start: () => Pro
  * The admin port's server (HTTP authz under /authz/ when `authz` is given, then `api`) or the ops port's
  * (`api` only). CONNECT gets a typed 405 rather than a closed socket.
  */
-function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, log: Logger): Server {
-  const server = createServer((req, res) => {
-    const url = req.url ?? '/';
-    if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
-    api(req, res).catch((err: unknown) => {
-      log.error({ err }, 'admin request failed');
-      if (!res.headersSent) sendError(res, 'internal_error');
-      else res.destroy();
-    });
-  });
+function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, guard: RequestGuard): Server {
+  const server = createServer((req, res) =>
+    guard.run(req, res, () => {
+      const url = req.url ?? '/';
+      if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
+      api(req, res).catch((err: unknown) => guard.fail(err, req, res));
+    }),
+  );
   server.keepAliveTimeout = 65_000;
   refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
   return server;
@@ -218,13 +219,18 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
 
+  const accessLogTo = accessLogTarget(config.accessLog);
+  const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
+  // Absent unless the access log is on: the doors then make no exchange records at all.
+  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
+
   const now = opts.now ?? Date.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
     tombstoneTtlMs: config.tombstoneTtlMs,
-    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: waitersPerNamespace(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
@@ -259,6 +265,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
+    recorder,
     activity,
   });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
@@ -281,7 +288,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const relay = new RelayListener(
     sessionStreams,
-    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
+    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: metrics.handlerErrors('relay'), recorder },
     log.child({ part: 'relay' }),
   );
   const readiness: Readiness = {
@@ -323,9 +330,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door);
-  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, log);
+  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')));
   const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }));
-  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, log) : undefined;
+  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops'))) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;
   let opsPort: number | undefined;
@@ -344,6 +351,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           idleTimeoutMs: config.proxyIdleTimeoutMs,
           relay: { gatewayId, credentials: relayCredentials, streams: keys === undefined ? undefined : sessionStreams },
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+          handlerErrors: metrics.handlerErrors('proxy'),
           activity,
           tls: proxyTls,
           redirectHttpsPort: config.proxyRedirectHttpsPort,
@@ -408,6 +416,16 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
 
   const components: Component[] = [
+    // First to start and last to stop: every listener has closed before the access log's last flush.
+    ...(accessLog === undefined
+      ? []
+      : [
+          {
+            name: 'access log',
+            start: () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
+            stop: () => accessLog.close(),
+          },
+        ]),
     // Watched from the start; the pairs were loaded (and checked) with the configuration.
     ...(certificates === undefined ? [] : [{ name: 'TLS certificates', start: () => certificates.start(), stop: () => certificates.close() }]),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
