@@ -1,4 +1,5 @@
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { PAUSE_RESULTS, type PauseResult } from '../edge/idle-controller.js';
 import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
 import { PUBLIC_PHASES } from '../domain/sandbox.js';
@@ -25,6 +26,10 @@ const CODE_INDEX = new Map(CODES.map((c, i) => [c, i]));
 const SLOTS_PER_DOOR = 1 + CODES.length;
 const DOOR_INDEX: Readonly<Record<Door, number>> = { ext_authz: 0, ext_proc: 1, http_authz: 2, proxy: 3 };
 
+/** The listeners whose handlers run under the request guard (lib/request-guard.ts). */
+export const LISTENERS = ['proxy', 'relay', 'admin', 'ops', 'supervisor'] as const;
+export type ListenerLabel = (typeof LISTENERS)[number];
+
 export class GatewayMetrics {
   readonly registry = new Registry();
   private readonly decisions: SlotCounter;
@@ -35,6 +40,7 @@ export class GatewayMetrics {
   readonly driverErrors: Counter<'driver'>;
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
   readonly refusedIds: Counter<'driver' | 'reason'>;
+  private readonly handlerErrorsTotal: Counter<'listener'>;
   /** Certificate pairs (re)loaded, failed to load (the last good pair serves on) or removed, by result. */
   readonly tlsReloads: Counter<'result'>;
 
@@ -100,6 +106,13 @@ export class GatewayMetrics {
       labelNames: ['driver', 'reason'],
       registers,
     });
+    this.handlerErrorsTotal = new Counter({
+      name: 'sandgate_http_handler_errors_total',
+      help: `Exceptions while handling one request, which ended that request (500, or the connection cut) and not the process, by listener (${LISTENERS.join(', ')})`,
+      labelNames: ['listener'],
+      registers,
+    });
+    for (const l of LISTENERS) this.handlerErrorsTotal.labels(l);
     new Gauge({
       name: 'sandgate_view_refused_ids',
       help: 'Id claims refused right now, by reason (in_use, names_another_sandbox)',
@@ -216,6 +229,11 @@ export class GatewayMetrics {
     });
   }
 
+  /** The counter of faults in one listener's handlers, for its request guard. */
+  handlerErrors(listener: ListenerLabel): { inc(): void } {
+    return this.handlerErrorsTotal.labels(listener);
+  }
+
   /** Counts one readiness wait by how it ended. */
   wait(outcome: WaitOutcomeLabel): void {
     this.waits.labels(outcome).inc();
@@ -245,5 +263,33 @@ export class GatewayMetrics {
 
   observeLatency(door: Door, seconds: number): void {
     this.latency.observe(DOOR_INDEX[door], seconds);
+  }
+
+  /**
+   * Traffic-driven lifecycle (docs/lifecycle.md): how long each Ready sandbox has been idle, as a histogram
+   * rebuilt at scrape time (one observation per Ready sandbox, no sandbox label), and the idle pauses by
+   * result. Returns the function that counts a pause.
+   */
+  watchLifecycle(idle: () => Iterable<[string, number]>, now: () => number): (result: PauseResult) => void {
+    const registers = [this.registry];
+    new Histogram({
+      name: 'sandgate_lifecycle_idle_seconds',
+      help: 'Time since the last traffic (or since becoming Ready) of each Ready sandbox, at scrape time',
+      buckets: [10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 86_400],
+      registers,
+      collect() {
+        this.reset();
+        const t = now();
+        for (const [, since] of idle()) this.observe(Math.max(0, t - since) / 1000);
+      },
+    });
+    const pauses = new Counter({
+      name: 'sandgate_lifecycle_pauses_total',
+      help: `Idle pauses by result (${PAUSE_RESULTS.join(', ')})`,
+      labelNames: ['result'],
+      registers,
+    });
+    for (const r of PAUSE_RESULTS) pauses.labels(r).inc(0);
+    return (result) => pauses.labels(result).inc();
   }
 }
