@@ -305,6 +305,11 @@ export const SCHEMA = {
     max: 10_000_000,
     description: 'Embedded proxy: concurrent requests and WebSockets per sandbox (past it: 429 too_many_connections; 0 = no cap).',
   },
+  accessLog: {
+    kind: 'string',
+    default: 'off',
+    description: 'Access log: one JSON line per request at each door it passes (`stdout`, `stderr`, a file path, or `off`). Schema in docs/operations.md.',
+  },
   logLevel: {
     kind: 'enum',
     default: 'info',
