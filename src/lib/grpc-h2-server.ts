@@ -1,4 +1,5 @@
-import { constants, createServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import { constants, createSecureServer, createServer, type Http2SecureServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import type { ServerTls } from './http-listen.js';
 import type { AddressInfo } from 'node:net';
 import { gunzipSync, inflateSync } from 'node:zlib';
 
@@ -72,7 +73,10 @@ export type BidiHandler<Req, Res> = (call: ServerCall<undefined, Res>) => BidiLi
 export interface GrpcServerOptions {
   /** A handler threw (the call ends UNKNOWN, as in grpc-js); the server does not log by itself. */
   onHandlerError(err: unknown, path: string): void;
+  /** TLS (ALPN h2) with these server options; `attach` gets the server (a certificate store keeps it current). */
+  readonly tls?: ServerTls;
 }
+
 
 const enum Kind {
   Unary,
@@ -385,11 +389,17 @@ function ignore(): void {}
 export class GrpcH2Server {
   private readonly methods = new Map<string, Method>();
   private readonly sessions = new Set<ServerHttp2Session>();
-  private readonly server: Http2Server;
+  private readonly server: Http2Server | Http2SecureServer;
 
   constructor(private readonly options: GrpcServerOptions) {
     // grpc-js lifts node's session memory cap the same way: past it, node refuses new streams.
-    this.server = createServer({ maxSessionMemory: Number.MAX_SAFE_INTEGER, maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER });
+    const limits = { maxSessionMemory: Number.MAX_SAFE_INTEGER, maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER };
+    if (options.tls === undefined) this.server = createServer(limits);
+    else {
+      const secure = createSecureServer({ ...options.tls.options, ...limits, ALPNProtocols: ['h2'] });
+      options.tls.attach(secure);
+      this.server = secure;
+    }
     this.server.on('stream', (stream: GrpcStream, headers: IncomingHttpHeaders) => this.onStream(stream, headers));
     this.server.on('session', (session: ServerHttp2Session) => {
       this.sessions.add(session);
