@@ -252,6 +252,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const supervisorCertificates = supervisorCertificatesFromConfig(config, certificates, onTlsReload);
   const doorsCertificates = doorsCertificatesFromConfig(config, onTlsReload);
   const doorsTls = serverTls(doorsCertificates);
+  // The ops port: TLS with the doors' pair, no client certificate (kubelet probes cannot present one; the
+  // operator API has its API keys).
+  const opsTls = serverTls(doorsCertificates, false);
   // Every store once (the supervisor endpoint may share the proxy's).
   const certificateStores = [...new Set([certificates, supervisorCertificates, doorsCertificates])].filter((s): s is CertificateStore => s !== undefined);
   const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
@@ -344,7 +347,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const httpAuthz = createHttpAuthz(decider, door);
   const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')), doorsTls);
   const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }), doorsTls === undefined ? 'connection' : 'secureConnection');
-  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops')), doorsTls) : undefined;
+  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops')), opsTls) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;
   let opsPort: number | undefined;
@@ -621,8 +624,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 }
 
 /** A store's certificates as a listener's TLS (undefined: plain). */
-function serverTls(store: CertificateStore | undefined): ServerTls | undefined {
-  return store === undefined ? undefined : { options: store.serverOptions(), attach: (s) => store.attach(s) };
+function serverTls(store: CertificateStore | undefined, clientAuth = true): ServerTls | undefined {
+  return store === undefined ? undefined : { options: store.serverOptions(clientAuth), attach: (s) => store.attach(s) };
 }
 
 /** The option that configures a driver, by its id (`file`, `kubernetes/…`, or a grpc:// driver's name). */

@@ -1,5 +1,6 @@
 import { credentials } from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { request } from 'node:https';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authzClient, check, envoyCheckRequest, startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -76,12 +77,25 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the doors over mutual TLS'), () => {
     });
   }
 
-  it('HTTP authz on the admin port and the ops port: answered with a client certificate, refused at the handshake without', async () => {
+  it('HTTP authz on the admin port: answered with a client certificate, refused at the handshake without; the ops port speaks TLS to any client (probes)', async () => {
     expect(await get(t.gw.adminPort, '/authz/', true, { host: '8000-web.team-a.localhost' })).toBe('200');
     expect(await get(t.gw.adminPort, '/authz/', false, { host: '8000-web.team-a.localhost' })).toMatch(/^refused/);
-    expect(await get(t.gw.opsPort!, '/readyz', true)).toBe('200');
-    expect(await get(t.gw.opsPort!, '/readyz', false)).toMatch(/^refused/);
+    expect(await get(t.gw.adminPort, '/readyz', false)).toMatch(/^refused/);
+    expect(await get(t.gw.opsPort!, '/readyz', false)).toBe('200');
+    expect(await plainGet(t.gw.opsPort!, '/readyz')).toMatch(/^refused|^400/);
   });
+
+  /** Plain HTTP to a TLS port (hostile: a downgrade). */
+  function plainGet(port: number, path: string): Promise<string> {
+    return new Promise((resolve) => {
+      const r = httpRequest({ host: '127.0.0.1', port, path }, (res) => {
+        res.resume();
+        resolve(String(res.statusCode));
+      });
+      r.on('error', (err) => resolve(`refused ${(err as NodeJS.ErrnoException).code ?? err.message}`));
+      r.end();
+    });
+  }
 
   it('a --doors-client-ca-file without a doors certificate refuses to start (config_invalid)', async () => {
     await expect(startTestGateway([new TestDriver([])], { doorsClientCaFile: ca.caFile })).rejects.toMatchObject({ code: 'config_invalid' });

@@ -110,12 +110,13 @@ export class CertificateStore {
   }
 
   /**
-   * Options for a TLS (or HTTP/2 secure) server: the modern defaults, the fallback pair, SNI selection.
-   * Pass the server to `attach` so a reloaded fallback reaches it.
+   * Options for a TLS (or HTTP/2 secure) server: the modern defaults, the fallback pair, SNI selection, and
+   * with a client CA the client certificate requirement (unless `clientAuth` is false). Pass the server
+   * to `attach` so a reloaded fallback reaches it.
    */
-  serverOptions(): TlsOptions {
+  serverOptions(clientAuth = true): TlsOptions {
     const f = this.fallback;
-    return { ...this.contextOptions(f), ...this.clientAuth(), SNICallback: (name, cb) => cb(null, this.contextFor(name)) };
+    return { ...this.contextOptions(f), ...(clientAuth ? this.clientAuth() : {}), SNICallback: (name, cb) => cb(null, this.contextFor(name)) };
   }
 
   private contextOptions(p: CertificatePair): TlsOptions {
