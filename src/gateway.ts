@@ -11,6 +11,10 @@ import { createConsole, type GatewayLease, type GatewaysSource } from './api/con
 import { sendError } from './api/respond.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
+import { LinkKeyFile, readLinkKeys } from './auth/link-keys.js';
+import { LinkService } from './auth/link-service.js';
+import { LinkAuth } from './auth/link-tokens.js';
+import { parseDuration } from './lib/duration.js';
 import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
@@ -188,6 +192,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
 
+  // Signed links: the key file is read now, so a bad one stops start-up; then watched.
+  const linkMaxTtl = parseDuration(config.linkMaxTtl, '--link-max-ttl');
+  const linkKeys = config.linkKeysFile === '' ? undefined : new LinkKeyFile(config.linkKeysFile, await readLinkKeys(config.linkKeysFile), (err) => authLog.warn({ err }, 'link keys problem'));
+  const links = linkKeys === undefined ? undefined : new LinkAuth(() => linkKeys.current, keyStore ?? { isLinkRevoked: () => false }, linkMaxTtl, opts.now ?? Date.now);
+  linkKeys?.onChange(() => links!.keysChanged());
+
   const view = new SandboxView({
     now: opts.now ?? Date.now,
     tombstoneTtlMs: config.tombstoneTtlMs,
@@ -213,6 +223,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       tokenHeaders: config.trafficTokenHeaders,
       envdTokenHeader: config.envdTokenHeader,
       envdPort: config.envdPort,
+      links,
     },
     resumer,
   });
@@ -259,6 +270,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     gatewayId,
     log: log.child({ part: 'api' }),
     auth,
+    links:
+      linkKeys === undefined
+        ? undefined
+        : new LinkService(() => linkKeys.current, keyStore, linkMaxTtl, { scheme: config.linkScheme, port: config.linkPort, route: routeOptions(config) }, opts.now ?? Date.now),
     console: config.console
       ? createConsole({
           view,
@@ -363,6 +378,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             stop: () => keyStore.close(),
           },
         ]),
+    ...(linkKeys === undefined ? [] : [{ name: 'link keys', start: () => linkKeys.start(), stop: () => linkKeys.close() }]),
     {
       name: 'presence',
       async start() {

@@ -15,7 +15,8 @@ import { isDeny, requestTarget, type RequestTarget } from '../request-target.js'
 import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js';
 import { UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
-import { dropSet, forwardRequestHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
+import { dropSet, forwardRequestHeaders, stripLinkCookie, type ForwardContext } from '../forwarding/forward-headers.js';
+import { hasLinkCookie } from '../../domain/link.js';
 import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forwarding/websocket-tunnel.js';
 import { sandboxKey } from '../../domain/sandbox.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
@@ -104,7 +105,12 @@ export class EmbeddedProxy implements ExchangeOwner {
   /** The request as the decision reads it: absolute-form routed on its authority (request-target.ts). */
   private route(req: ClientRequest | IncomingMessage, t?: RequestTarget): RouteRequest {
     const headers = req.headers as RouteRequest['headers'];
-    return t === undefined ? { headers, host: headers.host, path: req.url } : { headers, host: t.host, path: t.path };
+    return t === undefined ? { headers, host: headers.host, path: req.url, method: req.method } : { headers, host: t.host, path: t.path, method: req.method };
+  }
+
+  /** The forwarded headers without sandgate's link cookie (when links are on and the request has it). */
+  private withoutLinkCookie(headers: string[], cookie: string | undefined): string[] {
+    return this.decider.links !== undefined && hasLinkCookie(cookie) ? stripLinkCookie(headers) : headers;
   }
 
   private context(req: ClientRequest): ForwardContext {
@@ -142,12 +148,12 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   private refuse(res: ClientResponse, d: Deny, route: RouteRequest): void {
-    respondDenial(res, this.decider.answer(route, d), route.headers.accept);
+    respondDenial(res, this.decider.answer(route, d), route.headers.accept, route.headers['sec-fetch-mode']);
   }
 
   /** Carries an allowed request whose connection slot is taken: the exchange, or the relay path, gives it back on close. */
   private forward(req: ClientRequest, res: ClientResponse, d: Allow, route: RouteRequest): void {
-    const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
+    const headers = this.withoutLinkCookie(forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req)), req.headers.cookie);
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
     if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route);
@@ -205,7 +211,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
       if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
-      const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req)), this.opts.stripOriginOnUpgrade);
+      const headers = this.withoutLinkCookie(upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req)), this.opts.stripOriginOnUpgrade), req.headers.cookie);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
       if (!d.relay) {
