@@ -7,7 +7,6 @@ import { supervisorKeysFromConfig } from '../config/secrets.js';
 import { SupervisorClient } from '../sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../sessions/supervisor-token.js';
 import { sandboxKey } from '../domain/sandbox.js';
-import { parseDuration } from '../lib/duration.js';
 
 /** Takes `--name value` pairs for the given command-specific flags out of argv; the rest is configuration. */
 export function takeFlags(argv: readonly string[], names: readonly string[]): { own: Record<string, string>; rest: string[] } {
@@ -40,6 +39,15 @@ export async function tokenCommand(argv: readonly string[]): Promise<number> {
   const ttl = parseDuration(own.ttl ?? '24h');
   process.stdout.write((await mintSupervisorToken(keys, namespace, name, ttl)) + '\n');
   return 0;
+}
+
+/** Parses `90`, `90s`, `15m`, `24h`, `7d` into seconds. */
+export function parseDuration(text: string): number {
+  const m = /^(\d+)([smhd]?)$/.exec(text.trim());
+  if (m === null) throw new SandgateError('config_invalid', `--ttl ${JSON.stringify(text)} must look like 3600, 90s, 15m, 24h or 7d`);
+  const n = Number(m[1]) * ({ '': 1, s: 1, m: 60, h: 3600, d: 86_400 } as Record<string, number>)[m[2]!]!;
+  if (n <= 0 || n > 366 * 86_400) throw new SandgateError('config_invalid', '--ttl must be between 1 second and 366 days');
+  return n;
 }
 
 /** The sandbox a token is bound to, read from its `sub` claim (unverified: the gateway verifies). */

@@ -10,6 +10,7 @@ import type { ApiKeyAuth } from '../auth/api-keys.js';
 import type { LinkAuth } from '../auth/link-tokens.js';
 import { linkAccess, linkCookiePath } from '../domain/link.js';
 import type { Resumer } from './resume.js';
+import type { ActivityRecorder } from './activity-recorder.js';
 
 /** Tenancy and traffic auth settings the decision applies (domain/access.ts). */
 export interface RequestAuth {
@@ -42,6 +43,8 @@ export interface DeciderOptions {
   readonly auth?: RequestAuth | undefined;
   /** Auto-resume on traffic; absent, a paused sandbox is answered `sandbox_paused`. */
   readonly resumer?: Resumer | undefined;
+  /** Records an allowed request as the sandbox port's activity (view/activity.ts); absent, nothing is recorded. */
+  readonly activity?: ActivityRecorder | undefined;
 }
 
 /**
@@ -57,6 +60,7 @@ export class Decider {
   private readonly log: Logger;
   private readonly auth: RequestAuth | undefined;
   private readonly resumer: Resumer | undefined;
+  private readonly activity: ActivityRecorder | undefined;
   /** The log level is fixed at start: read once, not per decision. */
   private readonly debug: boolean;
   /** Signed links (undefined when off): doors then also take sandgate's cookie out of what they forward. */
@@ -73,6 +77,7 @@ export class Decider {
     this.log = o.log;
     this.auth = o.auth;
     this.resumer = o.resumer;
+    this.activity = o.activity;
     this.debug = o.log.isLevelEnabled('debug');
     this.links = o.auth?.links;
     this.cookiePath = linkCookiePath(o.route.pathPrefix);
@@ -85,8 +90,10 @@ export class Decider {
     // A link (query token or session cookie) decides alone: it stands for the key and the traffic token.
     const link = this.links?.presented(req);
     if (link !== undefined) {
-      const upgrade = req.headers.upgrade !== undefined;
-      return linkAccess(link, { method: req.method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true }, this.links!.now(), this.links!.isRevoked, this.cookiePath);
+      // A WebSocket: an HTTP/1.1 upgrade, or HTTP/2's extended CONNECT (RFC 8441), read as the GET it stands for.
+      const upgrade = req.headers.upgrade !== undefined || req.headers[':protocol'] !== undefined;
+      const method = upgrade && req.method === 'CONNECT' ? 'GET' : req.method;
+      return linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true }, this.links!.now(), this.links!.isRevoked, this.cookiePath);
     }
     let token: string | undefined;
     for (const h of a.tokenHeaders) {
@@ -242,6 +249,7 @@ export class Decider {
   private recordDecision(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {
     this.metrics.decision(door, d.allow ? undefined : d.code, seconds);
     if (d.allow) {
+      this.activity?.request(d, d.target.path ?? req.path);
       if (this.debug) {
         this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }

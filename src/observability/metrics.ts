@@ -1,4 +1,5 @@
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { PAUSE_RESULTS, type PauseResult } from '../edge/idle-controller.js';
 import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
 import { PUBLIC_PHASES } from '../domain/sandbox.js';
@@ -35,6 +36,8 @@ export class GatewayMetrics {
   readonly driverErrors: Counter<'driver'>;
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
   readonly refusedIds: Counter<'driver' | 'reason'>;
+  /** Certificate pairs (re)loaded, failed to load (the last good pair serves on) or removed, by result. */
+  readonly tlsReloads: Counter<'result'>;
 
   constructor(
     view: { readonly size: number; phaseCounts(): Map<string, number>; refusedIdCounts(): Readonly<Record<string, number>> },
@@ -85,6 +88,13 @@ export class GatewayMetrics {
       labelNames: ['driver'],
       registers,
     });
+    this.tlsReloads = new Counter({
+      name: 'sandgate_tls_reloads_total',
+      help: 'TLS certificate pairs read by result: loaded, failed (the last good pair keeps serving; /readyz is degraded), removed',
+      labelNames: ['result'],
+      registers,
+    });
+    for (const result of ['loaded', 'failed', 'removed']) this.tlsReloads.labels(result).inc(0);
     this.refusedIds = new Counter({
       name: 'sandgate_drivers_refused_ids_total',
       help: 'Ids a sandbox declared and was refused, by driver and reason (in_use, names_another_sandbox)',
@@ -173,6 +183,7 @@ export class GatewayMetrics {
     notReady(): readonly string[];
     readonly presenceDegraded: () => readonly string[];
     readonly keysDegraded: () => readonly string[];
+    readonly tlsDegraded?: () => readonly string[];
   }): void {
     const registers = [this.registry];
     new Gauge({
@@ -182,7 +193,7 @@ export class GatewayMetrics {
       registers,
       collect() {
         const notReady = source.notReady().length > 0;
-        const degraded = !notReady && (source.presenceDegraded().length > 0 || source.keysDegraded().length > 0);
+        const degraded = !notReady && (source.presenceDegraded().length > 0 || source.keysDegraded().length > 0 || (source.tlsDegraded?.().length ?? 0) > 0);
         this.set({ state: 'ready' }, notReady || degraded ? 0 : 1);
         this.set({ state: 'degraded' }, degraded ? 1 : 0);
         this.set({ state: 'not_ready' }, notReady ? 1 : 0);
@@ -235,5 +246,33 @@ export class GatewayMetrics {
 
   observeLatency(door: Door, seconds: number): void {
     this.latency.observe(DOOR_INDEX[door], seconds);
+  }
+
+  /**
+   * Traffic-driven lifecycle (docs/lifecycle.md): how long each Ready sandbox has been idle, as a histogram
+   * rebuilt at scrape time (one observation per Ready sandbox, no sandbox label), and the idle pauses by
+   * result. Returns the function that counts a pause.
+   */
+  watchLifecycle(idle: () => Iterable<[string, number]>, now: () => number): (result: PauseResult) => void {
+    const registers = [this.registry];
+    new Histogram({
+      name: 'sandgate_lifecycle_idle_seconds',
+      help: 'Time since the last traffic (or since becoming Ready) of each Ready sandbox, at scrape time',
+      buckets: [10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 86_400],
+      registers,
+      collect() {
+        this.reset();
+        const t = now();
+        for (const [, since] of idle()) this.observe(Math.max(0, t - since) / 1000);
+      },
+    });
+    const pauses = new Counter({
+      name: 'sandgate_lifecycle_pauses_total',
+      help: `Idle pauses by result (${PAUSE_RESULTS.join(', ')})`,
+      labelNames: ['result'],
+      registers,
+    });
+    for (const r of PAUSE_RESULTS) pauses.labels(r).inc(0);
+    return (result) => pauses.labels(result).inc();
   }
 }
