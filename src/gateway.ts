@@ -8,7 +8,6 @@ import { createAdminApi, type Readiness } from './api/admin-api.js';
 import type { ApiAuth } from './api/api-access.js';
 import { ConsoleAssets } from './api/console/console-assets.js';
 import { createConsole, type GatewayLease, type GatewaysSource } from './api/console/console-api.js';
-import { sendError } from './api/respond.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
 import { LinkKeyFile, readLinkKeys } from './auth/link-keys.js';
@@ -33,6 +32,7 @@ import { RelayCredentials } from './edge/relay/relay-credential.js';
 import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
+import { RequestGuard } from './lib/request-guard.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
@@ -117,16 +117,14 @@ function listener(portFlag: string, host: string, port: number, start: () => Pro
  * The admin port's server (HTTP authz under /authz/ when `authz` is given, then `api`) or the ops port's
  * (`api` only). CONNECT gets a typed 405 rather than a closed socket.
  */
-function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, log: Logger): Server {
-  const server = createServer((req, res) => {
-    const url = req.url ?? '/';
-    if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
-    api(req, res).catch((err: unknown) => {
-      log.error({ err }, 'admin request failed');
-      if (!res.headersSent) sendError(res, 'internal_error');
-      else res.destroy();
-    });
-  });
+function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, guard: RequestGuard): Server {
+  const server = createServer((req, res) =>
+    guard.run(req, res, () => {
+      const url = req.url ?? '/';
+      if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
+      api(req, res).catch((err: unknown) => guard.fail(err, req, res));
+    }),
+  );
   server.keepAliveTimeout = 65_000;
   refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
   return server;
@@ -295,7 +293,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const relay = new RelayListener(
     sessionStreams,
-    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
+    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: metrics.handlerErrors('relay') },
     log.child({ part: 'relay' }),
   );
   const readiness: Readiness = {
@@ -341,9 +339,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door);
-  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, log);
+  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')));
   const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }));
-  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, log) : undefined;
+  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops'))) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;
   let opsPort: number | undefined;
@@ -362,6 +360,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           idleTimeoutMs: config.proxyIdleTimeoutMs,
           relay: { gatewayId, credentials: relayCredentials, streams: keys === undefined ? undefined : sessionStreams },
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+          handlerErrors: metrics.handlerErrors('proxy'),
           activity,
           tls: proxyTls,
           redirectHttpsPort: config.proxyRedirectHttpsPort,
