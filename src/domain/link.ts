@@ -195,12 +195,6 @@ export function withoutTokenParam(path: string): string {
   return path.slice(0, q) + (kept.length > 0 && !(kept.length === 1 && kept[0] === '') ? '?' + kept.join('&') : '') + (hash < 0 ? '' : path.slice(hash));
 }
 
-/** What a log line or trace may show of a request target: the link token replaced by `REDACTED`. */
-export function redactLinkToken(path: string): string {
-  if (!hasTokenParam(path)) return path;
-  return path.replace(/([?&]sandgate_token=)[^&#]*/g, '$1REDACTED');
-}
-
 /** Cheap test for sandgate's cookie in a `Cookie` header. */
 export function hasLinkCookie(cookie: string | undefined): boolean {
   return cookie !== undefined && cookie.includes(LINK_COOKIE + '=');

@@ -5,7 +5,7 @@ import { parseLinkKeys, type LinkKeySet } from '../../src/auth/link-keys.js';
 import { LinkAuth, mintLinkToken, verifyLinkToken, type LinkRequestClaims } from '../../src/auth/link-tokens.js';
 import { linkUrl } from '../../src/auth/link-service.js';
 import { decide, type Decision, type Deny } from '../../src/domain/decide.js';
-import { LINK_AUDIENCE, linkAccess, linkCookiePath, redactLinkToken, withoutLinkCookie, withoutTokenParam } from '../../src/domain/link.js';
+import { LINK_AUDIENCE, linkAccess, linkCookiePath, withoutLinkCookie, withoutTokenParam } from '../../src/domain/link.js';
 import type { RouteOptions, RouteRequest } from '../../src/domain/route-key.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { ed25519Pem, linkKeySet } from '../helpers/link-keys.js';
@@ -234,11 +234,6 @@ describe('link URL parts', () => {
     ['my_sandgate_session=1; a=2', 'my_sandgate_session=1; a=2'],
   ])('the cookie %s without sandgate\'s is %s', (cookie, want) => {
     expect(withoutLinkCookie(cookie)).toBe(want);
-  });
-
-  it('redacts the token from what may be logged', () => {
-    expect(redactLinkToken('/a?b=1&sandgate_token=eyJ.x.y&c=2')).toBe('/a?b=1&sandgate_token=REDACTED&c=2');
-    expect(redactLinkToken('/a?b=1')).toBe('/a?b=1');
   });
 
   it('builds the host form and the path form', () => {
