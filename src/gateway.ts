@@ -11,7 +11,7 @@ import { createConsole, type GatewayLease, type GatewaysSource } from './api/con
 import { sendError } from './api/respond.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
-import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, grpcLimits, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
 import type { Config } from './config/schema.js';
@@ -340,7 +340,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       '--grpc-port',
       host,
       config.grpcPort,
-      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door }, log.child({ part: 'envoy' }))),
+      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued }, log.child({ part: 'envoy' }))),
       (ms) => grpc!.close(ms),
     ),
     listener(
