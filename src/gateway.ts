@@ -8,10 +8,9 @@ import { createAdminApi, type Readiness } from './api/admin-api.js';
 import type { ApiAuth } from './api/api-access.js';
 import { ConsoleAssets } from './api/console/console-assets.js';
 import { createConsole, type GatewayLease, type GatewaysSource } from './api/console/console-api.js';
-import { sendError } from './api/respond.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
-import { apiKeyStoreFromConfig, createPresenceStore, driversFromConfig, grpcLimits, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, driversFromConfig, grpcLimits, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
 import type { Config } from './config/schema.js';
@@ -30,6 +29,7 @@ import { RelayCredentials } from './edge/relay/relay-credential.js';
 import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
+import { RequestGuard } from './lib/request-guard.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
@@ -40,6 +40,12 @@ import { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
 import { SandboxView } from './view/sandbox-view.js';
 import { sandboxKey } from './domain/sandbox.js';
+import { parseDuration } from './domain/duration.js';
+import { ActivityRecorder, ignorePattern } from './edge/activity-recorder.js';
+import { ActivityReporter } from './edge/activity-reporter.js';
+import { IdleController } from './edge/idle-controller.js';
+import { redisTarget } from './lib/redis-connection.js';
+import { LocalLifecycleChannel, RedisLifecycleChannel, type LifecycleChannel } from './sessions/presence/lifecycle-channel.js';
 
 /**
  * Wiring: one gateway process — the view, its drivers, the front doors and the admin API — as one list
@@ -80,6 +86,8 @@ export interface Gateway {
   readonly supervisorPort: number | undefined;
   /** Undefined when the embedded proxy is off (`--no-proxy`). */
   readonly proxyPort: number | undefined;
+  /** The proxy's TLS port; undefined without `--proxy-tls-port`. */
+  readonly proxyTlsPort: number | undefined;
   readonly relayPort: number;
   /** `host:port` of the relay listener, as published in this gateway's lease. */
   readonly relayAddress: string;
@@ -106,16 +114,14 @@ function listener(portFlag: string, host: string, port: number, start: () => Pro
  * The admin port's server (HTTP authz under /authz/ when `authz` is given, then `api`) or the ops port's
  * (`api` only). CONNECT gets a typed 405 rather than a closed socket.
  */
-function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, log: Logger): Server {
-  const server = createServer((req, res) => {
-    const url = req.url ?? '/';
-    if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
-    api(req, res).catch((err: unknown) => {
-      log.error({ err }, 'admin request failed');
-      if (!res.headersSent) sendError(res, 'internal_error');
-      else res.destroy();
-    });
-  });
+function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, guard: RequestGuard): Server {
+  const server = createServer((req, res) =>
+    guard.run(req, res, () => {
+      const url = req.url ?? '/';
+      if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
+      api(req, res).catch((err: unknown) => guard.fail(err, req, res));
+    }),
+  );
   server.keepAliveTimeout = 65_000;
   refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
   return server;
@@ -135,6 +141,26 @@ function consoleGateways(kind: 'memory' | 'redis', current: () => PresenceStore 
     },
     degraded: () => current()?.degraded() ?? [],
   };
+}
+
+/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
+function idleTimeoutFromConfig(config: Config): number {
+  if (config.idleTimeout === '') return 0;
+  const ms = parseDuration(config.idleTimeout);
+  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
+  return ms;
+}
+
+/** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */
+function lifecycleChannel(config: Config, gatewayId: string, log: Logger): LifecycleChannel {
+  if (config.presence === 'memory') return new LocalLifecycleChannel();
+  return new RedisLifecycleChannel({
+    target: redisTarget(config.presence, config.presenceRedisOptions, 'presence (memory or a Redis URL)'),
+    gatewayId,
+    keyPrefix: config.presenceKeyPrefix,
+    ttlMs: config.leaseTtlMs,
+    log,
+  });
 }
 
 function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {
@@ -188,13 +214,27 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
 
+  const now = opts.now ?? Date.now;
+  const idleTimeoutMs = idleTimeoutFromConfig(config);
+  const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
-    now: opts.now ?? Date.now,
+    now,
     tombstoneTtlMs: config.tombstoneTtlMs,
     waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
+  view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
+  const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
+  const tlsLog = log.child({ part: 'tls' });
+  const certificates = certificateStoreFromConfig(config, (e) => {
+    metrics.tlsReloads.labels(e.result).inc();
+    if (e.result === 'failed') tlsLog.warn({ err: e.error, source: e.source, code: 'tls_certificate_invalid' }, `TLS certificate ${e.source} not loaded; the last good pair keeps serving: ${e.error?.message ?? ''}`);
+    else tlsLog.info({ source: e.source }, `TLS certificate ${e.source} ${e.result}`);
+  });
+  const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
+  if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
+  if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
@@ -215,6 +255,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
+    activity,
   });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
   const host = config.listenHost;
@@ -236,7 +277,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const relay = new RelayListener(
     sessionStreams,
-    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
+    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: metrics.handlerErrors('relay') },
     log.child({ part: 'relay' }),
   );
   const readiness: Readiness = {
@@ -245,9 +286,14 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? [])],
+    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
   };
-  metrics.watchReadiness({ notReady: () => readiness.notReady(), presenceDegraded: () => presence?.degraded() ?? [], keysDegraded: () => keyStore?.degraded() ?? [] });
+  metrics.watchReadiness({
+    notReady: () => readiness.notReady(),
+    presenceDegraded: () => presence?.degraded() ?? [],
+    keysDegraded: () => keyStore?.degraded() ?? [],
+    tlsDegraded: () => certificates?.problems() ?? [],
+  });
   const watch = new SandboxWatch(view);
   // The operator API and its console see through the same principals as the doors (docs/tenancy.md).
   const auth: ApiAuth | undefined = apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy };
@@ -267,14 +313,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           auth,
           assets: new ConsoleAssets(CONSOLE_ASSETS, config.apiKeyHeader),
           gateways: consoleGateways(config.presence === 'memory' ? 'memory' : 'redis', () => presence, gatewayId, () => relayAddress),
+          now,
         })
       : undefined,
   };
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door);
-  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, log);
+  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')));
   const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }));
-  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, log) : undefined;
+  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops'))) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;
   let opsPort: number | undefined;
@@ -293,6 +340,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           idleTimeoutMs: config.proxyIdleTimeoutMs,
           relay: { gatewayId, credentials: relayCredentials, streams: keys === undefined ? undefined : sessionStreams },
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+          handlerErrors: metrics.handlerErrors('proxy'),
+          activity,
+          tls: proxyTls,
+          redirectHttpsPort: config.proxyRedirectHttpsPort,
         },
         log.child({ part: 'proxy' }),
       );
@@ -323,8 +374,39 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   for (const d of drivers) view.registerDriver(d.id);
   let tick: NodeJS.Timeout | undefined;
+  const lifecycleLog = log.child({ part: 'lifecycle' });
+  const channel = lifecycleChannel(config, gatewayId, lifecycleLog);
+  const driverById = (id: string): Driver | undefined => drivers.find((d) => d.id === id);
+  const reporter = new ActivityReporter({
+    view,
+    channel,
+    report: (id) => {
+      const d = driverById(id);
+      return d?.reportActivity === undefined ? undefined : (reports) => d.reportActivity!(reports);
+    },
+    reportIntervalMs: config.activityReportIntervalMs,
+    patchIntervalMs: config.activityPatchIntervalMs,
+    now,
+    log: lifecycleLog,
+  });
+  const idle = new IdleController({
+    view,
+    channel,
+    pause: (id) => {
+      const d = driverById(id);
+      return d?.pause === undefined ? undefined : (ns, name) => d.pause!(ns, name);
+    },
+    defaultTimeoutMs: idleTimeoutMs,
+    graceMs: config.presence === 'memory' ? 0 : config.activityReportIntervalMs,
+    checkMs: Math.min(1000, config.activityReportIntervalMs),
+    now,
+    log: lifecycleLog,
+    counted: metrics.watchLifecycle(() => view.activity.idle(), now),
+  });
 
   const components: Component[] = [
+    // Watched from the start; the pairs were loaded (and checked) with the configuration.
+    ...(certificates === undefined ? [] : [{ name: 'TLS certificates', start: () => certificates.start(), stop: () => certificates.close() }]),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
     listener(
       '--relay-port',
@@ -354,6 +436,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       ? []
       : [listener('--ops-port', opsHost, config.opsPort, async () => (opsPort = await listenOn(ops, opsHost, config.opsPort)), (ms) => closeGracefully(ops, ms))]),
     ...(proxy === undefined ? [] : [listener('--proxy-port', host, config.proxyPort, () => proxy.start(), (ms) => proxy.close(ms))]),
+    ...(proxy === undefined || proxyTls === undefined ? [] : [listener('--proxy-tls-port', host, proxyTls.port, () => proxy.startTls(), (ms) => proxy.closeTls(ms))]),
     ...(keyStore === undefined
       ? []
       : [
@@ -434,6 +517,20 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       }),
     ),
     {
+      // Activity sharing and reports, and idle pause: off the request path, once the drivers run.
+      name: 'lifecycle',
+      async start() {
+        await channel.start();
+        reporter.start();
+        idle.start();
+      },
+      async stop() {
+        idle.stop();
+        reporter.stop();
+        await channel.close();
+      },
+    },
+    {
       // Last to start, first to stop: serving is announced only once everything runs, and withdrawn
       // before anything goes (Envoy's health checks move traffic away first).
       name: 'serving',
@@ -457,7 +554,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     p.err === undefined ? log.warn({ component: p.component }, 'stop overran the shutdown deadline; abandoned') : log.warn({ err: p.err, component: p.component }, 'stop failed');
   await startAll(components, config.shutdownTimeoutMs, onProblem);
   log.info(
-    { grpcPort: grpc!.port, adminPort, opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port, relayAddress, presence: presence!.kind, drivers: drivers.map((d) => d.id) },
+    { grpcPort: grpc!.port, adminPort, opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, proxyTlsPort: proxyTls === undefined ? undefined : proxy?.tlsPort, relayPort: relay.port, relayAddress, presence: presence!.kind, drivers: drivers.map((d) => d.id) },
     'sandgate started',
   );
 
@@ -482,6 +579,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     opsPort,
     supervisorPort: supervisors?.port,
     proxyPort: proxy?.port,
+    proxyTlsPort: proxyTls === undefined ? undefined : proxy?.tlsPort,
     relayPort: relay.port,
     relayAddress,
     close,

@@ -26,8 +26,8 @@ export type OptionSpec =
 
 const port = (def: number, description: string) => ({ kind: 'int', default: def, min: 0, max: 65535, description }) as const;
 
-// Options are one declarative table: entries of the same kind share a shape by design (`duplicates` pairs
-// some of them); nothing here is logic to factor out.
+// Options are one declarative table: entries of the same kind share a shape by design; nothing here is
+// logic to factor out.
 export const SCHEMA = {
   config: { kind: 'string', default: '', description: 'Optional configuration file (YAML or JSON) with any of these options.' },
   listenHost: { kind: 'string', default: '0.0.0.0', description: 'Address every listener binds.' },
@@ -91,7 +91,34 @@ export const SCHEMA = {
   },
   opsListenHost: { kind: 'string', default: '', description: 'Address the ops port binds (default: `--listen-host`), e.g. 127.0.0.1 or an internal interface.' },
   console: { kind: 'bool', default: true, description: 'Serve the operator console at `/console` on the operator surface (the ops port when `--ops-port` is set, else the admin port), with the sandbox API\'s authorization (docs/console.md).' },
-  proxyPort: port(8080, 'Embedded proxy: carries HTTP and WebSocket traffic to sandboxes itself, with the same decision as the Envoy doors (0 = any free port).'),
+  proxyPort: {
+    kind: 'int',
+    default: 8080,
+    min: -1,
+    max: 65535,
+    description: 'Embedded proxy: carries HTTP and WebSocket traffic to sandboxes itself, with the same decision as the Envoy doors (0 = any free port; -1 = no plain-HTTP listener, with `--proxy-tls-port`).',
+  },
+  proxyTlsPort: {
+    kind: 'int',
+    default: -1,
+    min: -1,
+    max: 65535,
+    description: 'Embedded proxy over TLS: HTTP/1.1 and HTTP/2 (ALPN), WebSockets over both (RFC 8441 for HTTP/2), with the certificates of `--tls-cert-file`/`--tls-key-file` or `--tls-dir` (0 = any free port; -1 = off).',
+  },
+  proxyRedirectHttpsPort: {
+    kind: 'int',
+    default: -1,
+    min: -1,
+    max: 65535,
+    description: 'The plain proxy port answers every request with a 308 redirect to `https://<host>:<port><path>` (443: no port in the URL; 0: `--proxy-tls-port` itself; -1 = off: the plain port proxies).',
+  },
+  tlsCertFile: { kind: 'string', default: '', description: 'PEM certificate chain (leaf first; wildcards welcome) every TLS listener serves, with `--tls-key-file`. Re-read when it changes; a file that does not load keeps the last good pair.' },
+  tlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--tls-cert-file`.' },
+  tlsDir: {
+    kind: 'string',
+    default: '',
+    description: 'Directory of certificate pairs chosen by SNI (the longest matching DNS SAN wins; no match or no SNI: the pair named `default`, else the first): `<name>.crt` + `<name>.key`, or sub-directories with `tls.crt` + `tls.key` (mounted Kubernetes TLS Secrets). Re-read when it changes. Instead of `--tls-cert-file`.',
+  },
   proxy: { kind: 'bool', default: true, description: 'Run the embedded proxy (turn off when Envoy is the only data plane).' },
   proxyConnectTimeoutMs: { kind: 'int', default: 5000, min: 1, max: 600_000, description: 'Embedded proxy: connecting to a sandbox (past it: 504 upstream_timeout).' },
   proxyHeadersTimeoutMs: { kind: 'int', default: 300_000, min: 1, max: 3_600_000, description: 'Embedded proxy: waiting for a sandbox\'s response headers (past it: 504 upstream_timeout).' },
@@ -276,6 +303,44 @@ export const SCHEMA = {
     description: 'Credential headers removed before a request reaches a sandbox (by every door). Remove a name to let it through. `x-access-token` (E2B envd\'s own token) is no longer in the default: add it to strip it as before (docs/tenancy.md, Upgrading).',
   },
   autoResume: { kind: 'bool', default: false, description: 'Resume a paused sandbox when traffic arrives (a sandbox\'s own policy overrides this).' },
+  idleTimeout: {
+    kind: 'string',
+    default: '',
+    description: 'Pause a Ready sandbox through its driver after this long without traffic, e.g. `30m` (`500ms`, `30s`, `15m`, `1h30m`, or seconds; empty or `0` = never). A sandbox\'s own `idleTimeout` / `sandgate.dev/idle-timeout` overrides it (docs/lifecycle.md).',
+  },
+  activityIgnore: {
+    kind: 'list',
+    default: [],
+    description: 'Request paths that do not count as traffic activity (health checks), e.g. `/healthz,/api/health*` (`*` matches any run of characters; the query is ignored).',
+  },
+  activityReportIntervalMs: {
+    kind: 'int',
+    default: 10_000,
+    min: 50,
+    max: 600_000,
+    description: 'How often a gateway publishes the activity its doors saw to its peers (one message per interval, through the presence Redis) and the lifecycle writer reports it to the drivers.',
+  },
+  activityPatchIntervalMs: {
+    kind: 'int',
+    default: 60_000,
+    min: 100,
+    max: 86_400_000,
+    description: 'Least time between two activity reports of one sandbox to its driver (Kubernetes: the `sandgate.dev/last-activity` annotation patch); sent only when the activity moved.',
+  },
+  upstreamConnectRetryMs: {
+    kind: 'int',
+    default: 5000,
+    min: 0,
+    max: 600_000,
+    description: 'Embedded proxy: after a request waited for its sandbox to become Ready (a wake), how long connection-refused on the sandbox\'s port is retried (an app often listens a moment after its sandbox is Ready; 0 = no retry).',
+  },
+  maxRunningPerNamespace: {
+    kind: 'int',
+    default: 0,
+    min: 0,
+    max: 10_000_000,
+    description: 'Sandboxes of one namespace that may run (any phase but Paused, Error and Deleting) before traffic may no longer wake a paused one: 429 namespace_quota_exceeded (0 = no limit).',
+  },
   maxConnectionsPerSandbox: {
     kind: 'int',
     default: 1000,

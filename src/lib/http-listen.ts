@@ -1,7 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import type { TlsOptions } from 'node:tls';
 import { ERROR_CODES } from '../domain/errors.js';
+import type { RequestGuard } from './request-guard.js';
 
 /**
  * Starting and stopping the gateway's HTTP listeners, one way for all of them (admin, proxy, relay,
@@ -48,16 +51,20 @@ export function closeGracefully(server: Server, graceMs: number, front?: Connect
  * longer than common load balancers' idle timeouts, no overall request timeout (SSE and downloads are
  * legitimate long streams; idleness is policed per stream), upgrades handed to `onUpgrade`, and a bare
  * 400 (431 for a head past the limit, 408 for one too slow) for requests that do not even parse — or,
- * behind an answer still in flight, no answer: that one finishes and the connection closes.
+ * behind an answer still in flight, no answer: that one finishes and the connection closes. Handlers run
+ * under `guard` (request-guard.ts): a throw ends its request, never the process. With `tls`, the same
+ * server over TLS (an https.Server, whose connections start at 'secureConnection').
  */
 export function createStreamingServer(
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
   onUpgrade: (req: IncomingMessage, socket: Socket, head: Buffer) => void,
+  guard: RequestGuard,
+  tls?: TlsOptions,
 ): Server {
   // Answers in flight per connection: a request that does not parse behind one must not be answered
   // ahead of it (the client would read that answer as the first request's).
   const open = new Map<Duplex, InFlight>();
-  const server = createServer({ noDelay: true }, (req, res) => {
+  const handler = (req: IncomingMessage, res: ServerResponse): void => {
     const socket = req.socket;
     let f = open.get(socket);
     if (f === undefined) open.set(socket, (f = { answering: 0, req, res, broken: false }));
@@ -70,11 +77,12 @@ export function createStreamingServer(
       open.delete(socket);
       if (flight.broken) socket.end();
     });
-    onRequest(req, res);
-  });
+    guard.run(req, res, () => onRequest(req, res));
+  };
+  const server: Server = tls === undefined ? createServer({ noDelay: true }, handler) : createHttpsServer({ ...tls, noDelay: true }, handler);
   server.keepAliveTimeout = 65_000;
   server.requestTimeout = 0;
-  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(req, socket as Socket, head));
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => guard.runUpgrade(req, socket, () => onUpgrade(req, socket as Socket, head)));
   refuseConnect(server, PROXIED_METHODS);
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     const f = open.get(socket);

@@ -1,4 +1,5 @@
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { PAUSE_RESULTS, type PauseResult } from '../edge/idle-controller.js';
 import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
 import { PUBLIC_PHASES } from '../domain/sandbox.js';
@@ -25,6 +26,10 @@ const CODE_INDEX = new Map(CODES.map((c, i) => [c, i]));
 const SLOTS_PER_DOOR = 1 + CODES.length;
 const DOOR_INDEX: Readonly<Record<Door, number>> = { ext_authz: 0, ext_proc: 1, http_authz: 2, proxy: 3 };
 
+/** The listeners whose handlers run under the request guard (lib/request-guard.ts). */
+export const LISTENERS = ['proxy', 'relay', 'admin', 'ops', 'supervisor'] as const;
+export type ListenerLabel = (typeof LISTENERS)[number];
+
 export class GatewayMetrics {
   readonly registry = new Registry();
   private readonly decisions: SlotCounter;
@@ -35,6 +40,9 @@ export class GatewayMetrics {
   readonly driverErrors: Counter<'driver'>;
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
   readonly refusedIds: Counter<'driver' | 'reason'>;
+  private readonly handlerErrorsTotal: Counter<'listener'>;
+  /** Certificate pairs (re)loaded, failed to load (the last good pair serves on) or removed, by result. */
+  readonly tlsReloads: Counter<'result'>;
 
   constructor(
     view: { readonly size: number; phaseCounts(): Map<string, number>; refusedIdCounts(): Readonly<Record<string, number>> },
@@ -85,12 +93,26 @@ export class GatewayMetrics {
       labelNames: ['driver'],
       registers,
     });
+    this.tlsReloads = new Counter({
+      name: 'sandgate_tls_reloads_total',
+      help: 'TLS certificate pairs read by result: loaded, failed (the last good pair keeps serving; /readyz is degraded), removed',
+      labelNames: ['result'],
+      registers,
+    });
+    for (const result of ['loaded', 'failed', 'removed']) this.tlsReloads.labels(result).inc(0);
     this.refusedIds = new Counter({
       name: 'sandgate_drivers_refused_ids_total',
       help: 'Ids a sandbox declared and was refused, by driver and reason (in_use, names_another_sandbox)',
       labelNames: ['driver', 'reason'],
       registers,
     });
+    this.handlerErrorsTotal = new Counter({
+      name: 'sandgate_http_handler_errors_total',
+      help: `Exceptions while handling one request, which ended that request (500, or the connection cut) and not the process, by listener (${LISTENERS.join(', ')})`,
+      labelNames: ['listener'],
+      registers,
+    });
+    for (const l of LISTENERS) this.handlerErrorsTotal.labels(l);
     new Gauge({
       name: 'sandgate_view_refused_ids',
       help: 'Id claims refused right now, by reason (in_use, names_another_sandbox)',
@@ -173,6 +195,7 @@ export class GatewayMetrics {
     notReady(): readonly string[];
     readonly presenceDegraded: () => readonly string[];
     readonly keysDegraded: () => readonly string[];
+    readonly tlsDegraded?: () => readonly string[];
   }): void {
     const registers = [this.registry];
     new Gauge({
@@ -182,7 +205,7 @@ export class GatewayMetrics {
       registers,
       collect() {
         const notReady = source.notReady().length > 0;
-        const degraded = !notReady && (source.presenceDegraded().length > 0 || source.keysDegraded().length > 0);
+        const degraded = !notReady && (source.presenceDegraded().length > 0 || source.keysDegraded().length > 0 || (source.tlsDegraded?.().length ?? 0) > 0);
         this.set({ state: 'ready' }, notReady || degraded ? 0 : 1);
         this.set({ state: 'degraded' }, degraded ? 1 : 0);
         this.set({ state: 'not_ready' }, notReady ? 1 : 0);
@@ -204,6 +227,11 @@ export class GatewayMetrics {
         this.set(source.keysDegraded().length > 0 ? 1 : 0);
       },
     });
+  }
+
+  /** The counter of faults in one listener's handlers, for its request guard. */
+  handlerErrors(listener: ListenerLabel): { inc(): void } {
+    return this.handlerErrorsTotal.labels(listener);
   }
 
   /** Counts one readiness wait by how it ended. */
@@ -235,5 +263,33 @@ export class GatewayMetrics {
 
   observeLatency(door: Door, seconds: number): void {
     this.latency.observe(DOOR_INDEX[door], seconds);
+  }
+
+  /**
+   * Traffic-driven lifecycle (docs/lifecycle.md): how long each Ready sandbox has been idle, as a histogram
+   * rebuilt at scrape time (one observation per Ready sandbox, no sandbox label), and the idle pauses by
+   * result. Returns the function that counts a pause.
+   */
+  watchLifecycle(idle: () => Iterable<[string, number]>, now: () => number): (result: PauseResult) => void {
+    const registers = [this.registry];
+    new Histogram({
+      name: 'sandgate_lifecycle_idle_seconds',
+      help: 'Time since the last traffic (or since becoming Ready) of each Ready sandbox, at scrape time',
+      buckets: [10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 86_400],
+      registers,
+      collect() {
+        this.reset();
+        const t = now();
+        for (const [, since] of idle()) this.observe(Math.max(0, t - since) / 1000);
+      },
+    });
+    const pauses = new Counter({
+      name: 'sandgate_lifecycle_pauses_total',
+      help: `Idle pauses by result (${PAUSE_RESULTS.join(', ')})`,
+      labelNames: ['result'],
+      registers,
+    });
+    for (const r of PAUSE_RESULTS) pauses.labels(r).inc(0);
+    return (result) => pauses.labels(result).inc();
   }
 }

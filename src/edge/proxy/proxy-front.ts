@@ -64,6 +64,7 @@ export class FrontResponse extends EventEmitter implements ClientResponse {
       else if (name.length === 4) this.hasDate ||= name.toLowerCase() === 'date';
     }
     if (BAD_NAME.test(names) || BAD_HEADER_VALUE.test(values)) throw new Error('a response header holds a byte no header may hold');
+    if (!Number.isInteger(status) || status < 100 || status > 999) throw new RangeError(`invalid status code ${status}`);
     this.status = status;
     this.lines = lines;
     if (status === 204 || status === 304) this.bodyless = true;
@@ -160,14 +161,14 @@ function uncork(socket: Socket): void {
 /** Bodyless requests only: a GET or HEAD with a body (or any other method) goes to node:http. */
 const acceptsBodyless = (method: string): boolean => method === 'GET' || method === 'HEAD';
 
-/** The proxy's handler for the front: each request becomes a ClientRequest and a FrontResponse. */
-export function proxyFrontHandler(carry: (req: ClientRequest, res: FrontResponse) => void): FrontHandler<FrontConnection<unknown>> {
+/** The proxy's handler for the front: each request becomes a ClientRequest and a FrontResponse (`secure`: on the TLS port). */
+export function proxyFrontHandler(carry: (req: ClientRequest, res: FrontResponse) => void, secure = false): FrontHandler<FrontConnection<unknown>> {
   return {
     accepts: acceptsBodyless,
     connect: (conn) => conn,
     handle(req, conn) {
       const res = new FrontResponse(conn, req.method === 'HEAD');
-      carry({ method: req.method, url: req.url, headers: req.headers, rawHeaders: req.rawHeaders, clientIp: conn.socket.remoteAddress ?? '', body: null }, res);
+      carry({ method: req.method, url: req.url, headers: req.headers, rawHeaders: req.rawHeaders, clientIp: conn.socket.remoteAddress ?? '', body: null, secure }, res);
     },
   };
 }

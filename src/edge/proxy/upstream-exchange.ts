@@ -4,6 +4,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
 import type { ForwardHop } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
+import { InvalidUpstreamResponse, isFinalStatus, isInterimStatus } from '../forwarding/upstream-answer.js';
 
 /**
  * One proxied request carried through undici's dispatcher, its response written into the client's as it
@@ -22,11 +23,15 @@ export interface ExchangeOwner {
   upstreamFailed(exchange: UpstreamExchange, err: Error): void;
   /** The client's response closed, however it ended (the connection slot goes back). */
   closed(exchange: UpstreamExchange): void;
+  /** A response body chunk after the first passed: the stream is still in use (activity). */
+  streamed(exchange: UpstreamExchange): void;
 }
 
 export class UpstreamExchange implements Dispatcher.DispatchHandler {
   private abort: ((err?: Error) => void) | undefined;
   private resume: (() => void) | undefined;
+  /** The first chunk rides on the request's own activity; later ones (a download, an event stream) add theirs. */
+  private chunks = 0;
 
   constructor(
     private readonly owner: ExchangeOwner,
@@ -49,19 +54,29 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.abort = abort;
   }
 
+  /**
+   * A throw here is undici's cue to abort the request (core/request.js): it reaches onError, and the
+   * client gets 502 upstream_error — how an answer that is no valid HTTP response is refused.
+   */
   onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
-    // 1xx (100 Continue, 103 Early Hints) are not passed on: the final response follows.
-    if (statusCode < 200) return true;
+    // Interim answers (100 Continue, 103 Early Hints) are not passed on: the final response follows.
+    if (isInterimStatus(statusCode)) return true;
+    if (!isFinalStatus(statusCode)) throw new InvalidUpstreamResponse(`status ${statusCode}`);
     const res = this.res;
     this.resume = resume;
     const headers = forwardResponseHeaders(raw);
-    res.writeHead(statusCode, headers);
+    try {
+      res.writeHead(statusCode, headers);
+    } catch (err) {
+      throw new InvalidUpstreamResponse('a header no response may carry', err);
+    }
     // Server-Sent Events: send the head now, do not wait for the first event.
     if (isEventStream(headers)) res.flushHeaders();
     return true;
   }
 
   onData(chunk: Buffer): boolean {
+    if (++this.chunks > 1) this.owner.streamed(this);
     if (this.res.write(chunk)) return true;
     // Backpressure: undici stops reading the upstream until the client drains.
     this.res.once('drain', this.resume!);
