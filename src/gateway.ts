@@ -30,9 +30,12 @@ import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
 import { RequestGuard } from './lib/request-guard.js';
+import { waitersPerNamespace } from './view/waiters.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
+import { AccessLog, accessLogTarget } from './observability/access-log.js';
+import { ExchangeRecorder } from './observability/exchange.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
 import type { RelayOpener } from './sessions/relay-opener.js';
@@ -214,13 +217,18 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
 
+  const accessLogTo = accessLogTarget(config.accessLog);
+  const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
+  // Absent unless the access log is on: the doors then make no exchange records at all.
+  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
+
   const now = opts.now ?? Date.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
     tombstoneTtlMs: config.tombstoneTtlMs,
-    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: waitersPerNamespace(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
@@ -255,6 +263,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
+    recorder,
     activity,
   });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
@@ -277,7 +286,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const relay = new RelayListener(
     sessionStreams,
-    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: metrics.handlerErrors('relay') },
+    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: metrics.handlerErrors('relay'), recorder },
     log.child({ part: 'relay' }),
   );
   const readiness: Readiness = {
@@ -405,6 +414,16 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
 
   const components: Component[] = [
+    // First to start and last to stop: every listener has closed before the access log's last flush.
+    ...(accessLog === undefined
+      ? []
+      : [
+          {
+            name: 'access log',
+            start: () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
+            stop: () => accessLog.close(),
+          },
+        ]),
     // Watched from the start; the pairs were loaded (and checked) with the configuration.
     ...(certificates === undefined ? [] : [{ name: 'TLS certificates', start: () => certificates.start(), stop: () => certificates.close() }]),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
