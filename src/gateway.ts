@@ -14,6 +14,7 @@ import { LinkKeyFile, readLinkKeys } from './auth/link-keys.js';
 import { LinkService } from './auth/link-service.js';
 import { LinkAuth } from './auth/link-tokens.js';
 import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { grpcLimits } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
 import type { CertificateStore, ReloadEvent } from './lib/tls/certificate-store.js';
@@ -468,7 +469,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       '--grpc-port',
       host,
       config.grpcPort,
-      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door }, log.child({ part: 'envoy' }))),
+      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued }, log.child({ part: 'envoy' }))),
       (ms) => grpc!.close(ms),
     ),
     listener(
