@@ -10,9 +10,11 @@ import { ConsoleAssets } from './api/console/console-assets.js';
 import { createConsole, type GatewayLease, type GatewaysSource } from './api/console/console-api.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { grpcLimits } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
+import type { CertificateStore, ReloadEvent } from './lib/tls/certificate-store.js';
 import type { Config } from './config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from './config/secrets.js';
 import { listenFailed, startFailed } from './config/start-errors.js';
@@ -97,6 +99,8 @@ export interface Gateway {
   readonly relayPort: number;
   /** `host:port` of the relay listener, as published in this gateway's lease. */
   readonly relayAddress: string;
+  /** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
+  readonly lifecycle: { readonly reporter: ActivityReporter; readonly idle: IdleController };
   /** Graceful shutdown within `--shutdown-timeout-ms`: NOT_SERVING, stop drivers, hand sessions over, close listeners. */
   close(): Promise<void>;
 }
@@ -239,11 +243,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const tlsLog = log.child({ part: 'tls' });
-  const certificates = certificateStoreFromConfig(config, (e) => {
+  const onTlsReload = (e: ReloadEvent): void => {
     metrics.tlsReloads.labels(e.result).inc();
     if (e.result === 'failed') tlsLog.warn({ err: e.error, source: e.source, code: 'tls_certificate_invalid' }, `TLS certificate ${e.source} not loaded; the last good pair keeps serving: ${e.error?.message ?? ''}`);
     else tlsLog.info({ source: e.source }, `TLS certificate ${e.source} ${e.result}`);
-  });
+  };
+  const certificates = certificateStoreFromConfig(config, onTlsReload);
+  const supervisorCertificates = supervisorCertificatesFromConfig(config, certificates, onTlsReload);
+  // Every store once (the supervisor endpoint may share the proxy's).
+  const certificateStores = [...new Set([certificates, supervisorCertificates])].filter((s): s is CertificateStore => s !== undefined);
   const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
   if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
   if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
@@ -299,13 +307,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
+    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? []), ...certificateStores.flatMap((s) => s.problems())],
   };
   metrics.watchReadiness({
     notReady: () => readiness.notReady(),
     presenceDegraded: () => presence?.degraded() ?? [],
     keysDegraded: () => keyStore?.degraded() ?? [],
-    tlsDegraded: () => certificates?.problems() ?? [],
+    tlsDegraded: () => certificateStores.flatMap((s) => s.problems()),
   });
   const watch = new SandboxWatch(view);
   // The operator API and its console see through the same principals as the doors (docs/tenancy.md).
@@ -431,7 +439,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     // Likewise: spans of the last requests are exported before the process goes.
     ...(tracing === undefined ? [] : [{ name: 'tracing', start: () => undefined, stop: () => tracing.close() }]),
     // Watched from the start; the pairs were loaded (and checked) with the configuration.
-    ...(certificates === undefined ? [] : [{ name: 'TLS certificates', start: () => certificates.start(), stop: () => certificates.close() }]),
+    ...certificateStores.map((s): Component => ({ name: 'TLS certificates', start: () => s.start(), stop: () => s.close() })),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
     listener(
       '--relay-port',
@@ -447,7 +455,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       '--grpc-port',
       host,
       config.grpcPort,
-      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door }, log.child({ part: 'envoy' }))),
+      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued }, log.child({ part: 'envoy' }))),
       (ms) => grpc!.close(ms),
     ),
     listener(
@@ -524,6 +532,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
                   keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
                   relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
+                  tls: supervisorCertificates === undefined ? undefined : { options: supervisorCertificates.serverOptions(), attach: (s) => supervisorCertificates.attach(s) },
                 },
                 presence!,
                 sessionLog,
@@ -608,6 +617,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     proxyTlsPort: proxyTls === undefined ? undefined : proxy?.tlsPort,
     relayPort: relay.port,
     relayAddress,
+    lifecycle: { reporter, idle },
     close,
   };
 }

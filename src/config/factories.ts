@@ -11,6 +11,7 @@ import { createKubernetesDrivers } from '../drivers/kubernetes/kubernetes-driver
 import type { Logger } from '../observability/logger.js';
 import { MemoryPresence } from '../sessions/presence/memory-presence.js';
 import type { PresenceStore } from '../sessions/presence/presence-store.js';
+import type { GrpcServerLimits } from '../lib/grpc-h2-connection.js';
 import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connection.js';
 import { createRedisPresence } from '../sessions/presence/redis-presence.js';
 import { CertificateStore, type ReloadEvent } from '../lib/tls/certificate-store.js';
@@ -21,6 +22,18 @@ import type { Config } from './schema.js';
  * resolved configuration names. Building an object opens nothing (Redis clients connect lazily); the
  * gateway's lifecycle starts and stops them.
  */
+
+/** The gRPC port's per-connection bounds (`--grpc-*`). */
+export function grpcLimits(c: Config): GrpcServerLimits {
+  return {
+    maxConcurrentStreams: c.grpcMaxConcurrentStreams,
+    maxStreamBufferBytes: c.grpcMaxStreamBufferBytes,
+    maxConnectionBufferBytes: c.grpcMaxConnectionBufferBytes,
+    handshakeTimeoutMs: c.grpcHandshakeTimeoutMs,
+    idleTimeoutMs: c.grpcIdleTimeoutMs,
+    goawayGraceMs: c.grpcGoawayGraceMs,
+  };
+}
 
 export function routeOptions(c: Config): RouteOptions {
   return {
@@ -108,4 +121,17 @@ export function certificateStoreFromConfig(c: Config, onReload: (e: ReloadEvent)
     return undefined;
   }
   return new CertificateStore(single ? { certFile: c.tlsCertFile, keyFile: c.tlsKeyFile } : { dir: c.tlsDir }, { onReload });
+}
+
+/**
+ * The supervisor endpoint's certificates: its own pair (`--supervisor-tls-cert-file` + `-key-file`), else
+ * the shared store when `--supervisor-tls` asks for TLS; undefined for plain `ws://`.
+ */
+export function supervisorCertificatesFromConfig(c: Config, shared: CertificateStore | undefined, onReload: (e: ReloadEvent) => void): CertificateStore | undefined {
+  const own = c.supervisorTlsCertFile !== '' || c.supervisorTlsKeyFile !== '';
+  if (own && (c.supervisorTlsCertFile === '' || c.supervisorTlsKeyFile === '')) throw new SandgateError('config_invalid', '--supervisor-tls-cert-file and --supervisor-tls-key-file go together');
+  if (own) return new CertificateStore({ certFile: c.supervisorTlsCertFile, keyFile: c.supervisorTlsKeyFile }, { onReload });
+  if (!c.supervisorTls) return undefined;
+  if (shared === undefined) throw new SandgateError('config_invalid', '--supervisor-tls needs certificates: set --tls-cert-file and --tls-key-file (or --tls-dir), or --supervisor-tls-cert-file and --supervisor-tls-key-file');
+  return shared;
 }
