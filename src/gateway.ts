@@ -10,9 +10,10 @@ import { ConsoleAssets } from './api/console/console-assets.js';
 import { createConsole, type GatewayLease, type GatewaysSource } from './api/console/console-api.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
+import type { CertificateStore, ReloadEvent } from './lib/tls/certificate-store.js';
 import type { Config } from './config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from './config/secrets.js';
 import { listenFailed, startFailed } from './config/start-errors.js';
@@ -34,6 +35,8 @@ import { namespaceShare } from './domain/namespace-share.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
+import { AccessLog, accessLogTarget } from './observability/access-log.js';
+import { ExchangeRecorder } from './observability/exchange.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
 import type { RelayOpener } from './sessions/relay-opener.js';
@@ -215,6 +218,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
   if (keyStore !== undefined && pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
 
+  const accessLogTo = accessLogTarget(config.accessLog);
+  const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
+  // Absent unless the access log is on: the doors then make no exchange records at all.
+  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
+
   const now = opts.now ?? Date.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
@@ -228,11 +236,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const tlsLog = log.child({ part: 'tls' });
-  const certificates = certificateStoreFromConfig(config, (e) => {
+  const onTlsReload = (e: ReloadEvent): void => {
     metrics.tlsReloads.labels(e.result).inc();
     if (e.result === 'failed') tlsLog.warn({ err: e.error, source: e.source, code: 'tls_certificate_invalid' }, `TLS certificate ${e.source} not loaded; the last good pair keeps serving: ${e.error?.message ?? ''}`);
     else tlsLog.info({ source: e.source }, `TLS certificate ${e.source} ${e.result}`);
-  });
+  };
+  const certificates = certificateStoreFromConfig(config, onTlsReload);
+  const supervisorCertificates = supervisorCertificatesFromConfig(config, certificates, onTlsReload);
+  // Every store once (the supervisor endpoint may share the proxy's).
+  const certificateStores = [...new Set([certificates, supervisorCertificates])].filter((s): s is CertificateStore => s !== undefined);
   const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
   if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
   if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
@@ -256,6 +268,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       envdPort: config.envdPort,
     },
     resumer,
+    recorder,
     activity,
   });
   const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
@@ -278,7 +291,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const relay = new RelayListener(
     sessionStreams,
-    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: metrics.handlerErrors('relay') },
+    { host, port: config.relayPort, credentials: relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: metrics.handlerErrors('relay'), recorder },
     log.child({ part: 'relay' }),
   );
   const readiness: Readiness = {
@@ -287,13 +300,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
+    degraded: () => [...(presence?.degraded() ?? []), ...(keyStore?.degraded() ?? []), ...certificateStores.flatMap((s) => s.problems())],
   };
   metrics.watchReadiness({
     notReady: () => readiness.notReady(),
     presenceDegraded: () => presence?.degraded() ?? [],
     keysDegraded: () => keyStore?.degraded() ?? [],
-    tlsDegraded: () => certificates?.problems() ?? [],
+    tlsDegraded: () => certificateStores.flatMap((s) => s.problems()),
   });
   const watch = new SandboxWatch(view);
   // The operator API and its console see through the same principals as the doors (docs/tenancy.md).
@@ -406,8 +419,18 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
 
   const components: Component[] = [
+    // First to start and last to stop: every listener has closed before the access log's last flush.
+    ...(accessLog === undefined
+      ? []
+      : [
+          {
+            name: 'access log',
+            start: () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
+            stop: () => accessLog.close(),
+          },
+        ]),
     // Watched from the start; the pairs were loaded (and checked) with the configuration.
-    ...(certificates === undefined ? [] : [{ name: 'TLS certificates', start: () => certificates.start(), stop: () => certificates.close() }]),
+    ...certificateStores.map((s): Component => ({ name: 'TLS certificates', start: () => s.start(), stop: () => s.close() })),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
     listener(
       '--relay-port',
@@ -505,6 +528,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                     maxStreams: config.relayMaxStreams,
                     openTimeoutMs: config.relayOpenTimeoutMs,
                   },
+                  tls: supervisorCertificates === undefined ? undefined : { options: supervisorCertificates.serverOptions(), attach: (s) => supervisorCertificates.attach(s) },
                 },
                 presence!,
                 sessionLog,
