@@ -95,6 +95,8 @@ export interface Gateway {
   readonly relayPort: number;
   /** `host:port` of the relay listener, as published in this gateway's lease. */
   readonly relayAddress: string;
+  /** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
+  readonly lifecycle: { readonly reporter: ActivityReporter; readonly idle: IdleController };
   /** Graceful shutdown within `--shutdown-timeout-ms`: NOT_SERVING, stop drivers, hand sessions over, close listeners. */
   close(): Promise<void>;
 }
@@ -612,6 +614,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     proxyTlsPort: proxyTls === undefined ? undefined : proxy?.tlsPort,
     relayPort: relay.port,
     relayAddress,
+    lifecycle: { reporter, idle },
     close,
   };
 }
