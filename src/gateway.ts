@@ -11,6 +11,7 @@ import { createConsole, type GatewayLease, type GatewaysSource } from './api/con
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
 import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { grpcLimits } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
 import type { CertificateStore, ReloadEvent } from './lib/tls/certificate-store.js';
@@ -448,7 +449,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       '--grpc-port',
       host,
       config.grpcPort,
-      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door }, log.child({ part: 'envoy' }))),
+      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued }, log.child({ part: 'envoy' }))),
       (ms) => grpc!.close(ms),
     ),
     listener(
