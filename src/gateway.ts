@@ -35,7 +35,7 @@ import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
 import { RequestGuard } from './lib/request-guard.js';
-import { waitersPerNamespace } from './view/waiters.js';
+import { namespaceShare } from './domain/namespace-share.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
@@ -247,7 +247,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const view = new SandboxView({
     now,
     tombstoneTtlMs: config.tombstoneTtlMs,
-    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: waitersPerNamespace(config.waitersPerNamespace, config.waitersTotal) },
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: namespaceShare(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
@@ -546,7 +546,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   maxSessionsPerSource: config.maxSessionsPerSource,
                   // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
                   keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
-                  relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
+                  relay: {
+                    maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox,
+                    maxStreamsPerNamespace: namespaceShare(config.relayMaxStreamsPerNamespace, config.relayMaxStreams),
+                    maxStreams: config.relayMaxStreams,
+                    openTimeoutMs: config.relayOpenTimeoutMs,
+                  },
                   tls: supervisorCertificates === undefined ? undefined : { options: supervisorCertificates.serverOptions(), attach: (s) => supervisorCertificates.attach(s) },
                 },
                 presence!,
