@@ -10,6 +10,9 @@ import { ConsoleAssets } from './api/console/console-assets.js';
 import { createConsole, type GatewayLease, type GatewaysSource } from './api/console/console-api.js';
 import { SandboxWatch } from './api/sandbox-watch.js';
 import { ApiKeyAuth } from './auth/api-keys.js';
+import { LinkKeyFile, readLinkKeys } from './auth/link-keys.js';
+import { LinkService } from './auth/link-service.js';
+import { LinkAuth } from './auth/link-tokens.js';
 import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { grpcLimits } from './config/factories.js';
 import { redacted } from './config/load.js';
@@ -32,7 +35,7 @@ import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
 import { RequestGuard } from './lib/request-guard.js';
-import { waitersPerNamespace } from './view/waiters.js';
+import { namespaceShare } from './domain/namespace-share.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
@@ -161,6 +164,13 @@ function idleTimeoutFromConfig(config: Config): number {
   return ms;
 }
 
+/** `--link-max-ttl` in seconds. Throws `config_invalid`. */
+function linkMaxTtlFromConfig(config: Config): number {
+  const ms = parseDuration(config.linkMaxTtl);
+  if (typeof ms === 'string' || ms < 1000) throw new SandgateError('config_invalid', `link-max-ttl: ${typeof ms === 'string' ? ms : 'must be at least 1s'}`);
+  return Math.floor(ms / 1000);
+}
+
 /** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */
 function lifecycleChannel(config: Config, gatewayId: string, log: Logger): LifecycleChannel {
   if (config.presence === 'memory') return new LocalLifecycleChannel();
@@ -231,12 +241,17 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const recorder = accessLog === undefined && tracing === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, tracing);
 
   const now = opts.now ?? Date.now;
+  // Signed links: the key file is read now, so a bad one stops start-up; then watched.
+  const linkMaxTtl = linkMaxTtlFromConfig(config);
+  const linkKeys = config.linkKeysFile === '' ? undefined : new LinkKeyFile(config.linkKeysFile, await readLinkKeys(config.linkKeysFile), (err) => authLog.warn({ err }, 'link keys problem'));
+  const links = linkKeys === undefined ? undefined : new LinkAuth(() => linkKeys.current, keyStore ?? { isLinkRevoked: () => false }, linkMaxTtl, now);
+  linkKeys?.onChange(() => links!.keysChanged());
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
     tombstoneTtlMs: config.tombstoneTtlMs,
-    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: waitersPerNamespace(config.waitersPerNamespace, config.waitersTotal) },
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: namespaceShare(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
@@ -273,6 +288,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       tokenHeaders: config.trafficTokenHeaders,
       envdTokenHeader: config.envdTokenHeader,
       envdPort: config.envdPort,
+      links,
     },
     resumer,
     recorder,
@@ -326,6 +342,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     gatewayId,
     log: log.child({ part: 'api' }),
     auth,
+    links:
+      linkKeys === undefined
+        ? undefined
+        : new LinkService(() => linkKeys.current, keyStore, linkMaxTtl, { scheme: config.linkScheme, port: config.linkPort, route: routeOptions(config) }, now),
     console: config.console
       ? createConsole({
           view,
@@ -479,6 +499,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             stop: () => keyStore.close(),
           },
         ]),
+    ...(linkKeys === undefined ? [] : [{ name: 'link keys', start: () => linkKeys.start(), stop: () => linkKeys.close() }]),
     {
       name: 'presence',
       async start() {
@@ -531,7 +552,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   maxSessionsPerSource: config.maxSessionsPerSource,
                   // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
                   keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
-                  relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
+                  relay: {
+                    maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox,
+                    maxStreamsPerNamespace: namespaceShare(config.relayMaxStreamsPerNamespace, config.relayMaxStreams),
+                    maxStreams: config.relayMaxStreams,
+                    openTimeoutMs: config.relayOpenTimeoutMs,
+                  },
                   tls: supervisorCertificates === undefined ? undefined : { options: supervisorCertificates.serverOptions(), attach: (s) => supervisorCertificates.attach(s) },
                 },
                 presence!,

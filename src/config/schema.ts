@@ -147,6 +147,13 @@ export const SCHEMA = {
   },
   relayMaxStreamsPerSandbox: { kind: 'int', default: 32, min: 1, max: 100_000, description: 'Relay streams (open or opening) to one sandbox on this gateway; more get 503 relay_busy.' },
   relayMaxStreams: { kind: 'int', default: 256, min: 1, max: 1_000_000, description: 'Relay streams (open or opening) on this gateway; more get 503 relay_busy.' },
+  relayMaxStreamsPerNamespace: {
+    kind: 'int',
+    default: -1,
+    min: -1,
+    max: 1_000_000,
+    description: "Relay streams (open or opening) to the sandboxes of one namespace on this gateway, so one tenant's streams held unanswered leave the others theirs; more get 503 relay_busy (-1 = a quarter of `--relay-max-streams`).",
+  },
   relayOpenTimeoutMs: { kind: 'int', default: 10_000, min: 1, max: 600_000, description: 'Wait for a supervisor to open a relay stream (past it: 504 upstream_timeout).' },
   sandboxes: { kind: 'string', default: '', description: 'File driver: a YAML or JSON file of sandboxes, reloaded when it changes.' },
   drivers: {
@@ -281,6 +288,15 @@ export const SCHEMA = {
     description: 'With an API key store: the namespaces whose sandboxes require a key (`*` = all). A team key reaches only its namespace.',
   },
   adminTeam: { kind: 'string', default: 'admin', description: 'The team whose keys reach every namespace.' },
+  linkKeysFile: {
+    kind: 'string',
+    default: '',
+    description:
+      'Signed links (docs/links.md): YAML `keys: [{kid, privateKey?, publicKey?}, …]` of Ed25519 PEM keys. The first key with a private key signs, every key verifies (public keys alone suffice to verify links a control plane mints). Re-read when it changes: removing a key revokes every link it signed. Empty: links are off.',
+  },
+  linkMaxTtl: { kind: 'string', default: '24h', description: 'Longest lifetime of a link (`90s`, `15m`, `24h`, or seconds): longer ones are neither minted nor accepted.' },
+  linkScheme: { kind: 'enum', default: 'https', values: ['https', 'http'], description: 'Scheme of the URLs links are minted for (where browsers reach the data plane).' },
+  linkPort: { kind: 'int', default: 0, min: 0, max: 65535, description: 'Port of the URLs links are minted for (0: the scheme\'s default).' },
   apiKeyHeader: { kind: 'string', default: 'x-api-key', description: 'Header carrying the team API key.' },
   trafficTokenHeaders: {
     kind: 'list',

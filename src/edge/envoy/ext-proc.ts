@@ -72,8 +72,8 @@ function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   };
 }
 
-function denyMessage(d: Deny, accept: string | undefined): object {
-  const r = renderDenial(d, accept);
+function denyMessage(d: Deny, accept: string | undefined, fetchMode?: string): object {
+  const r = renderDenial(d, accept, fetchMode);
   return {
     immediate_response: {
       status: { code: r.status },
@@ -85,7 +85,7 @@ function denyMessage(d: Deny, accept: string | undefined): object {
 }
 
 function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): object {
-  return d.allow ? allowMessage(d, opts, req) : denyMessage(d, req.headers.accept);
+  return d.allow ? allowMessage(d, opts, req) : denyMessage(d, req.headers.accept, req.headers['sec-fetch-mode']);
 }
 
 /**
