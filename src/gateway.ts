@@ -36,12 +36,13 @@ import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
 import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect, type ServerTls } from './lib/http-listen.js';
 import { RequestGuard } from './lib/request-guard.js';
-import { waitersPerNamespace } from './view/waiters.js';
+import { namespaceShare } from './domain/namespace-share.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import { AccessLog, accessLogTarget } from './observability/access-log.js';
 import { ExchangeRecorder } from './observability/exchange.js';
+import { tracingFromEnv, type Tracing } from './observability/tracing.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
 import type { RelayOpener } from './sessions/relay-opener.js';
@@ -84,6 +85,8 @@ export interface Gateway {
   readonly view: SandboxView;
   readonly log: Logger;
   readonly metrics: GatewayMetrics;
+  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  readonly tracing: Tracing | undefined;
   readonly drivers: readonly Driver[];
   readonly presence: PresenceStore;
   /** Undefined when no supervisor secret is configured (the endpoint is off). */
@@ -240,8 +243,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
-  // Absent unless the access log is on: the doors then make no exchange records at all.
-  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
+  // Absent unless the access log or tracing is on: the doors then make no exchange records at all.
+  const tracing = tracingFromEnv(process.env, gatewayId);
+  const recorder = accessLog === undefined && tracing === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, tracing);
 
   const now = opts.now ?? Date.now;
   // Signed links: the key file is read now, so a bad one stops start-up; then watched.
@@ -254,7 +258,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const view = new SandboxView({
     now,
     tombstoneTtlMs: config.tombstoneTtlMs,
-    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: waitersPerNamespace(config.waitersPerNamespace, config.waitersTotal) },
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: namespaceShare(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
@@ -464,6 +468,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             stop: () => accessLog.close(),
           },
         ]),
+    // Likewise: spans of the last requests are exported before the process goes.
+    ...(tracing === undefined ? [] : [{ name: 'tracing', start: () => undefined, stop: () => tracing.close() }]),
     // Watched from the start; the pairs were loaded (and checked) with the configuration.
     ...certificateStores.map((s): Component => ({ name: 'TLS certificates', start: () => s.start(), stop: () => s.close() })),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
@@ -558,7 +564,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   maxSessionsPerSource: config.maxSessionsPerSource,
                   // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
                   keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
-                  relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
+                  relay: {
+                    maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox,
+                    maxStreamsPerNamespace: namespaceShare(config.relayMaxStreamsPerNamespace, config.relayMaxStreams),
+                    maxStreams: config.relayMaxStreams,
+                    openTimeoutMs: config.relayOpenTimeoutMs,
+                  },
                   tls: serverTls(supervisorCertificates),
                 },
                 presence!,
@@ -632,6 +643,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     view,
     log,
     metrics,
+    tracing,
     drivers,
     presence: presence!,
     supervisors,
