@@ -147,6 +147,13 @@ export const SCHEMA = {
   },
   relayMaxStreamsPerSandbox: { kind: 'int', default: 32, min: 1, max: 100_000, description: 'Relay streams (open or opening) to one sandbox on this gateway; more get 503 relay_busy.' },
   relayMaxStreams: { kind: 'int', default: 256, min: 1, max: 1_000_000, description: 'Relay streams (open or opening) on this gateway; more get 503 relay_busy.' },
+  relayMaxStreamsPerNamespace: {
+    kind: 'int',
+    default: -1,
+    min: -1,
+    max: 1_000_000,
+    description: "Relay streams (open or opening) to the sandboxes of one namespace on this gateway, so one tenant's streams held unanswered leave the others theirs; more get 503 relay_busy (-1 = a quarter of `--relay-max-streams`).",
+  },
   relayOpenTimeoutMs: { kind: 'int', default: 10_000, min: 1, max: 600_000, description: 'Wait for a supervisor to open a relay stream (past it: 504 upstream_timeout).' },
   sandboxes: { kind: 'string', default: '', description: 'File driver: a YAML or JSON file of sandboxes, reloaded when it changes.' },
   drivers: {
@@ -219,6 +226,17 @@ export const SCHEMA = {
   },
   supervisorTlsCertFile: { kind: 'string', default: '', description: 'PEM certificate chain of the supervisor endpoint, when it is not the proxy\'s; with `--supervisor-tls-key-file`. Re-read when it changes.' },
   supervisorTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--supervisor-tls-cert-file`.' },
+  doorsTlsCertFile: {
+    kind: 'string',
+    default: '',
+    description: 'PEM certificate chain the doors Envoy calls (gRPC ext_authz/ext_proc, HTTP authz on the admin port) and the ops port serve TLS with, with `--doors-tls-key-file`. Re-read when it changes.',
+  },
+  doorsTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--doors-tls-cert-file`.' },
+  doorsClientCaFile: {
+    kind: 'string',
+    default: '',
+    description: 'Mutual TLS on the doors and the ops port: only clients presenting a certificate this CA (PEM) issued complete the handshake. Needs `--doors-tls-cert-file`.',
+  },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
     kind: 'int',
