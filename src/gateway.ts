@@ -41,6 +41,7 @@ import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import { AccessLog, accessLogTarget } from './observability/access-log.js';
 import { ExchangeRecorder } from './observability/exchange.js';
+import { tracingFromEnv, type Tracing } from './observability/tracing.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
 import type { RelayOpener } from './sessions/relay-opener.js';
@@ -83,6 +84,8 @@ export interface Gateway {
   readonly view: SandboxView;
   readonly log: Logger;
   readonly metrics: GatewayMetrics;
+  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  readonly tracing: Tracing | undefined;
   readonly drivers: readonly Driver[];
   readonly presence: PresenceStore;
   /** Undefined when no supervisor secret is configured (the endpoint is off). */
@@ -233,8 +236,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
-  // Absent unless the access log is on: the doors then make no exchange records at all.
-  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
+  // Absent unless the access log or tracing is on: the doors then make no exchange records at all.
+  const tracing = tracingFromEnv(process.env, gatewayId);
+  const recorder = accessLog === undefined && tracing === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, tracing);
 
   const now = opts.now ?? Date.now;
   // Signed links: the key file is read now, so a bad one stops start-up; then watched.
@@ -452,6 +456,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             stop: () => accessLog.close(),
           },
         ]),
+    // Likewise: spans of the last requests are exported before the process goes.
+    ...(tracing === undefined ? [] : [{ name: 'tracing', start: () => undefined, stop: () => tracing.close() }]),
     // Watched from the start; the pairs were loaded (and checked) with the configuration.
     ...certificateStores.map((s): Component => ({ name: 'TLS certificates', start: () => s.start(), stop: () => s.close() })),
     // Listeners first, so they close last. The relay listener leads: its address goes into the lease.
@@ -625,6 +631,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     view,
     log,
     metrics,
+    tracing,
     drivers,
     presence: presence!,
     supervisors,
