@@ -544,6 +544,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   maxFrameBytes: config.supervisorMaxFrameBytes,
                   maxSessions: config.maxSessions,
                   maxSessionsPerSource: config.maxSessionsPerSource,
+                  handlerErrors: metrics.handlerErrors('supervisor'),
                   // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
                   keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
                   relay: {
