@@ -286,7 +286,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
   const policy = keyPolicy(config.apiKeyNamespaces);
-  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
+  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }), config.maxRunningPerNamespace);
   const decider = new Decider({
     view,
     route: routeOptions(config),
@@ -396,6 +396,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
           handlerErrors: metrics.handlerErrors('proxy'),
           activity,
+          connectRetry: { ms: config.upstreamConnectRetryMs, now },
           tls: proxyTls,
           redirectHttpsPort: config.proxyRedirectHttpsPort,
         },
