@@ -306,7 +306,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     recorder,
     activity,
   });
-  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
+  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials, linkCookie: links !== undefined };
   const host = config.listenHost;
   const sessionLog = log.child({ part: 'sessions' });
   let shuttingDown = false;
