@@ -14,7 +14,7 @@ import { ApiKeyAuth } from './auth/api-keys.js';
 import { LinkKeyFile, readLinkKeys } from './auth/link-keys.js';
 import { LinkService } from './auth/link-service.js';
 import { LinkAuth } from './auth/link-tokens.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, doorsCertificatesFromConfig, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, linkMaxTtlFromConfig, certificateStoreFromConfig, createPresenceStore, doorsCertificatesFromConfig, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { grpcLimits } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
@@ -169,13 +169,6 @@ function idleTimeoutFromConfig(config: Config): number {
   const ms = parseDuration(config.idleTimeout);
   if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
   return ms;
-}
-
-/** `--link-max-ttl` in seconds. Throws `config_invalid`. */
-function linkMaxTtlFromConfig(config: Config): number {
-  const ms = parseDuration(config.linkMaxTtl);
-  if (typeof ms === 'string' || ms < 1000) throw new SandgateError('config_invalid', `link-max-ttl: ${typeof ms === 'string' ? ms : 'must be at least 1s'}`);
-  return Math.floor(ms / 1000);
 }
 
 /** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */
