@@ -279,7 +279,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
   const policy = keyPolicy(config.apiKeyNamespaces);
-  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
+  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }), config.maxRunningPerNamespace);
   const decider = new Decider({
     view,
     route: routeOptions(config),
@@ -336,7 +336,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     keysDegraded: () => keyStore?.degraded() ?? [],
     tlsDegraded: () => certificateStores.flatMap((s) => s.problems()),
   });
-  const watch = new SandboxWatch(view);
+  const watch = new SandboxWatch(view, { maxTotal: config.watchMaxTotal, maxPerPrincipal: config.watchMaxPerPrincipal, maxBufferBytes: config.watchMaxBufferBytes });
+  metrics.watchWatchers(watch);
   // The operator API and its console see through the same principals as the doors (docs/tenancy.md).
   const auth: ApiAuth | undefined = apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy };
   const apiDeps = {
@@ -388,6 +389,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
           handlerErrors: metrics.handlerErrors('proxy'),
           activity,
+          connectRetry: { ms: config.upstreamConnectRetryMs, now },
           tls: proxyTls,
           redirectHttpsPort: config.proxyRedirectHttpsPort,
         },
@@ -555,6 +557,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   maxFrameBytes: config.supervisorMaxFrameBytes,
                   maxSessions: config.maxSessions,
                   maxSessionsPerSource: config.maxSessionsPerSource,
+                  handlerErrors: metrics.handlerErrors('supervisor'),
                   // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
                   keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
                   relay: {
