@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { setLogger } from '@grpc/grpc-js';
@@ -13,7 +14,7 @@ import { ApiKeyAuth } from './auth/api-keys.js';
 import { LinkKeyFile, readLinkKeys } from './auth/link-keys.js';
 import { LinkService } from './auth/link-service.js';
 import { LinkAuth } from './auth/link-tokens.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, doorsCertificatesFromConfig, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { grpcLimits } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
@@ -33,7 +34,7 @@ import { resolveRelayAddress } from './edge/relay/relay-config.js';
 import { RelayCredentials } from './edge/relay/relay-credential.js';
 import { RelayListener } from './edge/relay/relay-listener.js';
 import { Resumer } from './edge/resume.js';
-import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from './lib/http-listen.js';
+import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect, type ServerTls } from './lib/http-listen.js';
 import { RequestGuard } from './lib/request-guard.js';
 import { namespaceShare } from './domain/namespace-share.js';
 import { deadlineIn, startAll, stopAll, type Component, type Deadline, type StopProblem } from './lib/lifecycle.js';
@@ -128,14 +129,20 @@ function listener(portFlag: string, host: string, port: number, start: () => Pro
  * The admin port's server (HTTP authz under /authz/ when `authz` is given, then `api`) or the ops port's
  * (`api` only). CONNECT gets a typed 405 rather than a closed socket.
  */
-function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, guard: RequestGuard): Server {
-  const server = createServer((req, res) =>
+function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, guard: RequestGuard, tls: ServerTls | undefined): Server {
+  const handler = (req: IncomingMessage, res: ServerResponse): void =>
     guard.run(req, res, () => {
       const url = req.url ?? '/';
       if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
       api(req, res).catch((err: unknown) => guard.fail(err, req, res));
-    }),
-  );
+    });
+  let server: Server;
+  if (tls === undefined) server = createServer(handler);
+  else {
+    const https = createHttpsServer(tls.options, handler);
+    tls.attach(https);
+    server = https;
+  }
   server.keepAliveTimeout = 65_000;
   refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
   return server;
@@ -270,8 +277,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   const certificates = certificateStoreFromConfig(config, onTlsReload);
   const supervisorCertificates = supervisorCertificatesFromConfig(config, certificates, onTlsReload);
+  const doorsCertificates = doorsCertificatesFromConfig(config, onTlsReload);
+  const doorsTls = serverTls(doorsCertificates);
+  // The ops port: TLS with the doors' pair, no client certificate (kubelet probes cannot present one; the
+  // operator API has its API keys).
+  const opsTls = serverTls(doorsCertificates, false);
   // Every store once (the supervisor endpoint may share the proxy's).
-  const certificateStores = [...new Set([certificates, supervisorCertificates])].filter((s): s is CertificateStore => s !== undefined);
+  const certificateStores = [...new Set([certificates, supervisorCertificates, doorsCertificates])].filter((s): s is CertificateStore => s !== undefined);
   const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
   if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
   if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
@@ -279,7 +291,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, pepper!, config.adminTeam);
   const policy = keyPolicy(config.apiKeyNamespaces);
-  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
+  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }), config.maxRunningPerNamespace);
   const decider = new Decider({
     view,
     route: routeOptions(config),
@@ -299,7 +311,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     recorder,
     activity,
   });
-  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials };
+  const door: DoorOptions = { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials, linkCookie: links !== undefined };
   const host = config.listenHost;
   const sessionLog = log.child({ part: 'sessions' });
   let shuttingDown = false;
@@ -336,7 +348,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     keysDegraded: () => keyStore?.degraded() ?? [],
     tlsDegraded: () => certificateStores.flatMap((s) => s.problems()),
   });
-  const watch = new SandboxWatch(view);
+  const watch = new SandboxWatch(view, { maxTotal: config.watchMaxTotal, maxPerPrincipal: config.watchMaxPerPrincipal, maxBufferBytes: config.watchMaxBufferBytes });
+  metrics.watchWatchers(watch);
   // The operator API and its console see through the same principals as the doors (docs/tenancy.md).
   const auth: ApiAuth | undefined = apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy };
   const apiDeps = {
@@ -365,9 +378,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(decider, door);
-  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')));
-  const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }));
-  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops'))) : undefined;
+  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')), doorsTls);
+  const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }), doorsTls === undefined ? 'connection' : 'secureConnection');
+  const ops = separateOps ? adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops')), opsTls) : undefined;
   const opsHost = config.opsListenHost !== '' ? config.opsListenHost : host;
   let adminPort = 0;
   let opsPort: number | undefined;
@@ -388,6 +401,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
           handlerErrors: metrics.handlerErrors('proxy'),
           activity,
+          connectRetry: { ms: config.upstreamConnectRetryMs, now },
           tls: proxyTls,
           redirectHttpsPort: config.proxyRedirectHttpsPort,
         },
@@ -480,7 +494,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       '--grpc-port',
       host,
       config.grpcPort,
-      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued }, log.child({ part: 'envoy' }))),
+      async () => (grpc = await startGrpcServer(decider, { host, port: config.grpcPort, door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued, tls: doorsTls }, log.child({ part: 'envoy' }))),
       (ms) => grpc!.close(ms),
     ),
     listener(
@@ -555,6 +569,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                   maxFrameBytes: config.supervisorMaxFrameBytes,
                   maxSessions: config.maxSessions,
                   maxSessionsPerSource: config.maxSessionsPerSource,
+                  handlerErrors: metrics.handlerErrors('supervisor'),
                   // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
                   keysFile: opts.supervisorKeys === undefined && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
                   relay: {
@@ -563,7 +578,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
                     maxStreams: config.relayMaxStreams,
                     openTimeoutMs: config.relayOpenTimeoutMs,
                   },
-                  tls: supervisorCertificates === undefined ? undefined : { options: supervisorCertificates.serverOptions(), attach: (s) => supervisorCertificates.attach(s) },
+                  tls: serverTls(supervisorCertificates),
                 },
                 presence!,
                 sessionLog,
@@ -651,6 +666,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     lifecycle: { reporter, idle },
     close,
   };
+}
+
+/** A store's certificates as a listener's TLS (undefined: plain). */
+function serverTls(store: CertificateStore | undefined, clientAuth = true): ServerTls | undefined {
+  return store === undefined ? undefined : { options: store.serverOptions(clientAuth), attach: (s) => store.attach(s) };
 }
 
 /** The option that configures a driver, by its id (`file`, `kubernetes/…`, or a grpc:// driver's name). */

@@ -204,6 +204,21 @@ export const SCHEMA = {
     max: 10_000_000,
     description: "Requests allowed to wait for the sandboxes of one namespace at once, so one tenant's flood of waits leaves the others theirs; more get 503 gateway_busy at once (-1 = a quarter of `--waiters-total`).",
   },
+  watchMaxTotal: { kind: 'int', default: 1000, min: 1, max: 1_000_000, description: 'Watch streams (`/v1/sandboxes/watch`, the console\'s too) open at once on this gateway; more get 429 too_many_watches.' },
+  watchMaxPerPrincipal: {
+    kind: 'int',
+    default: 32,
+    min: 1,
+    max: 1_000_000,
+    description: 'Watch streams one principal (a team\'s API key; without a key, a source address) may have open; more get 429 too_many_watches.',
+  },
+  watchMaxBufferBytes: {
+    kind: 'int',
+    default: 16_777_216,
+    min: 1024,
+    max: 1_073_741_824,
+    description: 'Bytes a watcher may be behind (unsent in its socket and queued) before it is dropped (it reconnects with Last-Event-ID and gets what it missed).',
+  },
   tombstoneTtlMs: { kind: 'int', default: 600_000, min: 0, max: 86_400_000, description: 'How long a deleted sandbox uid stays fenced against late updates.' },
   gatewayId: { kind: 'string', default: '', description: 'Name of this gateway replica in presence records and leases (default: hostname-pid). With `--workers N`, worker n is `<gateway-id>-w<n>`.' },
   supervisorPort: port(8081, 'Supervisor WebSocket endpoint `GET /v1/supervisor` (0 = any free port).'),
@@ -226,6 +241,17 @@ export const SCHEMA = {
   },
   supervisorTlsCertFile: { kind: 'string', default: '', description: 'PEM certificate chain of the supervisor endpoint, when it is not the proxy\'s; with `--supervisor-tls-key-file`. Re-read when it changes.' },
   supervisorTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--supervisor-tls-cert-file`.' },
+  doorsTlsCertFile: {
+    kind: 'string',
+    default: '',
+    description: 'PEM certificate chain the doors Envoy calls (gRPC ext_authz/ext_proc, HTTP authz on the admin port) and the ops port serve TLS with, with `--doors-tls-key-file`. Re-read when it changes.',
+  },
+  doorsTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--doors-tls-cert-file`.' },
+  doorsClientCaFile: {
+    kind: 'string',
+    default: '',
+    description: 'Mutual TLS on the doors and the ops port: only clients presenting a certificate this CA (PEM) issued complete the handshake. Needs `--doors-tls-cert-file`.',
+  },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
     kind: 'int',
@@ -236,7 +262,7 @@ export const SCHEMA = {
   },
   helloTimeoutMs: { kind: 'int', default: 10_000, min: 50, max: 300_000, description: 'A supervisor socket that sends no hello within this time is closed (4408).' },
   maxSessions: { kind: 'int', default: 100_000, min: 1, max: 10_000_000, description: 'Supervisor connections this gateway accepts in all.' },
-  maxSessionsPerSource: { kind: 'int', default: 1000, min: 1, max: 10_000_000, description: 'Supervisor connections accepted from one source address.' },
+  maxSessionsPerSource: { kind: 'int', default: 1000, min: 1, max: 10_000_000, description: 'Supervisor connections with a valid token accepted from one source: an IPv4 address, or an IPv6 /64.' },
   supervisorMaxFrameBytes: { kind: 'int', default: 1_048_576, min: 1024, max: 67_108_864, description: 'Largest supervisor frame (larger closes with 1009).' },
   presence: {
     kind: 'string',

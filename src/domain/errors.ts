@@ -19,6 +19,7 @@ export const ERROR_CODES = {
   sandbox_not_found: { status: 404, message: 'No such sandbox' },
   sandbox_paused: { status: 409, message: 'The sandbox is paused' },
   too_many_connections: { status: 429, message: 'Too many concurrent connections to this sandbox' },
+  namespace_quota_exceeded: { status: 429, message: 'The namespace already runs its maximum of sandboxes: this one cannot be woken now' },
   sandbox_gone: { status: 410, message: 'The sandbox is being deleted or has expired' },
   sandbox_failed: { status: 502, message: 'The sandbox has failed' },
   sandbox_unreachable: { status: 502, message: 'The sandbox has no network route from this gateway' },
@@ -37,8 +38,8 @@ export const ERROR_CODES = {
   // Supervisor sessions: sent in a `rejected` frame before the WebSocket close code (docs/supervisor-protocol.md).
   session_expired: { status: 401, message: 'The session token expired and was not refreshed (close 4440)' },
   signing_key_revoked: { status: 401, message: 'The key that signed the session token was removed (close 4441)' },
-  token_missing: { status: 401, message: 'An Authorization: Bearer supervisor token is required (close 4401)' },
-  token_expired: { status: 401, message: 'The supervisor token has expired (close 4401)' },
+  token_missing: { status: 401, message: 'An Authorization: Bearer supervisor token is required' },
+  token_expired: { status: 401, message: 'The supervisor token has expired' },
   sandbox_mismatch: { status: 403, message: 'The token names another sandbox (close 4403)' },
   upgrade_required: { status: 426, message: 'The supervisor endpoint speaks WebSocket only' },
   unsupported_subprotocol: { status: 400, message: 'The supervisor must offer the sandgate subprotocol' },
@@ -48,6 +49,7 @@ export const ERROR_CODES = {
   not_found: { status: 404, message: 'No such resource' },
   invalid_request: { status: 400, message: 'The request is malformed' },
   method_not_allowed: { status: 405, message: 'Method not allowed' },
+  too_many_watches: { status: 429, message: 'Too many watch streams open for this caller or on this gateway' },
   // Drivers (reported to operators through the driver sink and logs, never to clients).
   driver_message_invalid: { status: 502, message: 'The driver sent an invalid message; it was dropped' },
   driver_unavailable: { status: 503, message: 'The driver cannot be reached' },
