@@ -41,7 +41,8 @@ import { deadlineIn, startAll, stopAll, type Component, type Deadline, type Stop
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import { AccessLog, accessLogTarget } from './observability/access-log.js';
-import { ExchangeRecorder } from './observability/exchange.js';
+import { ExchangeRecorder, type ExchangeSink } from './observability/exchange.js';
+import { metricsNamespaces, NamespaceFigures } from './observability/namespace-figures.js';
 import { tracingFromEnv, type Tracing } from './observability/tracing.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
@@ -236,9 +237,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
-  // Absent unless the access log or tracing is on: the doors then make no exchange records at all.
   const tracing = tracingFromEnv(process.env, gatewayId);
-  const recorder = accessLog === undefined && tracing === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, tracing);
+  const namespaces = metricsNamespaces(config.metricsNamespaces);
 
   const now = opts.now ?? Date.now;
   // Signed links: the key file is read now, so a bad one stops start-up; then watched.
@@ -257,6 +257,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
+  const sinks: ExchangeSink[] = [];
+  if (accessLog !== undefined) sinks.push(accessLog);
+  if (namespaces.length > 0) sinks.push(new NamespaceFigures(metrics.registry, namespaces));
+  // Absent unless one of its readers is on: the doors then make no exchange records at all.
+  const recorder = sinks.length === 0 && tracing === undefined ? undefined : new ExchangeRecorder(sinks, tracing);
   const tlsLog = log.child({ part: 'tls' });
   const onTlsReload = (e: ReloadEvent): void => {
     metrics.tlsReloads.labels(e.result).inc();
