@@ -14,7 +14,7 @@ import { ApiKeyAuth } from './auth/api-keys.js';
 import { LinkKeyFile, readLinkKeys } from './auth/link-keys.js';
 import { LinkService } from './auth/link-service.js';
 import { LinkAuth } from './auth/link-tokens.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, createPresenceStore, doorsCertificatesFromConfig, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
+import { apiKeyStoreFromConfig, linkMaxTtlFromConfig, certificateStoreFromConfig, createPresenceStore, doorsCertificatesFromConfig, supervisorCertificatesFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from './config/factories.js';
 import { grpcLimits } from './config/factories.js';
 import { redacted } from './config/load.js';
 import { packageRoot } from './lib/package-root.js';
@@ -41,7 +41,8 @@ import { deadlineIn, startAll, stopAll, type Component, type Deadline, type Stop
 import { createLogger, type Logger } from './observability/logger.js';
 import { GatewayMetrics } from './observability/metrics.js';
 import { AccessLog, accessLogTarget } from './observability/access-log.js';
-import { ExchangeRecorder } from './observability/exchange.js';
+import { ExchangeRecorder, type ExchangeSink } from './observability/exchange.js';
+import { metricsNamespaces, NamespaceFigures } from './observability/namespace-figures.js';
 import { tracingFromEnv, type Tracing } from './observability/tracing.js';
 import type { PresenceRecord, PresenceStore } from './sessions/presence/presence-store.js';
 import { RelayError } from './sessions/relay-stream.js';
@@ -171,13 +172,6 @@ function idleTimeoutFromConfig(config: Config): number {
   return ms;
 }
 
-/** `--link-max-ttl` in seconds. Throws `config_invalid`. */
-function linkMaxTtlFromConfig(config: Config): number {
-  const ms = parseDuration(config.linkMaxTtl);
-  if (typeof ms === 'string' || ms < 1000) throw new SandgateError('config_invalid', `link-max-ttl: ${typeof ms === 'string' ? ms : 'must be at least 1s'}`);
-  return Math.floor(ms / 1000);
-}
-
 /** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */
 function lifecycleChannel(config: Config, gatewayId: string, log: Logger): LifecycleChannel {
   if (config.presence === 'memory') return new LocalLifecycleChannel();
@@ -243,9 +237,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
-  // Absent unless the access log or tracing is on: the doors then make no exchange records at all.
   const tracing = tracingFromEnv(process.env, gatewayId);
-  const recorder = accessLog === undefined && tracing === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, tracing);
+  const namespaces = metricsNamespaces(config.metricsNamespaces);
 
   const now = opts.now ?? Date.now;
   // Signed links: the key file is read now, so a bad one stops start-up; then watched.
@@ -264,6 +257,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
+  const sinks: ExchangeSink[] = [];
+  if (accessLog !== undefined) sinks.push(accessLog);
+  if (namespaces.length > 0) sinks.push(new NamespaceFigures(metrics.registry, namespaces));
+  // Absent unless one of its readers is on: the doors then make no exchange records at all.
+  const recorder = sinks.length === 0 && tracing === undefined ? undefined : new ExchangeRecorder(sinks, tracing);
   const tlsLog = log.child({ part: 'tls' });
   const onTlsReload = (e: ReloadEvent): void => {
     metrics.tlsReloads.labels(e.result).inc();

@@ -26,14 +26,11 @@ function headers() {
 }
 
 class Unauthorized extends Error {}
-/** A route only the admin team's key may read (`admin_only`): not a reason to ask for another key. */
-class AdminOnly extends Error {}
 
 async function getJson(path) {
   const res = await fetch(path, { headers: headers(), cache: 'no-store' });
   if (res.status === 401 || res.status === 403) {
     const body = await res.json().catch(() => ({}));
-    if (body.code === 'admin_only') throw new AdminOnly(body.message);
     throw new Unauthorized(body.message ?? `HTTP ${res.status}`);
   }
   if (!res.ok) throw new Error(`${path}: HTTP ${res.status}`);
@@ -198,35 +195,13 @@ async function start() {
   if (phase.options.length === 1) for (const p of overview.phases) phase.append(new Option(p, p));
   startWatch();
   poll(async () => renderGateways($('gateways-body'), $('presence-state'), await getJson('/console/api/gateways')), 2000);
-  pollStats();
-}
-
-// The charts read gateway-wide counters: shown to the admin team (or without keys), hidden for a team key.
-function pollStats() {
-  const section = document.querySelector('section.charts');
-  let timer;
-  const run = () =>
-    getJson('/console/api/stats').then(
-      (s) => {
-        section.hidden = false;
-        charts?.add(s);
-      },
-      (err) => {
-        if (err instanceof AdminOnly) {
-          section.hidden = true;
-          clearInterval(timer);
-        } else if (err instanceof Unauthorized) askForKey(err.message);
-      },
-    );
-  void run();
-  timer = setInterval(run, 1000);
-  state.timers.push(timer);
+  poll(async () => charts?.add(await getJson('/console/api/stats')), 1000);
 }
 
 // Charts need uPlot; without it (a blocked script) the rest of the console still works.
 let charts;
 try {
-  charts = new Charts({ decisions: $('chart-decisions'), latency: $('chart-latency'), waits: $('chart-waits') });
+  charts = new Charts({ decisions: $('chart-decisions'), latency: $('chart-latency'), waits: $('chart-waits'), namespaces: $('chart-namespaces') });
 } catch (err) {
   console.error('charts unavailable', err);
 }

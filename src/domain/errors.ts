@@ -49,7 +49,6 @@ export const ERROR_CODES = {
   not_found: { status: 404, message: 'No such resource' },
   invalid_request: { status: 400, message: 'The request is malformed' },
   method_not_allowed: { status: 405, message: 'Method not allowed' },
-  admin_only: { status: 403, message: "Only the admin team's key may read this: it holds figures of every namespace" },
   too_many_watches: { status: 429, message: 'Too many watch streams open for this caller or on this gateway' },
   // Drivers (reported to operators through the driver sink and logs, never to clients).
   driver_message_invalid: { status: 502, message: 'The driver sent an invalid message; it was dropped' },
