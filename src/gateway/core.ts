@@ -1,0 +1,223 @@
+import { createHmac } from 'node:crypto';
+import type { ApiAuth } from '../api/api-access.js';
+import type { SandboxWatch } from '../api/sandbox-watch.js';
+import { ApiKeyAuth, type ApiKeyStore } from '../auth/api-keys.js';
+import { apiKeyStoreFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from '../config/factories.js';
+import type { Config } from '../config/schema.js';
+import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from '../config/secrets.js';
+import { startFailed } from '../config/start-errors.js';
+import { SandgateError } from '../domain/errors.js';
+import { sandboxKey } from '../domain/sandbox.js';
+import type { Driver, DriverSink } from '../drivers/driver.js';
+import { Decider } from '../edge/decider.js';
+import type { GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
+import { removedHeaders, type DoorOptions } from '../edge/headers.js';
+import { resolveRelayAddress } from '../edge/relay/relay-config.js';
+import { RelayCredentials } from '../edge/relay/relay-credential.js';
+import { Resumer } from '../edge/resume.js';
+import type { Lifecycle } from '../lib/lifecycle.js';
+import type { Logger } from '../observability/logger.js';
+import { GatewayMetrics } from '../observability/metrics.js';
+import type { SupervisorKeys } from '../sessions/supervisor-token.js';
+import { SandboxView } from '../view/sandbox-view.js';
+
+/**
+ * The gateway's core: the view, the drivers that feed it, the decider every door asks, and the
+ * credentials the doors and sessions check. Built before anything listens or connects, so everything a
+ * configuration can get wrong fails here with nothing to undo.
+ */
+export interface Core {
+  readonly view: SandboxView;
+  readonly metrics: GatewayMetrics;
+  readonly drivers: readonly Driver[];
+  readonly decider: Decider;
+  /** What every door strips, which header carries the upstream, and the relay hop's credentials. */
+  readonly door: DoorOptions;
+  readonly relayCredentials: RelayCredentials;
+  /** True when no relay secret is configured and this process made its own (peers cannot forward to it). */
+  readonly relaySecretGenerated: boolean;
+  /** Undefined when no supervisor secret is configured (the supervisor endpoint is off). */
+  readonly supervisorKeys: SupervisorKeys | undefined;
+  /** Undefined when no API key store is configured. */
+  readonly keyStore: ApiKeyStore | undefined;
+  /** How the operator API sees principals: the same keys and policy as the doors (docs/tenancy.md). */
+  readonly apiAuth: ApiAuth | undefined;
+}
+
+export interface CoreOptions {
+  /** Drivers to use instead of the ones the configuration names. */
+  readonly drivers?: readonly Driver[];
+  /** Clock (epoch ms). */
+  readonly now?: () => number;
+  /** Supervisor token keys to use instead of the configured secret. */
+  readonly supervisorKeys?: SupervisorKeys;
+}
+
+export function createCore(config: Config, gatewayId: string, log: Logger, opts: CoreOptions): Core {
+  const tokenSecret = secretBytes(config.trafficTokenSecret, config.trafficTokenSecretFile, 'traffic-token-secret');
+  const supervisorKeys = opts.supervisorKeys ?? supervisorKeysFromConfig(config);
+  const relaySecret = relaySecretFromConfig(config);
+  // The secret stays in this process: every relay hop carries a credential bound to one target.
+  const relayCredentials = new RelayCredentials(relaySecret.secret, config.relayCredentialTtlMs);
+  redisPresenceOptions(config);
+  if (config.relayAdvertiseAddress !== '') resolveRelayAddress(config.relayAdvertiseAddress, config.listenHost, 0);
+  const authLog = log.child({ part: 'auth' });
+  const keyStore = apiKeyStoreFromConfig(config, (err) => authLog.warn({ err }, 'API key store problem'));
+  const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
+  const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, requirePepper(pepper), config.adminTeam);
+  if (supervisorKeys === undefined) log.child({ part: 'sessions' }).warn('no supervisor secret configured (--supervisor-secret-file or SANDGATE_SUPERVISOR_SECRET): the supervisor endpoint is off');
+
+  const view = new SandboxView({
+    now: opts.now ?? Date.now,
+    tombstoneTtlMs: config.tombstoneTtlMs,
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
+    deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
+  });
+  const metrics = new GatewayMetrics(view);
+  const driverLog = log.child({ part: 'drivers' });
+  const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
+  const policy = keyPolicy(config.apiKeyNamespaces);
+  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
+  const decider = new Decider({
+    view,
+    route: routeOptions(config),
+    readinessWaitMs: config.readinessWaitMs,
+    metrics,
+    log: log.child({ part: 'edge' }),
+    auth: {
+      keys: apiKeys,
+      apiKeyHeader: config.apiKeyHeader,
+      policy,
+      tokenHeaders: config.trafficTokenHeaders,
+      envdTokenHeader: config.envdTokenHeader,
+      envdPort: config.envdPort,
+    },
+    resumer,
+  });
+  view.onIdRefused((r) => {
+    metrics.refusedIds.labels(r.driver, r.reason).inc();
+    const sandbox = sandboxKey(r.namespace, r.name);
+    driverLog.warn(r, r.reason === 'in_use' ? `sandbox ${sandbox} declares id ${r.id}, held by ${r.holder ?? 'another sandbox'}: refused` : `sandbox ${sandbox} declares id ${r.id}, the <namespace>--<name> id of another sandbox: refused`);
+  });
+  for (const d of drivers) view.registerDriver(d.id);
+  return {
+    view,
+    metrics,
+    drivers,
+    decider,
+    door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials },
+    relayCredentials,
+    relaySecretGenerated: relaySecret.generated,
+    supervisorKeys,
+    keyStore,
+    apiAuth: apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy },
+  };
+}
+
+function requirePepper(pepper: Uint8Array | undefined): Uint8Array {
+  if (pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
+  return pepper;
+}
+
+function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {
+  const d = drivers.find((x) => x.id === driverId);
+  if (d?.resume === undefined) return Promise.reject(new Error(`driver ${driverId} cannot resume sandboxes`));
+  return d.resume(namespace, name);
+}
+
+/** Starts the API key store, when one is configured; it closes at shutdown. */
+export async function startKeyStore(life: Lifecycle, keyStore: ApiKeyStore | undefined): Promise<void> {
+  if (keyStore === undefined) return;
+  await life.start(
+    'API key store',
+    () => keyStore.start().catch((err: unknown) => Promise.reject(startFailed('--api-keys', 'the API key store', err))),
+    () => keyStore.close(),
+  );
+}
+
+/** Starts every driver, each feeding the view; a driver's full list may make the gateway serving. */
+export async function startDrivers(life: Lifecycle, core: Core, serving: Serving, log: Logger): Promise<void> {
+  const driverLog = log.child({ part: 'drivers' });
+  for (const d of core.drivers) {
+    await life.start(
+      `driver ${d.id}`,
+      () => d.start(driverSink(d, core, serving, driverLog)).catch((err: unknown) => Promise.reject(startFailed(driverFlag(d.id), `driver ${d.id}`, err))),
+      () => d.stop().catch((err: unknown) => driverLog.warn({ err, driver: d.id }, 'driver stop failed')),
+    );
+  }
+}
+
+function driverSink(d: Driver, { view, metrics }: Core, serving: Serving, driverLog: Logger): DriverSink {
+  // Bound once: a busy driver's events must not format label sets one by one.
+  const applied = metrics.driverEventCounter(d.id, 'applied');
+  const stale = metrics.driverEventCounter(d.id, 'stale');
+  return {
+    replace(snapshots) {
+      view.replace(d.id, snapshots);
+      metrics.driverEvents.labels(d.id, 'resync').inc();
+      driverLog.info({ driver: d.id, sandboxes: snapshots.length }, 'driver list applied');
+      serving.announceIfSynced();
+    },
+    apply(event) {
+      (view.apply(d.id, event) ? applied : stale).inc();
+    },
+    error(err) {
+      metrics.driverErrors.labels(d.id).inc();
+      driverLog.warn({ driver: d.id, err }, err.message);
+    },
+  };
+}
+
+/** The option that configures a driver, by its id (`file`, `kubernetes/…`, or a grpc:// driver's name). */
+function driverFlag(id: string): string {
+  if (id === 'file') return '--sandboxes';
+  return id.startsWith('grpc/') ? '--drivers' : '--kubernetes';
+}
+
+/**
+ * Whether this gateway tells Envoy it serves (gRPC health SERVING): once every driver has delivered its
+ * full list, and no longer from the moment shutdown begins.
+ */
+export class Serving {
+  private stopping = false;
+
+  constructor(
+    private readonly view: SandboxView,
+    private readonly envoy: GrpcFrontDoor,
+  ) {}
+
+  get shuttingDown(): boolean {
+    return this.stopping;
+  }
+
+  announceIfSynced(): void {
+    if (this.view.synced && !this.stopping) this.envoy.setServing(true);
+  }
+
+  withdraw(): void {
+    this.stopping = true;
+    this.envoy.setServing(false);
+  }
+}
+
+/**
+ * Last to start, first to stop: serving is announced only once everything runs, and withdrawn before
+ * anything goes (Envoy's health checks move traffic away first). The view's clock ticks meanwhile.
+ */
+export async function startServing(life: Lifecycle, serving: Serving, view: SandboxView, watch: SandboxWatch): Promise<void> {
+  await life.start(
+    'serving',
+    () => {
+      serving.announceIfSynced();
+      const tick = setInterval(() => view.tick(), 1000);
+      tick.unref();
+      return tick;
+    },
+    (tick) => {
+      serving.withdraw();
+      clearInterval(tick);
+      view.waiters.close();
+      watch.close();
+    },
+  );
+}
