@@ -5,7 +5,7 @@ import { createPresenceStore } from './config/factories.js';
 import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { Driver } from './drivers/driver.js';
-import { createCore, Serving, startDrivers, startKeyStore, startServing } from './gateway/core.js';
+import { createCore, Serving, startCertificates, startDrivers, startKeyStore, startServing } from './gateway/core.js';
 import { startEnvoyDoor, startProxyDoor, startRelayDoor } from './gateway/doors.js';
 import { startOpsSurface } from './gateway/ops-surface.js';
 import { SessionStreams, startSessions } from './gateway/sessions.js';
@@ -54,6 +54,8 @@ export interface Gateway {
   readonly supervisorPort: number | undefined;
   /** Undefined when the embedded proxy is off (`--no-proxy`). */
   readonly proxyPort: number | undefined;
+  /** The proxy's TLS port; undefined without `--proxy-tls-port`. */
+  readonly proxyTlsPort: number | undefined;
   readonly relayPort: number;
   /** `host:port` of the relay listener, as published in this gateway's lease. */
   readonly relayAddress: string;
@@ -76,6 +78,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const life = new Lifecycle(onProblem);
   const streams = new SessionStreams();
   try {
+    await startCertificates(life, core.certificates);
     // Listeners first, so they close last.
     const relay = await startRelayDoor(life, config, core, streams, log);
     const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }), { relay: relay.address });
@@ -88,7 +91,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await startDrivers(life, core, serving, log);
     await startServing(life, serving, core.view, ops.watch);
 
-    const ports = { grpcPort: envoy.port, adminPort: ops.adminPort, opsPort: ops.opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, relayPort: relay.port };
+    const ports = { grpcPort: envoy.port, adminPort: ops.adminPort, opsPort: ops.opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, proxyTlsPort: proxy?.tlsPort, relayPort: relay.port };
     log.info({ ...ports, relayAddress: relay.address, presence: presence.kind, drivers: core.drivers.map((d) => d.id) }, 'sandgate started');
     const close = once(async () => {
       await life.stop(deadlineIn(config.shutdownTimeoutMs));

@@ -69,7 +69,7 @@ export async function startBenchSentinel(group: ProcessGroup): Promise<BenchSent
       conf,
       [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${master} 2`, `sentinel down-after-milliseconds ${MASTER_NAME} ${DOWN_AFTER_MS}`, `sentinel failover-timeout ${MASTER_NAME} 5000`, ''].join('\n'),
     );
-    const child = group.program(`redis-sentinel-${i}`, 'redis-sentinel', [conf]);
+    const child = group.program(`redis-sentinel-${i}`, 'redis-server', [conf, '--sentinel']);
     await until(async () => (await client(port).ping()) === 'PONG', 10_000, `redis-sentinel on ${port}${child.running ? '' : ' (exited)'}`);
     sentinels.push(port);
   }

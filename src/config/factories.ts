@@ -13,6 +13,7 @@ import { MemoryPresence } from '../sessions/presence/memory-presence.js';
 import type { PresenceStore } from '../sessions/presence/presence-store.js';
 import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connection.js';
 import { createRedisPresence } from '../sessions/presence/redis-presence.js';
+import { CertificateStore, type ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Config } from './schema.js';
 
 /**
@@ -92,4 +93,19 @@ export function createPresenceStore(c: Config, gatewayId: string, log: Logger, g
     gatewayInfo,
     log,
   });
+}
+
+/**
+ * The certificate store the TLS listeners share (`--tls-cert-file` + `--tls-key-file`, or `--tls-dir`);
+ * undefined when none is configured. Loads the pairs now: a pair that does not load is `tls_certificate_invalid`.
+ */
+export function certificateStoreFromConfig(c: Config, onReload: (e: ReloadEvent) => void): CertificateStore | undefined {
+  const single = c.tlsCertFile !== '' || c.tlsKeyFile !== '';
+  if (single && c.tlsDir !== '') throw new SandgateError('config_invalid', 'set --tls-cert-file/--tls-key-file or --tls-dir, not both');
+  if (single && (c.tlsCertFile === '' || c.tlsKeyFile === '')) throw new SandgateError('config_invalid', '--tls-cert-file and --tls-key-file go together');
+  if (!single && c.tlsDir === '') {
+    if (c.proxy && c.proxyTlsPort >= 0) throw new SandgateError('config_invalid', '--proxy-tls-port needs certificates: set --tls-cert-file and --tls-key-file, or --tls-dir');
+    return undefined;
+  }
+  return new CertificateStore(single ? { certFile: c.tlsCertFile, keyFile: c.tlsKeyFile } : { dir: c.tlsDir }, { onReload });
 }

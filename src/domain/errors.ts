@@ -53,6 +53,7 @@ export const ERROR_CODES = {
   listen_failed: { status: 500, message: 'A listener could not bind its address' },
   start_failed: { status: 500, message: 'A part of the gateway could not start' },
   presence_shards_mismatch: { status: 500, message: 'Gateways sharing Redis presence use different --presence-shards' },
+  tls_certificate_invalid: { status: 500, message: 'A TLS certificate or key file could not be loaded' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -290,20 +290,22 @@ export class HttpFront<C> {
   private readonly connections = new Set<FrontConnection<C>>();
   private readonly nodeHttp: (socket: Socket) => void;
 
+  /** `event`: where the server's connections start — 'connection', or 'secureConnection' on an https.Server. */
   constructor(
     server: Server,
     readonly handler: FrontHandler<C>,
     readonly log: Logger,
+    event: 'connection' | 'secureConnection' = 'connection',
   ) {
-    const own = server.listeners('connection');
-    if (own.length !== 1) throw new Error(`the server has ${own.length} connection listeners; a front expects node:http's one`);
+    const own = server.listeners(event);
+    if (own.length !== 1) throw new Error(`the server has ${own.length} ${event} listeners; a front expects node:http's one`);
     const nodeHttp = own[0] as (socket: Socket) => void;
     this.nodeHttp = (socket) => nodeHttp.call(server, socket);
     this.keepAliveTimeoutMs = server.keepAliveTimeout;
     this.headersTimeoutMs = server.headersTimeout;
     this.keepAliveLines = `Connection: keep-alive\r\nKeep-Alive: timeout=${Math.floor(server.keepAliveTimeout / 1000)}\r\n`;
-    server.removeListener('connection', nodeHttp);
-    server.on('connection', (socket: Socket) => this.connections.add(new FrontConnection(socket, this)));
+    server.removeListener(event, nodeHttp);
+    server.on(event, (socket: Socket) => this.connections.add(new FrontConnection(socket, this)));
   }
 
   /** Connections the front reads now (not handed to node:http). */

@@ -79,10 +79,17 @@ type ProxySlice = Pick<
   | 'proxyHeadersTimeoutMs'
   | 'proxyIdleTimeoutMs'
   | 'maxConnectionsPerSandbox'
+  | 'proxyRedirectHttpsPort'
 >;
 
-/** The embedded proxy on `--proxy-port`; undefined when it is off (`--no-proxy`). */
-export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: Core, gatewayId: string, streams: RelayOpener, log: Logger): Promise<EmbeddedProxy | undefined> {
+export interface ProxyDoor {
+  readonly port: number;
+  /** Undefined without `--proxy-tls-port`. */
+  readonly tlsPort: number | undefined;
+}
+
+/** The embedded proxy on `--proxy-port` (and `--proxy-tls-port`); undefined when it is off (`--no-proxy`). */
+export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: Core, gatewayId: string, streams: RelayOpener, log: Logger): Promise<ProxyDoor | undefined> {
   if (!config.proxy) return undefined;
   const host = config.listenHost;
   const proxy = new EmbeddedProxy(
@@ -98,9 +105,12 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       idleTimeoutMs: config.proxyIdleTimeoutMs,
       relay: { gatewayId, credentials: core.relayCredentials, streams: core.supervisorKeys === undefined ? undefined : streams },
       maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+      tls: core.proxyTls,
+      redirectHttpsPort: config.proxyRedirectHttpsPort,
     },
     log.child({ part: 'proxy' }),
   );
   await startListener(life, '--proxy-port', { host, port: config.proxyPort }, () => proxy.start(), (_, ms) => proxy.close(ms));
-  return proxy;
+  const tlsPort = core.proxyTls === undefined ? undefined : await startListener(life, '--proxy-tls-port', { host, port: core.proxyTls.port }, () => proxy.startTls(), (_, ms) => proxy.closeTls(ms));
+  return { port: proxy.port, tlsPort };
 }

@@ -47,16 +47,21 @@ type OpsSlice = Pick<Config, 'listenHost' | 'adminPort' | 'opsPort' | 'opsListen
 
 export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: OpsDeps): Promise<OpsSurface> {
   const { gatewayId, core, presence, serving, log } = deps;
-  const { view, metrics, keyStore } = core;
+  const { view, metrics, keyStore, certificates } = core;
   const readiness: Readiness = {
     notReady() {
       const reasons = view.unsyncedDrivers().map((d) => `driver ${d} has not synced`);
       if (serving.shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? [])],
+    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
   };
-  metrics.watchReadiness({ notReady: () => readiness.notReady(), presenceDegraded: () => presence.degraded(), keysDegraded: () => keyStore?.degraded() ?? [] });
+  metrics.watchReadiness({
+    notReady: () => readiness.notReady(),
+    presenceDegraded: () => presence.degraded(),
+    keysDegraded: () => keyStore?.degraded() ?? [],
+    tlsDegraded: () => certificates?.problems() ?? [],
+  });
   const watch = new SandboxWatch(view);
   const apiDeps = {
     view,

@@ -1,6 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import type { TlsOptions } from 'node:tls';
 import { ERROR_CODES } from '../domain/errors.js';
 
 /**
@@ -48,16 +50,18 @@ export function closeGracefully(server: Server, graceMs: number, front?: Connect
  * longer than common load balancers' idle timeouts, no overall request timeout (SSE and downloads are
  * legitimate long streams; idleness is policed per stream), upgrades handed to `onUpgrade`, and a bare
  * 400 (431 for a head past the limit, 408 for one too slow) for requests that do not even parse — or,
- * behind an answer still in flight, no answer: that one finishes and the connection closes.
+ * behind an answer still in flight, no answer: that one finishes and the connection closes. With `tls`, the
+ * same server over TLS (an https.Server, whose connections start at 'secureConnection').
  */
 export function createStreamingServer(
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
   onUpgrade: (req: IncomingMessage, socket: Socket, head: Buffer) => void,
+  tls?: TlsOptions,
 ): Server {
   // Answers in flight per connection: a request that does not parse behind one must not be answered
   // ahead of it (the client would read that answer as the first request's).
   const open = new Map<Duplex, InFlight>();
-  const server = createServer({ noDelay: true }, (req, res) => {
+  const handler = (req: IncomingMessage, res: ServerResponse): void => {
     const socket = req.socket;
     let f = open.get(socket);
     if (f === undefined) open.set(socket, (f = { answering: 0, req, res, broken: false }));
@@ -71,7 +75,8 @@ export function createStreamingServer(
       if (flight.broken) socket.end();
     });
     onRequest(req, res);
-  });
+  };
+  const server: Server = tls === undefined ? createServer({ noDelay: true }, handler) : createHttpsServer({ ...tls, noDelay: true }, handler);
   server.keepAliveTimeout = 65_000;
   server.requestTimeout = 0;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(req, socket as Socket, head));

@@ -35,6 +35,8 @@ export class GatewayMetrics {
   readonly driverErrors: Counter<'driver'>;
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
   readonly refusedIds: Counter<'driver' | 'reason'>;
+  /** Certificate pairs (re)loaded, failed to load (the last good pair serves on) or removed, by result. */
+  readonly tlsReloads: Counter<'result'>;
 
   constructor(
     view: { readonly size: number; phaseCounts(): Map<string, number>; refusedIdCounts(): Readonly<Record<string, number>> },
@@ -85,6 +87,13 @@ export class GatewayMetrics {
       labelNames: ['driver'],
       registers,
     });
+    this.tlsReloads = new Counter({
+      name: 'sandgate_tls_reloads_total',
+      help: 'TLS certificate pairs read by result: loaded, failed (the last good pair keeps serving; /readyz is degraded), removed',
+      labelNames: ['result'],
+      registers,
+    });
+    for (const result of ['loaded', 'failed', 'removed']) this.tlsReloads.labels(result).inc(0);
     this.refusedIds = new Counter({
       name: 'sandgate_drivers_refused_ids_total',
       help: 'Ids a sandbox declared and was refused, by driver and reason (in_use, names_another_sandbox)',
@@ -173,6 +182,7 @@ export class GatewayMetrics {
     notReady(): readonly string[];
     readonly presenceDegraded: () => readonly string[];
     readonly keysDegraded: () => readonly string[];
+    readonly tlsDegraded?: () => readonly string[];
   }): void {
     const registers = [this.registry];
     new Gauge({
@@ -182,7 +192,7 @@ export class GatewayMetrics {
       registers,
       collect() {
         const notReady = source.notReady().length > 0;
-        const degraded = !notReady && (source.presenceDegraded().length > 0 || source.keysDegraded().length > 0);
+        const degraded = !notReady && (source.presenceDegraded().length > 0 || source.keysDegraded().length > 0 || (source.tlsDegraded?.().length ?? 0) > 0);
         this.set({ state: 'ready' }, notReady || degraded ? 0 : 1);
         this.set({ state: 'degraded' }, degraded ? 1 : 0);
         this.set({ state: 'not_ready' }, notReady ? 1 : 0);

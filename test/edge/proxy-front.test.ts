@@ -127,10 +127,10 @@ describe('the embedded proxy front: the bytes node:http would send', () => {
     await c.connected;
     c.write(get('/length'));
     await c.until((got) => got.endsWith('hello'));
-    expect(proxy.front.size).toBe(1);
+    expect(proxy.front!.size).toBe(1);
     c.write(`POST /length HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 2\r\n\r\nhi`);
     await c.until((got) => got.split('hello').length === 3);
-    expect(proxy.front.size).toBe(0);
+    expect(proxy.front!.size).toBe(0);
     c.close();
   });
 });

@@ -7,10 +7,10 @@ import { eventually } from './eventually.js';
 import { freePort, startRedisServer, type RedisServer } from './redis-server.js';
 
 /**
- * A Sentinel-managed Redis on loopback for one test: a master, its replicas and three redis-sentinel
- * processes (quorum 2), each in its own temp dir on free ports. The sentinels declare the master down
- * after `downAfterMs` and bound a failover by `failoverTimeoutMs`, both small so a failover takes seconds.
- * Nothing here touches the system Redis on 6379.
+ * A Sentinel-managed Redis on loopback for one test: a master, its replicas and three sentinels (quorum 2),
+ * each run as `redis-server <conf> --sentinel` in its own temp dir on free ports. The sentinels declare the
+ * master down after `downAfterMs` and bound a failover by `failoverTimeoutMs`, both small so a failover takes
+ * seconds. Nothing here touches the system Redis on 6379.
  */
 export interface SentinelGroup {
   readonly name: string;
@@ -81,7 +81,7 @@ export async function startSentinelGroup(o: SentinelGroupOptions = {}): Promise<
   try {
     return { ...(await startSentinels(master, nodes, procs, dir, { replicaCount, downAfter, failoverTimeout })), stop };
   } catch (err) {
-    // Nothing started here outlives a group that could not start (redis-sentinel missing, say).
+    // Nothing started here outlives a group that could not start (redis-server missing, say).
     await stop();
     throw err;
   }
@@ -122,7 +122,8 @@ async function startSentinels(
         '',
       ].join('\n'),
     );
-    const proc = spawn('redis-sentinel', [conf], { stdio: 'ignore' });
+    // `redis-server --sentinel` is the same program `redis-sentinel` links to: redis-server alone is enough.
+    const proc = spawn('redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
     // A missing binary is an 'error' event: the discovery wait below then fails, and the caller's stop() cleans up.
     proc.on('error', () => undefined);
     procs.push(proc);

@@ -96,10 +96,12 @@ describe('Redis killed and restarted empty on the same port', () => {
     // The re-assert raised the reset epoch counter back to what the sessions carry.
     expect(await server.admin().hget(presenceKeys(prefix).epochs, 'ns/a')).toBe('3');
     expect((await stored('ns/a'))?.s).toBe('a3');
-    // The restarted server has a new replication id, so a new term (one above what the gateways saw):
-    // a new claim is above every epoch of the old one, even one no gateway re-asserted.
-    expect(await server.admin().hget(presenceKeys(prefix).term, 't')).toBe('1');
-    expect((await claim(b, 'b2', 'a')).epoch).toBe(TERM_SPAN + 1);
+    // The restarted server has a new replication id, so a new term (above what the gateways saw; a store
+    // that reconnected more than once may have opened more than one): a new claim is the first epoch of
+    // the stored term, above every epoch of the old one, even one no gateway re-asserted.
+    const term = Number(await server.admin().hget(presenceKeys(prefix).term, 't'));
+    expect(term).toBeGreaterThanOrEqual(1);
+    expect((await claim(b, 'b2', 'a')).epoch).toBe(term * TERM_SPAN + 1);
   });
 });
 

@@ -1,10 +1,18 @@
 import type { IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
 
 /**
  * The client's side of a forwarded request, as the proxy and the relay listener carry it: read by
- * node:http, or by the proxy port's own front (proxy/proxy-front.ts, bodyless requests only), whose
- * response writes the same bytes node:http's would without its objects.
+ * node:http, by the proxy port's own front (proxy/proxy-front.ts, bodyless requests only), whose
+ * response writes the same bytes node:http's would without its objects, or by node:http2 on the TLS port
+ * (proxy/h2-request.ts).
  */
+
+/** A request body: node:http's IncomingMessage, or an HTTP/2 stream's readable side. */
+export interface RequestBody extends Readable {
+  /** The whole body has arrived. */
+  readonly complete: boolean;
+}
 
 /** A client's request. */
 export interface ClientRequest {
@@ -17,7 +25,9 @@ export interface ClientRequest {
   readonly rawHeaders: readonly string[];
   readonly clientIp: string;
   /** The body, streamed on as it arrives; null when the request has none. */
-  readonly body: IncomingMessage | null;
+  readonly body: RequestBody | null;
+  /** Arrived over TLS (X-Forwarded-Proto: https). */
+  readonly secure?: boolean;
 }
 
 /** What the forwarding code writes a response into: node:http's ServerResponse has this shape, and so has the front's. */
@@ -37,8 +47,8 @@ export interface ClientResponse {
 }
 
 /** A request node:http read, as the forwarding code reads it. */
-export function fromNodeHttp(req: IncomingMessage): ClientRequest {
+export function fromNodeHttp(req: IncomingMessage, secure?: boolean): ClientRequest {
   const h = req.headers;
   const hasBody = h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && h['content-length'] !== '0');
-  return { method: req.method ?? 'GET', url: req.url ?? '/', headers: h as ClientRequest['headers'], rawHeaders: req.rawHeaders, clientIp: req.socket.remoteAddress ?? '', body: hasBody ? req : null };
+  return { method: req.method ?? 'GET', url: req.url ?? '/', headers: h as ClientRequest['headers'], rawHeaders: req.rawHeaders, clientIp: req.socket.remoteAddress ?? '', body: hasBody ? req : null, secure };
 }

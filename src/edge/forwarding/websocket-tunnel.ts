@@ -126,7 +126,7 @@ export function spliceUpgrade(
 }
 
 /** An upstream's answer head, as read off the pipe. */
-interface AnswerHead {
+export interface AnswerHead {
   readonly status: number;
   /** The head's bytes, its blank line included. */
   readonly bytes: Buffer;
@@ -139,7 +139,7 @@ const MAX_ANSWER_HEAD = 16 * 1024;
 const STATUS_LINE = /^HTTP\/1\.[01] (\d{3})(?: [^\r\n]*)?$/;
 
 /** Reads the upstream's answer head; `then` gets it (undefined when it is not one) and the bytes after it. */
-function readAnswerHead(up: Pipe, then: (answer: AnswerHead | undefined, rest: Buffer) => void): void {
+export function readAnswerHead(up: Pipe, then: (answer: AnswerHead | undefined, rest: Buffer) => void): void {
   let acc: Buffer = Buffer.alloc(0);
   const onData = (chunk: Buffer): void => {
     acc = acc.length === 0 ? chunk : Buffer.concat([acc, chunk]);
@@ -258,7 +258,7 @@ export class ChunkedEnd {
   }
 }
 
-function withoutOrigin(raw: readonly string[]): string[] {
+export function withoutOrigin(raw: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() !== ORIGIN) out.push(raw[i]!, raw[i + 1]!);
   return out;

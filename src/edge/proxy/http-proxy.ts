@@ -1,9 +1,13 @@
-import type { IncomingMessage, Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import type { Socket } from 'node:net';
+import type { Server as TlsServer } from 'node:tls';
 import { Agent, type Dispatcher } from 'undici';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
+import { closeGracefully, createStreamingServer, listenOn, PROXIED_METHODS, refuseConnect, type ConnectionFront } from '../../lib/http-listen.js';
+import type { CertificateStore } from '../../lib/tls/certificate-store.js';
+import { ALPN, Http2Beside } from '../../lib/tls/http2-beside.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
@@ -16,17 +20,25 @@ import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js';
 import { UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
 import { dropSet, forwardRequestHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
-import { spliceUpgrade, tcpConnect, upgradeHeaders, type Connect } from '../forwarding/websocket-tunnel.js';
+import { spliceUpgrade, tcpConnect, upgradeHeaders, withoutOrigin, type Connect } from '../forwarding/websocket-tunnel.js';
 import { sandboxKey } from '../../domain/sandbox.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
 import { HttpFront } from '../http-front.js';
 import { proxyFrontHandler } from './proxy-front.js';
+import { H2Response, h2Request } from './h2-request.js';
+import { tunnelExtendedConnect } from './h2-websocket.js';
+import { httpsRedirect } from './https-redirect.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
  * doors and carries the request itself with undici — one keep-alive pool per upstream (undici's Agent
  * keeps a Pool per origin), bodies streamed both ways with backpressure, responses written as they
  * arrive (SSE and chunked responses are not buffered), WebSocket upgrades tunnelled byte for byte.
+ *
+ * With a certificate store, a second listener (`--proxy-tls-port`) speaks TLS: HTTP/1.1 there is read
+ * exactly as on the plain port, HTTP/2 (ALPN `h2`) streams become the same requests (h2-request.ts), and
+ * RFC 8441 extended CONNECT carries WebSockets (h2-websocket.ts). The plain port may instead redirect
+ * every request to HTTPS.
  *
  * A relay decision (a sandbox with no inbound network) goes to the relay listener of the gateway
  * holding the sandbox's supervisor session, with a credential bound to the target and the target header; when that gateway
@@ -58,20 +70,39 @@ export interface ProxyOptions {
   readonly relay?: ProxyRelay;
   /** Concurrent requests and WebSockets per sandbox (0 = no cap); past it 429 too_many_connections. */
   readonly maxConnectionsPerSandbox?: number;
+  /** The TLS listener: its port and the certificates it serves. */
+  readonly tls?: { readonly port: number; readonly store: CertificateStore };
+  /** The plain port answers every request with a 308 to `https://<host>:<port>` (443: no port in the URL; 0: the TLS listener's port). */
+  readonly redirectHttpsPort?: number;
 }
+
+/** The TLS listener: HTTP/1.1 (node:http and the proxy's front) and HTTP/2 beside it. */
+interface SecureListener {
+  readonly server: Server;
+  /** Both fronts, closed together. */
+  readonly fronts: ConnectionFront;
+  readonly h2: Http2Beside;
+}
+
+/** HTTP/2 limits of the TLS listener: the HTTP/1.1 head limit (http-front.ts), nginx's stream cap. */
+const H2_LIMITS = { maxConcurrentStreams: 128, maxHeaderListSize: 16 * 1024 };
 
 /** `OPTIONS *` asks about the server itself: the proxy is not the sandbox's server, and forwards none. */
 const ASTERISK = deny('invalid_route', 'The embedded proxy forwards no asterisk-form request (OPTIONS *)');
+/** A CONNECT stream that is not a WebSocket (RFC 8441) asks for a tunnel: no sandgate listener offers one. */
+const H2_CONNECT = deny('method_not_allowed', 'CONNECT is not supported: sandgate opens no tunnels (WebSockets: extended CONNECT with :protocol websocket)');
 
 export class EmbeddedProxy implements ExchangeOwner {
   private readonly server: Server;
-  /** Reads bodyless GET and HEAD requests itself (proxy-front.ts); node:http reads the rest. */
-  readonly front: HttpFront<unknown>;
+  /** Reads bodyless GET and HEAD requests itself (proxy-front.ts); node:http reads the rest. Undefined when the plain port redirects. */
+  readonly front: HttpFront<unknown> | undefined;
+  private readonly secure: SecureListener | undefined;
   private readonly agent: Agent;
   private readonly drop: ReadonlySet<string>;
   /** In-flight requests and tunnels per sandbox. */
   readonly connections: ConnectionLimit;
   port = 0;
+  tlsPort = 0;
 
   constructor(
     private readonly decider: Decider,
@@ -87,17 +118,53 @@ export class EmbeddedProxy implements ExchangeOwner {
       bodyTimeout: opts.idleTimeoutMs,
       keepAliveTimeout: 4_000,
     });
-    this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head));
-    this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => this.request(req, res)), log);
+    if (opts.redirectHttpsPort !== undefined && opts.redirectHttpsPort >= 0) {
+      const to = opts.redirectHttpsPort;
+      this.server = createServer({ noDelay: true }, httpsRedirect(() => (to === 0 ? this.tlsPort : to)));
+      this.server.keepAliveTimeout = 65_000;
+      refuseConnect(this.server, PROXIED_METHODS);
+    } else {
+      this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head));
+      this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => this.request(req, res)), log);
+    }
+    if (opts.tls !== undefined) this.secure = this.secureListener(opts.tls.store);
   }
 
+  private secureListener(store: CertificateStore): SecureListener {
+    const server = createStreamingServer(
+      (req, res) => this.request(fromNodeHttp(req, true), res),
+      (req, socket, head) => this.upgrade(req, socket, head, true),
+      { ...store.serverOptions(), ALPNProtocols: ALPN },
+    );
+    store.attach(server as unknown as TlsServer);
+    const front = new HttpFront(server, proxyFrontHandler((req, res) => this.request(req, res), true), this.log, 'secureConnection');
+    const h2 = new Http2Beside(server, (stream, headers) => this.stream(stream, headers), { ...H2_LIMITS, idleTimeoutMs: server.keepAliveTimeout });
+    const fronts: ConnectionFront = {
+      closeIdle: () => (front.closeIdle(), h2.closeIdle()),
+      closeAll: () => (front.closeAll(), h2.closeAll()),
+    };
+    return { server, fronts, h2 };
+  }
+
+  /** The plain port (not when `port` is negative: TLS only). */
   async start(): Promise<number> {
-    this.port = await listenOn(this.server, this.opts.host, this.opts.port);
+    if (this.opts.port >= 0) this.port = await listenOn(this.server, this.opts.host, this.opts.port);
     return this.port;
   }
 
+  /** The TLS port. */
+  async startTls(): Promise<number> {
+    this.tlsPort = await listenOn(this.secure!.server, this.opts.host, this.opts.tls!.port);
+    return this.tlsPort;
+  }
+
+  async closeTls(graceMs: number): Promise<void> {
+    await closeGracefully(this.secure!.server, graceMs, this.secure!.fronts);
+  }
+
+  /** Closes the plain port, then the upstream pool (close the TLS port first). */
   async close(graceMs: number): Promise<void> {
-    await closeGracefully(this.server, graceMs, this.front);
+    if (this.server.listening) await closeGracefully(this.server, graceMs, this.front);
     await this.agent.close();
   }
 
@@ -108,7 +175,7 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   private context(req: ClientRequest): ForwardContext {
-    return { clientIp: req.clientIp, proto: 'http', host: req.headers.host };
+    return { clientIp: req.clientIp, proto: req.secure === true ? 'https' : 'http', host: req.headers.host };
   }
 
   /** Decides, waiting through a readiness gap while the client is still there. */
@@ -196,7 +263,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     this.connections.release(x.decision.entry.key);
   }
 
-  private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+  private upgrade(req: IncomingMessage, socket: Socket, head: Buffer, secure?: boolean): void {
     socket.on('error', () => socket.destroy());
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return writeDenial(socket, t, this.route(req));
@@ -205,7 +272,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
       if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
-      const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req)), this.opts.stripOriginOnUpgrade);
+      const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
       if (!d.relay) {
@@ -219,5 +286,40 @@ export class EmbeddedProxy implements ExchangeOwner {
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
       spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route));
     });
+  }
+
+  /** An HTTP/2 stream on the TLS port: a request like any other, or a WebSocket (extended CONNECT). */
+  private stream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+    const req = h2Request(stream, headers);
+    const res = new H2Response(stream);
+    if (req.method !== 'CONNECT') return this.request(req, res);
+    if (headers[':protocol'] !== 'websocket') return this.refuse(res, H2_CONNECT, this.route(req));
+    const t = requestTarget(req.url, req.rawHeaders);
+    if (isDeny(t)) return this.refuse(res, t, this.route(req));
+    const route = this.route(req, t);
+    this.decideFor(route, res, (d) => {
+      if (stream.destroyed) return;
+      if (!d.allow) return this.refuse(res, d, route);
+      if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
+      const raw = this.opts.stripOriginOnUpgrade ? withoutOrigin(req.rawHeaders) : req.rawHeaders;
+      const headers = forwardRequestHeaders(raw, this.drop, this.context(req));
+      const upstream = this.tunnel(d, headers);
+      if (isDeny(upstream)) return this.refuse(res, upstream, route);
+      tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route));
+    });
+  }
+
+  /**
+   * Where a tunnel (a WebSocket) for an allowed decision goes: the sandbox, the local session's relay
+   * stream, or a peer's relay listener (its relay headers added to `headers`); each with the denial a
+   * failure to open it gets.
+   */
+  private tunnel(d: Allow, headers: string[]): { open: Connect; denial: (err: unknown) => Deny } | Deny {
+    if (!d.relay) return { open: tcpConnect(d.upstream, this.opts.connectTimeoutMs), denial: (err) => deny(forwardFailure('sandbox', err), undefined, d.entry) };
+    const local = this.localRelay(d);
+    if (local === 'unreachable') return deny('sandbox_unreachable', undefined, d.entry);
+    if (local !== undefined) return { open: local, denial: (err) => relayDenial(err, d.entry) };
+    for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
+    return { open: tcpConnect(d.upstream, this.opts.connectTimeoutMs), denial: (err) => deny(forwardFailure('peer_gateway', err), undefined, d.entry) };
   }
 }

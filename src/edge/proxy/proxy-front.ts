@@ -160,14 +160,14 @@ function uncork(socket: Socket): void {
 /** Bodyless requests only: a GET or HEAD with a body (or any other method) goes to node:http. */
 const acceptsBodyless = (method: string): boolean => method === 'GET' || method === 'HEAD';
 
-/** The proxy's handler for the front: each request becomes a ClientRequest and a FrontResponse. */
-export function proxyFrontHandler(carry: (req: ClientRequest, res: FrontResponse) => void): FrontHandler<FrontConnection<unknown>> {
+/** The proxy's handler for the front: each request becomes a ClientRequest and a FrontResponse (`secure`: on the TLS port). */
+export function proxyFrontHandler(carry: (req: ClientRequest, res: FrontResponse) => void, secure = false): FrontHandler<FrontConnection<unknown>> {
   return {
     accepts: acceptsBodyless,
     connect: (conn) => conn,
     handle(req, conn) {
       const res = new FrontResponse(conn, req.method === 'HEAD');
-      carry({ method: req.method, url: req.url, headers: req.headers, rawHeaders: req.rawHeaders, clientIp: conn.socket.remoteAddress ?? '', body: null }, res);
+      carry({ method: req.method, url: req.url, headers: req.headers, rawHeaders: req.rawHeaders, clientIp: conn.socket.remoteAddress ?? '', body: null, secure }, res);
     },
   };
 }

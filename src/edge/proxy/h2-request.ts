@@ -1,0 +1,138 @@
+import { constants, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from 'node:http2';
+import { PassThrough } from 'node:stream';
+import type { ClientRequest, ClientResponse, RequestBody } from '../forwarding/client-side.js';
+
+/**
+ * An HTTP/2 request on the proxy's TLS port (ALPN `h2`) as the forwarding code carries it, and its
+ * response: the same ClientRequest / ClientResponse the HTTP/1.1 doors use, so routing, tenancy, header
+ * rules, streaming and denials are one code path. The sandbox is reached over HTTP/1.1: `:authority`
+ * becomes its Host (RFC 9113 §8.3.1), the pseudo-headers go, `cookie` crumbs are joined with `; `
+ * (§8.2.3), and the response's hop-by-hop headers were already dropped (HTTP/2 forbids them, §8.2.2).
+ */
+
+/** The request header names carried as the request's headers: every field but the pseudo-headers and Host. */
+function fields(headers: IncomingHttpHeaders, authority: string | undefined): { map: Record<string, string | undefined>; raw: string[] } {
+  const map: Record<string, string | undefined> = {};
+  const raw: string[] = [];
+  if (authority !== undefined) {
+    map.host = authority;
+    raw.push('host', authority);
+  }
+  for (const name in headers) {
+    // node:http2 joins cookie crumbs with '; ' and lists a repeated field as an array.
+    if (name.charCodeAt(0) === 0x3a || name === 'host') continue;
+    const v = headers[name];
+    if (v === undefined) continue;
+    if (Array.isArray(v)) {
+      for (const one of v) raw.push(name, one);
+      map[name] = v.join(', ');
+    } else {
+      raw.push(name, v);
+      map[name] = v;
+    }
+  }
+  return { map, raw };
+}
+
+/** The request as the proxy carries it; `:authority` wins over a Host field (they must agree; the proxy routes on one). */
+export function h2Request(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): ClientRequest {
+  const authority = headers[':authority'] ?? headers.host;
+  const { map, raw } = fields(headers, authority);
+  return {
+    method: headers[':method'] ?? 'GET',
+    url: headers[':path'] ?? '',
+    headers: map,
+    rawHeaders: raw,
+    clientIp: stream.session?.socket?.remoteAddress ?? '',
+    body: stream.endAfterHeaders ? null : new H2Body(stream),
+    secure: true,
+  };
+}
+
+/**
+ * The stream's readable side as a request body. A stream of its own, piped: the forwarding code destroys
+ * a body once sent (undici does), which must not reset the HTTP/2 stream the response still goes out on.
+ */
+class H2Body extends PassThrough implements RequestBody {
+  constructor(private readonly stream: ServerHttp2Stream) {
+    super();
+    stream.pipe(this);
+  }
+
+  get complete(): boolean {
+    return this.stream.readableEnded;
+  }
+}
+
+/** Response fields HTTP/2 refuses (RFC 9113 §8.2.2) that a response list may still name. */
+const NOT_IN_H2 = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'http2-settings']);
+
+/** A response head list (name, value, …) as an HTTP/2 header object: repeated names as arrays, names in lower case. */
+export function h2ResponseHeaders(status: number, list: readonly string[]): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = { ':status': status };
+  for (let i = 0; i < list.length; i += 2) {
+    const name = list[i]!.toLowerCase();
+    if (NOT_IN_H2.has(name)) continue;
+    const value = list[i + 1]!;
+    const had = out[name];
+    if (had === undefined) out[name] = value;
+    else if (Array.isArray(had)) had.push(value);
+    else out[name] = [String(had), value];
+  }
+  return out;
+}
+
+/** A response written onto an HTTP/2 stream; the head goes out with writeHead (HTTP/2 has no framing to settle). */
+export class H2Response implements ClientResponse {
+  constructor(private readonly stream: ServerHttp2Stream) {}
+
+  get headersSent(): boolean {
+    return this.stream.headersSent;
+  }
+
+  get destroyed(): boolean {
+    return this.stream.destroyed;
+  }
+
+  get writableFinished(): boolean {
+    return this.stream.writableFinished;
+  }
+
+  writeHead(status: number, headers: string[]): this {
+    if (!this.stream.destroyed && !this.stream.headersSent) this.stream.respond(h2ResponseHeaders(status, headers));
+    return this;
+  }
+
+  write(chunk: Buffer): boolean {
+    // A HEAD, 204 or 304 response ended its stream with its head (node:http2 sets END_STREAM).
+    if (this.stream.writableEnded || this.stream.destroyed) return true;
+    return this.stream.write(chunk);
+  }
+
+  end(body?: string): this {
+    if (this.stream.writableEnded || this.stream.destroyed) return this;
+    if (body !== undefined && body.length > 0) this.stream.end(body);
+    else this.stream.end();
+    return this;
+  }
+
+  flushHeaders(): void {
+    // Sent by writeHead already.
+  }
+
+  /** Reset mid-response: the client sees the stream fail (RST_STREAM INTERNAL_ERROR), not a truncated success. */
+  destroy(): this {
+    if (!this.stream.destroyed) this.stream.close(constants.NGHTTP2_INTERNAL_ERROR);
+    return this;
+  }
+
+  on(event: 'close', fn: () => void): this {
+    this.stream.on(event, fn);
+    return this;
+  }
+
+  once(event: 'close' | 'drain', fn: () => void): this {
+    this.stream.once(event, fn);
+    return this;
+  }
+}

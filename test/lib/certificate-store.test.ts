@@ -1,0 +1,148 @@
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { connect, createServer, type Server } from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { selectPair, type CertificatePair } from '../../src/lib/tls/certificate-pair.js';
+import { CertificateStore, type ReloadEvent } from '../../src/lib/tls/certificate-store.js';
+import { eventually } from '../helpers/eventually.js';
+import { makeCa, needsOpenssl, OPENSSL, servedSubject, type TestCa } from '../helpers/tls-certs.js';
+
+const pair = (source: string, names: string[]) => ({ source, names }) as unknown as CertificatePair;
+
+describe('selectPair: the longest matching SAN wins', () => {
+  const pairs = [pair('default', ['gateway.test']), pair('wild', ['*.sb.example.com']), pair('exact', ['3000-abc.sb.example.com']), pair('deeper', ['*.x.sb.example.com'])];
+  it.each([
+    ['3000-abc.sb.example.com', 'exact'],
+    ['3000-ABC.SB.example.com.', 'exact'],
+    ['other.sb.example.com', 'wild'],
+    ['a.x.sb.example.com', 'deeper'],
+    ['x.sb.example.com', 'wild'],
+    // A wildcard covers one label only (RFC 6125 §6.4.3), and never the bare parent.
+    ['a.b.sb.example.com', undefined],
+    ['sb.example.com', undefined],
+    ['gateway.test', 'default'],
+    ['', undefined],
+    ['*.sb.example.com', 'wild'],
+    ['.sb.example.com', undefined],
+  ])('%s → %s', (name, want) => {
+    expect(selectPair(pairs, name)?.source).toBe(want);
+  });
+  it('an exact name beats a wildcard of the same length', () => {
+    expect(selectPair([pair('w', ['*.b.c']), pair('e', ['a.b.c'])], 'a.b.c')?.source).toBe('e');
+  });
+});
+
+async function serve(store: CertificateStore): Promise<{ server: Server; port: number }> {
+  const server = createServer(store.serverOptions(), (s) => s.end('ok'));
+  store.attach(server);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, port: (server.address() as AddressInfo).port };
+}
+
+describe.skipIf(!OPENSSL)(needsOpenssl('the certificate store'), () => {
+  let ca: TestCa;
+  beforeAll(() => {
+    ca = makeCa();
+  });
+  afterAll(() => ca?.remove());
+
+  it('a --tls-dir: openssl s_client -servername is served the pair whose SAN matches longest; no SNI gets `default`', async () => {
+    const dir = join(ca.dir, 'sni');
+    mkdirSync(dir);
+    ca.issue('default', ['gateway.test'], { outDir: dir });
+    ca.issue('wild', ['*.sb.example.com'], { outDir: dir });
+    ca.issue('deeper', ['*.x.sb.example.com'], { outDir: dir });
+    // A mounted Kubernetes TLS Secret: a sub-directory with tls.crt + tls.key.
+    mkdirSync(join(dir, 'exact'));
+    const e = ca.issue('exact', ['3000-abc.sb.example.com']);
+    copyFileSync(e.certFile, join(dir, 'exact', 'tls.crt'));
+    copyFileSync(e.keyFile, join(dir, 'exact', 'tls.key'));
+    const store = new CertificateStore({ dir }, { pollMs: 0 });
+    expect(store.current.map((p) => p.source)).toEqual(['deeper', 'default', 'exact', 'wild']);
+    const { server, port } = await serve(store);
+    try {
+      expect(await servedSubject(port, '3000-abc.sb.example.com')).toContain('CN = 3000-abc.sb.example.com');
+      expect(await servedSubject(port, 'other.sb.example.com')).toContain('CN = *.sb.example.com');
+      expect(await servedSubject(port, 'a.x.sb.example.com')).toContain('CN = *.x.sb.example.com');
+      expect(await servedSubject(port, 'elsewhere.org')).toContain('CN = gateway.test');
+      expect(await servedSubject(port, undefined)).toContain('CN = gateway.test');
+    } finally {
+      server.close();
+      store.close();
+    }
+  });
+
+  it('a certificate rotated on disk is served to the next connection; a broken one is ignored, reported, then cleared', async () => {
+    const dir = join(ca.dir, 'rotate');
+    mkdirSync(dir);
+    const first = ca.issue('first', ['one.example.com'], { outDir: dir });
+    const events: ReloadEvent[] = [];
+    const store = new CertificateStore({ certFile: first.certFile, keyFile: first.keyFile }, { pollMs: 0, debounceMs: 20, onReload: (e) => events.push(e) });
+    store.start();
+    const { server, port } = await serve(store);
+    try {
+      expect(await servedSubject(port, undefined)).toContain('CN = one.example.com');
+      expect(events).toEqual([{ source: first.certFile, result: 'loaded' }]);
+      // cert-manager's renewal: both files replaced.
+      const second = ca.issue('second', ['two.example.com']);
+      writeFileSync(first.keyFile, second.key);
+      writeFileSync(first.certFile, second.cert);
+      await eventually(async () => (await servedSubject(port, 'two.example.com'))?.includes('CN = two.example.com'));
+      expect(await servedSubject(port, undefined)).toContain('CN = two.example.com');
+      expect(events.filter((e) => e.result === 'loaded')).toHaveLength(2);
+
+      // A half-written or garbage certificate: the last good pair keeps serving, the problem is reported.
+      writeFileSync(first.certFile, '-----BEGIN CERTIFICATE-----\nnot base64 at all\n');
+      await eventually(() => store.problems().join().includes('no PEM certificate'));
+      expect(events.at(-1)).toMatchObject({ source: first.certFile, result: 'failed' });
+      expect(await servedSubject(port, undefined)).toContain('CN = two.example.com');
+
+      // A key that is not the certificate's is refused the same way.
+      const third = ca.issue('third', ['three.example.com']);
+      writeFileSync(first.certFile, third.cert);
+      await eventually(() => store.problems().join().includes('does not match'));
+      expect(await servedSubject(port, undefined)).toContain('CN = two.example.com');
+
+      writeFileSync(first.keyFile, third.key);
+      await eventually(async () => (await servedSubject(port, undefined))?.includes('CN = three.example.com'));
+      expect(store.problems()).toEqual([]);
+    } finally {
+      server.close();
+      store.close();
+    }
+  });
+
+  it('a pair that does not load at start refuses the store with tls_certificate_invalid', () => {
+    const dir = join(ca.dir, 'bad');
+    mkdirSync(dir);
+    writeFileSync(join(dir, 'x.crt'), 'garbage');
+    writeFileSync(join(dir, 'x.key'), 'garbage');
+    expect(() => new CertificateStore({ dir })).toThrow(expect.objectContaining({ code: 'tls_certificate_invalid' }));
+    expect(() => new CertificateStore({ dir: join(ca.dir, 'absent') })).toThrow(expect.objectContaining({ code: 'tls_certificate_invalid' }));
+    expect(() => new CertificateStore({ certFile: join(dir, 'x.crt'), keyFile: join(dir, 'nope.key') })).toThrow(/x\.crt/);
+  });
+
+  it('refuses TLS 1.1 and CBC-only clients (hostile: a downgrade)', async () => {
+    const leaf = ca.issue('modern', ['modern.example.com']);
+    const store = new CertificateStore({ certFile: leaf.certFile, keyFile: leaf.keyFile }, { pollMs: 0 });
+    const { server, port } = await serve(store);
+    const handshake = (opts: object) =>
+      new Promise<string>((resolve) => {
+        const s = connect({ port, host: '127.0.0.1', rejectUnauthorized: false, ...opts }, () => {
+          resolve(`ok ${s.getProtocol()}`);
+          s.destroy();
+        });
+        s.on('error', (err) => resolve(`refused ${(err as NodeJS.ErrnoException).code ?? err.message}`));
+      });
+    try {
+      expect(await handshake({ maxVersion: 'TLSv1.1', minVersion: 'TLSv1' })).toMatch(/^refused/);
+      expect(await handshake({ maxVersion: 'TLSv1.2', ciphers: 'AES128-SHA:ECDHE-RSA-AES128-SHA' })).toMatch(/^refused/);
+      expect(await handshake({ maxVersion: 'TLSv1.2' })).toBe('ok TLSv1.2');
+      expect(await handshake({})).toBe('ok TLSv1.3');
+    } finally {
+      server.close();
+      store.close();
+    }
+  });
+});
