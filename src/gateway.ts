@@ -5,6 +5,7 @@ import { createPresenceStore } from './config/factories.js';
 import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { Driver } from './drivers/driver.js';
+import { startActivity } from './gateway/activity.js';
 import { createCore, Serving, startCertificates, startDrivers, startKeyStore, startServing } from './gateway/core.js';
 import { startEnvoyDoor, startProxyDoor, startRelayDoor } from './gateway/doors.js';
 import { startOpsSurface } from './gateway/ops-surface.js';
@@ -89,6 +90,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await startKeyStore(life, core.keyStore);
     const supervisors = await startSessions(life, config, { gatewayId, core, presence, relayAddress: relay.address, keysGiven: opts.supervisorKeys !== undefined, streams, log });
     await startDrivers(life, core, serving, log);
+    await startActivity(life, config, core, gatewayId, log);
     await startServing(life, serving, core.view, ops.watch);
 
     const ports = { grpcPort: envoy.port, adminPort: ops.adminPort, opsPort: ops.opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, proxyTlsPort: proxy?.tlsPort, relayPort: relay.port };

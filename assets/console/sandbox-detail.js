@@ -76,6 +76,19 @@ export function renderDetail(aside, s, { rules, changes, onClose }) {
       ]),
     );
   }
+  if (s.idle !== undefined) {
+    aside.append(el('h3', 'Activity'));
+    const ports = s.lastActivity === null ? [] : Object.entries(s.lastActivity.ports).map(([port, at]) => [`port ${port}`, time(at)]);
+    aside.append(
+      facts([
+        ['last activity', time(s.lastActivity?.at)],
+        ...ports,
+        ['idle since', time(s.idle.since)],
+        ['idle timeout', s.idle.timeoutMs > 0 ? `${s.idle.timeoutMs / 1000} s` : 'never'],
+        ['last decision', s.idle.decision === null ? '—' : `${s.idle.decision.decision} at ${time(s.idle.decision.at)}: ${s.idle.decision.reason}`],
+      ]),
+    );
+  }
   aside.append(el('h3', 'Conditions'));
   const table = el('table', undefined, 'plain');
   const head = el('tr');

@@ -5,7 +5,7 @@
 
 const ROW_H = 28;
 const OVERSCAN = 8;
-const COLUMNS = ['namespace', 'name', 'ids', 'phase', 'reason', 'rule', 'session', 'endpoint', 'driver'];
+const COLUMNS = ['namespace', 'name', 'ids', 'phase', 'reason', 'rule', 'session', 'endpoint', 'driver', 'activity'];
 
 function ago(iso, now) {
   const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
@@ -13,6 +13,22 @@ function ago(iso, now) {
   if (s < 5400) return `${Math.round(s / 60)}m`;
   if (s < 172_800) return `${Math.round(s / 3600)}h`;
   return `${Math.round(s / 86_400)}d`;
+}
+
+/** The activity cell: "idle for 3m" while Ready, else the idle controller's last decision, else —. */
+export function activityText(s, now) {
+  const idle = s.idle;
+  if (idle === undefined) return '—';
+  if (idle.since !== null) return `idle for ${ago(idle.since, now)}`;
+  return idle.decision === null ? '—' : idle.decision.decision;
+}
+
+/** Its tooltip: the last activity, the timeout and the last decision's reason. */
+function activityTitle(s) {
+  if (s.idle === undefined) return '';
+  const parts = [`last activity: ${s.lastActivity === null ? 'none seen' : s.lastActivity.at}`, `idle timeout: ${s.idle.timeoutMs > 0 ? `${s.idle.timeoutMs / 1000}s` : 'never'}`];
+  if (s.idle.decision !== null) parts.push(`${s.idle.decision.decision}: ${s.idle.decision.reason}`);
+  return parts.join('\n');
 }
 
 export function endpointText(ep) {
@@ -168,6 +184,8 @@ export class SandboxTable {
     c[6].textContent = s.session === null ? '—' : `${s.session.gatewayId} · ${ago(s.session.since, now)}`;
     c[7].textContent = endpointText(s.endpoint);
     c[8].textContent = s.driver;
+    c[9].textContent = activityText(s, now);
+    c[9].title = activityTitle(s);
   }
 
   select(key, open) {

@@ -57,7 +57,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
     for (const e of view.list()) {
       if ((ns !== null && e.namespace !== ns) || !sees(e.namespace)) continue;
       if (phase !== null && e.status.phase !== phase) continue;
-      items.push(sandboxJson(e));
+      items.push(sandboxJson(e, view.activity));
     }
     sendJson(res, 200, { items, gatewayId: deps.gatewayId, synced: view.synced });
   }
@@ -101,7 +101,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
       // Another tenant's sandbox gets the very answer a missing one gets.
       const e = scope.sees(ns) ? view.get(ns, name) : undefined;
       if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(ns, name)}`);
-      return sendJson(res, 200, sandboxJson(e));
+      return sendJson(res, 200, sandboxJson(e, view.activity));
     }
     sendError(res, 'not_found', `No route ${path}`);
   };

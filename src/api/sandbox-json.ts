@@ -1,7 +1,31 @@
+import type { ActivityLog } from '../view/activity.js';
 import type { ViewEntry } from '../view/sandbox-view.js';
 
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+/**
+ * Traffic activity and idle pause (docs/lifecycle.md): `lastActivity` (overall and per port; null before
+ * any traffic) and `idle` (the timeout that applies, since when the sandbox has been idle while Ready, and
+ * the idle controller's last decision with its reason).
+ */
+function lifecycleJson(e: ViewEntry, activity: ActivityLog): Record<string, unknown> {
+  const a = activity.get(e.key);
+  const ports: Record<string, string> = {};
+  if (a !== undefined) for (const [port, at] of a.ports) ports[String(port)] = iso(at);
+  const since = activity.idleSince(e.key);
+  const note = activity.noteOf(e.key);
+  return {
+    lastActivity: a === undefined ? null : { at: iso(a.last), ports },
+    idle: {
+      timeoutMs: e.snapshot.idleTimeoutMs ?? activity.defaultIdleTimeoutMs,
+      since: since === undefined ? null : iso(since),
+      decision: note === undefined ? null : { decision: note.decision, reason: note.reason, at: iso(note.at) },
+    },
+  };
+}
+
 /** The public JSON shape of one sandbox (the status API and the watch stream). */
-export function sandboxJson(e: ViewEntry): Record<string, unknown> {
+export function sandboxJson(e: ViewEntry, activity: ActivityLog): Record<string, unknown> {
   const s = e.snapshot;
   const p = e.presence;
   return {
@@ -21,5 +45,6 @@ export function sandboxJson(e: ViewEntry): Record<string, unknown> {
     resourceVersion: s.resourceVersion,
     instanceId: s.instanceId,
     driver: e.driver,
+    ...lifecycleJson(e, activity),
   };
 }

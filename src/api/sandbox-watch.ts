@@ -107,7 +107,7 @@ export class SandboxWatch {
     } else {
       this.enqueue(client, () => 'event: reset\ndata: {}\n\n');
       for (const e of [...this.view.list()]) {
-        if ((namespace === null || e.namespace === namespace) && sees(e.namespace)) this.enqueue(client, () => `event: upsert\ndata: ${JSON.stringify(sandboxJson(e))}\n\n`);
+        if ((namespace === null || e.namespace === namespace) && sees(e.namespace)) this.enqueue(client, () => `event: upsert\ndata: ${JSON.stringify(sandboxJson(e, this.view.activity))}\n\n`);
       }
       this.enqueue(client, () => `id: ${current}\nevent: synced\ndata: {"version":${current}}\n\n`);
     }
@@ -129,7 +129,7 @@ export class SandboxWatch {
     const slash = change.key.indexOf('/');
     const ns = change.key.slice(0, slash);
     if ((c.namespace !== null && c.namespace !== ns) || !c.sees(ns)) return undefined;
-    const data = change.entry !== undefined ? sandboxJson(change.entry) : { namespace: ns, name: change.key.slice(slash + 1) };
+    const data = change.entry !== undefined ? sandboxJson(change.entry, this.view.activity) : { namespace: ns, name: change.key.slice(slash + 1) };
     return `id: ${change.version}\nevent: ${change.entry !== undefined ? 'upsert' : 'delete'}\ndata: ${JSON.stringify(data)}\n\n`;
   }
 

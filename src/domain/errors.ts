@@ -47,6 +47,7 @@ export const ERROR_CODES = {
   // Drivers (reported to operators through the driver sink and logs, never to clients).
   driver_message_invalid: { status: 502, message: 'The driver sent an invalid message; it was dropped' },
   driver_unavailable: { status: 503, message: 'The driver cannot be reached' },
+  driver_unsupported: { status: 501, message: 'The driver does not support this operation (e.g. pausing idle sandboxes)' },
   // Configuration and start-up (reported to operators, never to clients).
   config_invalid: { status: 500, message: 'The configuration is invalid' },
   sandboxes_file_invalid: { status: 500, message: 'The sandboxes file is invalid' },

@@ -66,8 +66,31 @@ export interface BackendSnapshot {
   readonly envdAccessToken?: string | undefined;
   /** Resume this sandbox when traffic arrives while it is paused (overrides `--auto-resume`). */
   readonly resumeOnTraffic?: boolean | undefined;
+  /** Pause after this long without traffic (overrides `--idle-timeout`; 0 = never). Milliseconds. */
+  readonly idleTimeoutMs?: number | undefined;
+  /** How long a request that wakes this sandbox waits for it (overrides `--readiness-wait-ms` for a wake). Milliseconds. */
+  readonly wakeTimeoutMs?: number | undefined;
   /** Template revision the backend wants, and the one the running instance has (OpenKruise). */
   readonly revision?: { readonly desired: string; readonly current: string } | undefined;
+}
+
+/** One sandbox port's traffic activity, as gateways publish it to each other. */
+export interface ActivityRecord {
+  readonly namespace: string;
+  readonly name: string;
+  readonly port: number;
+  /** Epoch ms. */
+  readonly at: number;
+}
+
+/** A sandbox's last traffic activity, as the gateway reports it to its driver. */
+export interface ActivityReport {
+  readonly namespace: string;
+  readonly name: string;
+  /** Epoch ms of the last activity on any port. */
+  readonly at: number;
+  /** Port → epoch ms of its last activity. */
+  readonly ports: ReadonlyMap<number, number>;
 }
 
 /** One change reported by a driver. */

@@ -1,4 +1,4 @@
-import type { BackendSnapshot, DriverEvent } from '../domain/sandbox.js';
+import type { ActivityReport, BackendSnapshot, DriverEvent } from '../domain/sandbox.js';
 
 /**
  * The driver contract in TypeScript (proto/sandgate/driver/v1/driver.proto is the same contract over
@@ -23,4 +23,16 @@ export interface Driver {
   stop(): Promise<void>;
   /** Asks the backend to resume a paused sandbox (auto-resume). Drivers that cannot, omit it. */
   resume?(namespace: string, name: string): Promise<void>;
+  /**
+   * Asks the backend to pause a running sandbox (idle pause, docs/lifecycle.md). Drivers that cannot, omit
+   * it; one that learns only when asked (a remote driver answering UNIMPLEMENTED) rejects with a
+   * SandgateError `driver_unsupported`, and the gateway does not ask it again.
+   */
+  pause?(namespace: string, name: string): Promise<void>;
+  /**
+   * Reports traffic activity to the backend (Kubernetes: the `sandgate.dev/last-activity` annotation).
+   * The gateway batches: one call per report round, each sandbox at most once per
+   * `--activity-patch-interval-ms` and only when its activity moved, from one gateway of the cluster.
+   */
+  reportActivity?(reports: readonly ActivityReport[]): Promise<void>;
 }

@@ -8,6 +8,7 @@ import type { Door, GatewayMetrics, WaitOutcomeLabel } from '../observability/me
 import type { SandboxView } from '../view/sandbox-view.js';
 import type { ApiKeyAuth } from '../auth/api-keys.js';
 import type { Resumer } from './resume.js';
+import type { ActivityRecorder } from './activity-recorder.js';
 
 /** Tenancy and traffic auth settings the decision applies (domain/access.ts). */
 export interface RequestAuth {
@@ -38,6 +39,8 @@ export interface DeciderOptions {
   readonly auth?: RequestAuth | undefined;
   /** Auto-resume on traffic; absent, a paused sandbox is answered `sandbox_paused`. */
   readonly resumer?: Resumer | undefined;
+  /** Records an allowed request as the sandbox port's activity (view/activity.ts); absent, nothing is recorded. */
+  readonly activity?: ActivityRecorder | undefined;
 }
 
 /**
@@ -53,6 +56,7 @@ export class Decider {
   private readonly log: Logger;
   private readonly auth: RequestAuth | undefined;
   private readonly resumer: Resumer | undefined;
+  private readonly activity: ActivityRecorder | undefined;
   /** The log level is fixed at start: read once, not per decision. */
   private readonly debug: boolean;
 
@@ -66,6 +70,7 @@ export class Decider {
     this.log = o.log;
     this.auth = o.auth;
     this.resumer = o.resumer;
+    this.activity = o.activity;
     this.debug = o.log.isLevelEnabled('debug');
   }
 
@@ -215,6 +220,7 @@ export class Decider {
   private recordDecision(door: Door, d: Decision, req: RouteRequest, seconds: number | undefined): void {
     this.metrics.decision(door, d.allow ? undefined : d.code, seconds);
     if (d.allow) {
+      this.activity?.request(d, d.target.path ?? req.path);
       if (this.debug) {
         this.log.debug({ door, requestId: req.headers['x-request-id'], sandbox: d.entry.key, upstream: d.upstream }, 'allow');
       }

@@ -9,6 +9,7 @@ import { startFailed } from '../config/start-errors.js';
 import { SandgateError } from '../domain/errors.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
+import { ActivityRecorder, ignorePattern } from '../edge/activity-recorder.js';
 import { Decider } from '../edge/decider.js';
 import type { GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
 import { removedHeaders, type DoorOptions } from '../edge/headers.js';
@@ -20,6 +21,7 @@ import type { CertificateStore } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
 import { GatewayMetrics } from '../observability/metrics.js';
 import type { SupervisorKeys } from '../sessions/supervisor-token.js';
+import { idleTimeoutFromConfig } from './activity.js';
 import { SandboxView } from '../view/sandbox-view.js';
 
 /**
@@ -28,7 +30,13 @@ import { SandboxView } from '../view/sandbox-view.js';
  * configuration can get wrong fails here with nothing to undo.
  */
 export interface Core {
+  /** Clock (epoch ms). */
+  readonly now: () => number;
   readonly view: SandboxView;
+  /** What every door records traffic into (per sandbox and port). */
+  readonly activity: ActivityRecorder;
+  /** `--idle-timeout` in ms; 0 = off. */
+  readonly idleTimeoutMs: number;
   readonly metrics: GatewayMetrics;
   readonly drivers: readonly Driver[];
   readonly decider: Decider;
@@ -72,12 +80,17 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, requirePepper(pepper), config.adminTeam);
   if (supervisorKeys === undefined) log.child({ part: 'sessions' }).warn('no supervisor secret configured (--supervisor-secret-file or SANDGATE_SUPERVISOR_SECRET): the supervisor endpoint is off');
 
+  const now = opts.now ?? Date.now;
+  const idleTimeoutMs = idleTimeoutFromConfig(config);
+  const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
-    now: opts.now ?? Date.now,
+    now,
     tombstoneTtlMs: config.tombstoneTtlMs,
     waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
+  view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
+  const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const tlsLog = log.child({ part: 'tls' });
   const certificates = certificateStoreFromConfig(config, (e) => {
@@ -107,6 +120,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
       envdPort: config.envdPort,
     },
     resumer,
+    activity,
   });
   view.onIdRefused((r) => {
     metrics.refusedIds.labels(r.driver, r.reason).inc();
@@ -115,7 +129,10 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
   });
   for (const d of drivers) view.registerDriver(d.id);
   return {
+    now,
     view,
+    activity,
+    idleTimeoutMs,
     metrics,
     drivers,
     decider,

@@ -105,6 +105,7 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       idleTimeoutMs: config.proxyIdleTimeoutMs,
       relay: { gatewayId, credentials: core.relayCredentials, streams: core.supervisorKeys === undefined ? undefined : streams },
       maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+      activity: core.activity,
       tls: core.proxyTls,
       redirectHttpsPort: config.proxyRedirectHttpsPort,
     },

@@ -79,6 +79,7 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
           auth: core.apiAuth,
           assets: new ConsoleAssets(CONSOLE_ASSETS, config.apiKeyHeader),
           gateways: consoleGateways(config.presence === 'memory' ? 'memory' : 'redis', presence, gatewayId, deps.relayAddress),
+          now: core.now,
         })
       : undefined,
   };

@@ -1,4 +1,5 @@
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { PAUSE_RESULTS, type PauseResult } from '../edge/idle-controller.js';
 import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
 import { PUBLIC_PHASES } from '../domain/sandbox.js';
@@ -245,5 +246,33 @@ export class GatewayMetrics {
 
   observeLatency(door: Door, seconds: number): void {
     this.latency.observe(DOOR_INDEX[door], seconds);
+  }
+
+  /**
+   * Traffic-driven lifecycle (docs/lifecycle.md): how long each Ready sandbox has been idle, as a histogram
+   * rebuilt at scrape time (one observation per Ready sandbox, no sandbox label), and the idle pauses by
+   * result. Returns the function that counts a pause.
+   */
+  watchLifecycle(idle: () => Iterable<[string, number]>, now: () => number): (result: PauseResult) => void {
+    const registers = [this.registry];
+    new Histogram({
+      name: 'sandgate_lifecycle_idle_seconds',
+      help: 'Time since the last traffic (or since becoming Ready) of each Ready sandbox, at scrape time',
+      buckets: [10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 86_400],
+      registers,
+      collect() {
+        this.reset();
+        const t = now();
+        for (const [, since] of idle()) this.observe(Math.max(0, t - since) / 1000);
+      },
+    });
+    const pauses = new Counter({
+      name: 'sandgate_lifecycle_pauses_total',
+      help: `Idle pauses by result (${PAUSE_RESULTS.join(', ')})`,
+      labelNames: ['result'],
+      registers,
+    });
+    for (const r of PAUSE_RESULTS) pauses.labels(r).inc(0);
+    return (result) => pauses.labels(result).inc();
   }
 }

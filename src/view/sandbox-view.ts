@@ -8,6 +8,7 @@ import { classifyIds, compareClaimants, hasLegacyForm, legacyId, type IdRefusal 
 import { IdIndex } from './id-index.js';
 import { NameIndex } from './name-index.js';
 import { ChangeWaiters, type WaiterLimits } from './waiters.js';
+import { ActivityLog } from './activity.js';
 
 /**
  * The in-memory view of every sandbox: the only thing the hot path reads.
@@ -231,6 +232,8 @@ export class SandboxView implements RouteTable {
   private changeCounter = 0;
   private tokenCount = 0;
   readonly waiters: ChangeWaiters;
+  /** Traffic activity per sandbox and port (the doors write it; the idle controller and the API read it). */
+  readonly activity = new ActivityLog();
   private readonly opts: ViewOptions;
 
   constructor(opts: Partial<ViewOptions> = {}) {
@@ -463,6 +466,7 @@ export class SandboxView implements RouteTable {
     this.countRefusals(entry, 1);
     this.entries.set(key, entry);
     this.byName.set(entry);
+    if ((status.phase === 'Ready') !== (held?.status.phase === 'Ready')) this.activity.readyChanged(key, status.phase === 'Ready', now);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
     else if (held?.snapshot.shutdownTime !== undefined) this.expiring.delete(key);
     this.emit(key, entry, version, held);
@@ -510,6 +514,7 @@ export class SandboxView implements RouteTable {
     if (held.accessToken !== undefined || held.envdAccessToken !== undefined) this.tokenCount--;
     this.expiring.delete(key);
     this.countRefusals(held, -1);
+    this.activity.forget(key);
     const others = held.idClaims.length > 0 ? this.ids.update({ key, namespace: held.namespace, name: held.name, createdAt: held.snapshot.createdAt }, held.idClaims, NONE) : undefined;
     this.emit(key, undefined, ++this.changeCounter, held);
     // The next claimant of each id this sandbox held takes it over.

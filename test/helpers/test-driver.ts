@@ -1,4 +1,4 @@
-import type { BackendSnapshot } from '../../src/domain/sandbox.js';
+import type { ActivityReport, BackendSnapshot } from '../../src/domain/sandbox.js';
 import type { Driver, DriverSink } from '../../src/drivers/driver.js';
 
 /** A driver a test feeds by hand. `sync` is called at start unless `startUnsynced`. */
@@ -34,5 +34,20 @@ export class TestDriver implements Driver {
   async resume(namespace: string, name: string): Promise<void> {
     this.resumed.push(`${namespace}/${name}`);
     return this.onResume(namespace, name);
+  }
+
+  paused: string[] = [];
+  /** What pause() does after recording the call. */
+  onPause: (namespace: string, name: string) => Promise<void> = async () => undefined;
+
+  async pause(namespace: string, name: string): Promise<void> {
+    this.paused.push(`${namespace}/${name}`);
+    return this.onPause(namespace, name);
+  }
+
+  reports: ActivityReport[][] = [];
+
+  async reportActivity(reports: readonly ActivityReport[]): Promise<void> {
+    this.reports.push([...reports]);
   }
 }

@@ -90,7 +90,7 @@ export function createConsole(deps: ConsoleDeps) {
     if (limitText !== null && (!/^\d{1,6}$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > TABLE_LIMIT_MAX)) {
       return sendError(res, 'invalid_request', `limit must be an integer from 1 to ${TABLE_LIMIT_MAX}`);
     }
-    const html = renderTable(view.list(), sees, { namespace, phase, limit: limitText === null ? TABLE_LIMIT_DEFAULT : Number(limitText) }, gatewayId);
+    const html = renderTable(view.list(), view.activity, sees, { namespace, phase, limit: limitText === null ? TABLE_LIMIT_DEFAULT : Number(limitText) }, gatewayId, now());
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff', 'content-security-policy': "default-src 'none'" }).end(html);
   }
 

@@ -1,3 +1,5 @@
+import { formatDuration } from '../../domain/duration.js';
+import type { ActivityLog } from '../../view/activity.js';
 import type { ViewEntry } from '../../view/sandbox-view.js';
 
 /**
@@ -31,7 +33,14 @@ function endpointText(e: ViewEntry): string {
   }
 }
 
-function row(e: ViewEntry): string {
+/** "idle for 3m 20s" while Ready, else the idle controller's last decision, else —. */
+function activityText(e: ViewEntry, activity: ActivityLog, now: number): string {
+  const since = activity.idleSince(e.key);
+  if (since !== undefined) return `idle for ${formatDuration(Math.max(0, now - since))}`;
+  return activity.noteOf(e.key)?.decision ?? '—';
+}
+
+function row(e: ViewEntry, activity: ActivityLog, now: number): string {
   const p = e.presence;
   const cells = [
     e.namespace,
@@ -43,11 +52,12 @@ function row(e: ViewEntry): string {
     p === undefined ? '—' : `${p.gatewayId} since ${new Date(p.since).toISOString()}`,
     endpointText(e),
     e.driver,
+    activityText(e, activity, now),
   ];
   return `<tr>${cells.map((c) => `<td>${escapeHtml(c)}</td>`).join('')}</tr>`;
 }
 
-export function renderTable(entries: Iterable<ViewEntry>, visible: (namespace: string) => boolean, filter: TableFilter, gatewayId: string): string {
+export function renderTable(entries: Iterable<ViewEntry>, activity: ActivityLog, visible: (namespace: string) => boolean, filter: TableFilter, gatewayId: string, now: number): string {
   const rows: string[] = [];
   let matched = 0;
   for (const e of entries) {
@@ -55,7 +65,7 @@ export function renderTable(entries: Iterable<ViewEntry>, visible: (namespace: s
     if (filter.namespace !== null && e.namespace !== filter.namespace) continue;
     if (filter.phase !== null && e.status.phase !== filter.phase) continue;
     matched++;
-    if (rows.length < filter.limit) rows.push(row(e));
+    if (rows.length < filter.limit) rows.push(row(e, activity, now));
   }
   const note = matched > rows.length ? `<p>Showing ${rows.length} of ${matched} sandboxes: narrow with <code>?namespace=</code>, <code>?phase=</code> or raise <code>?limit=</code>.</p>` : `<p>${matched} sandboxes.</p>`;
   return `<!doctype html>
@@ -65,7 +75,7 @@ export function renderTable(entries: Iterable<ViewEntry>, visible: (namespace: s
 <p>Gateway ${escapeHtml(gatewayId)}. The live console is at <a href="/console">/console</a>.</p>
 ${note}
 <table>
-<thead><tr><th>namespace</th><th>name</th><th>ids</th><th>phase</th><th>reason</th><th>rule</th><th>session</th><th>endpoint</th><th>driver</th></tr></thead>
+<thead><tr><th>namespace</th><th>name</th><th>ids</th><th>phase</th><th>reason</th><th>rule</th><th>session</th><th>endpoint</th><th>driver</th><th>activity</th></tr></thead>
 <tbody>
 ${rows.join('\n')}
 </tbody>

@@ -6,6 +6,7 @@ import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../../domain/errors.js';
 import { flat } from '../../domain/flat-string.js';
 import { isDnsLabel } from '../../domain/labels.js';
+import { parseDuration } from '../../domain/duration.js';
 import { sandboxKey, type BackendSnapshot, type BackendState, type Condition, type Endpoint } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 
@@ -24,6 +25,12 @@ import type { Driver, DriverSink } from '../driver.js';
  *       accessToken: s3cret    # optional traffic token requests must present; `derived` = HMAC(secret, id)
  *       envdAccessToken: t0k   # optional: the in-sandbox daemon's token (E2B X-Access-Token), checked if presented
  *       resume: on-traffic     # optional: resume when traffic arrives while paused | manual
+ *       idleTimeout: 30m       # optional: pause after this long without traffic (0 = never; overrides --idle-timeout)
+ *       wakeTimeout: 20s       # optional: how long a request that wakes it waits (overrides --readiness-wait-ms)
+ *
+ * pause() and resume() (idle pause and auto-resume) change the state the driver reports, in its own
+ * memory: the file is the operator's and is never written. An edit of that sandbox's entry in the file
+ * replaces the driver's state with the file's again.
  */
 
 const STATES: Readonly<Record<string, BackendState>> = {
@@ -42,7 +49,7 @@ const READY_BY_STATE: Readonly<Record<BackendState, Omit<Condition, 'type'>>> = 
   deleting: { status: 'False', reason: 'Deleting', message: 'The sandbox is being deleted' },
 };
 
-const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume']);
+const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume', 'idleTimeout', 'wakeTimeout']);
 
 /** A parsed entry, before it gets a uid and a resourceVersion. */
 export type FileSandbox = Omit<BackendSnapshot, 'uid' | 'resourceVersion'>;
@@ -108,12 +115,21 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
   if (envdToken !== undefined && envdToken.length === 0) throw fail(`${at}.envdAccessToken must not be empty`);
   const resume = str('resume', false);
   if (resume !== undefined && resume !== 'on-traffic' && resume !== 'manual') throw fail(`${at}.resume must be on-traffic or manual`);
+  const duration = (k: string): number | undefined => {
+    const v = o[k];
+    if (v === undefined || v === null) return undefined;
+    const ms = typeof v === 'number' || typeof v === 'string' ? parseDuration(String(v)) : `${at}.${k} must be a duration`;
+    if (typeof ms === 'string') throw fail(`${at}.${k}: ${ms}`);
+    return ms;
+  };
   return {
     namespace,
     name,
     accessToken: token === 'derived' ? { derived: true } : token,
     envdAccessToken: envdToken,
     resumeOnTraffic: resume === undefined ? undefined : resume === 'on-traffic',
+    idleTimeoutMs: duration('idleTimeout'),
+    wakeTimeoutMs: duration('wakeTimeout'),
     instanceId: str('instanceId', false) ?? flat(sandboxKey(namespace, name)),
     ids,
     state,
@@ -149,6 +165,8 @@ function withIdentity(s: FileSandbox, uid: string, resourceVersion: string): Bac
     accessToken: s.accessToken,
     envdAccessToken: s.envdAccessToken,
     resumeOnTraffic: s.resumeOnTraffic,
+    idleTimeoutMs: s.idleTimeoutMs,
+    wakeTimeoutMs: s.wakeTimeoutMs,
     revision: s.revision,
   } satisfies Record<keyof BackendSnapshot, unknown>;
 }
@@ -193,6 +211,8 @@ export class FileDriver implements Driver {
   private watcher: FileWatch | undefined;
   /** The snapshots of the last good file, by key. */
   private held = new Map<string, BackendSnapshot>();
+  /** Sandboxes paused or resumed through the driver since their entry last changed in the file: the state reported instead. */
+  private readonly states = new Map<string, 'ready' | 'paused'>();
   private generation = 0;
   private uidCounter = 0;
   private reloading: Promise<void> = Promise.resolve();
@@ -244,7 +264,38 @@ export class FileDriver implements Driver {
       const uid = before?.uid ?? flat(`file-${process.pid}-${++this.uidCounter}`);
       next.set(key, withIdentity(s, uid, version));
     }
+    for (const key of this.states.keys()) if (next.get(key) !== this.held.get(key)) this.states.delete(key);
     this.held = next;
-    sink.replace([...next.values()]);
+    sink.replace([...next.values()].map((h) => this.withState(h)));
+  }
+
+  /** Pauses a sandbox (idle pause): reported paused from now on, until resumed or its entry changes. */
+  pause(namespace: string, name: string): Promise<void> {
+    return this.setState(namespace, name, 'paused');
+  }
+
+  /** Resumes a sandbox (auto-resume): reported ready from now on. */
+  resume(namespace: string, name: string): Promise<void> {
+    return this.setState(namespace, name, 'ready');
+  }
+
+  private setState(namespace: string, name: string, state: 'ready' | 'paused'): Promise<void> {
+    const done = this.reloading.then(() => {
+      const key = sandboxKey(namespace, name);
+      const held = this.held.get(key);
+      if (held === undefined) throw new SandgateError('sandbox_not_found', `No sandbox ${key} in ${this.path}`);
+      this.states.set(key, state);
+      this.sink?.apply({ type: 'upsert', snapshot: this.withState(held) });
+    });
+    this.reloading = done.catch(() => undefined);
+    return done;
+  }
+
+  /** `held` in the state pause()/resume() gave it, with a version after every earlier one. */
+  private withState(held: BackendSnapshot): BackendSnapshot {
+    const state = this.states.get(sandboxKey(held.namespace, held.name));
+    if (state === undefined) return held;
+    const ready: Condition = { type: 'Ready', ...READY_BY_STATE[state] };
+    return { ...held, state, conditions: [ready], resourceVersion: String(++this.generation) };
   }
 }

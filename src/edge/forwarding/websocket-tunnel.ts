@@ -2,6 +2,7 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
+import { FrameScanner } from './ws-frames.js';
 
 /**
  * WebSocket (and any HTTP/1.1 Upgrade) passthrough: the proxy replays the handshake request upstream
@@ -72,6 +73,8 @@ export function upgradeHeaders(req: IncomingMessage, drop: ReadonlySet<string>, 
  * `Connection: close` — and then both connections close, so no byte the client sends after the handshake
  * ever reaches the sandbox without a decision and the proxy's header rules. `fail` gets the error when the
  * upstream could not be opened (nothing was written to the client yet); later failures close both sides.
+ * `activity`, when given, is called for bytes that carry data either way once spliced: on a WebSocket
+ * only data frames count (ws-frames.ts), so pings and pongs alone keep nothing awake.
  */
 export function spliceUpgrade(
   req: IncomingMessage,
@@ -82,6 +85,7 @@ export function spliceUpgrade(
   open: Connect,
   idleTimeoutMs: number,
   fail: (err: unknown) => void,
+  activity?: () => void,
 ): void {
   const ac = new AbortController();
   const gone = (): void => ac.abort();
@@ -111,6 +115,7 @@ export function spliceUpgrade(
         if (answer.status === 101) {
           client.write(Buffer.concat([answer.bytes, rest]));
           if (head.length > 0) up.write(head);
+          if (activity !== undefined) watchData((req.headers.upgrade ?? '').toLowerCase() === 'websocket', client, up, head, rest, activity);
           up.pipe(client);
           client.pipe(up);
           return;
@@ -123,6 +128,23 @@ export function spliceUpgrade(
       if (!client.destroyed) fail(err);
     },
   );
+}
+
+/**
+ * Calls `activity` for data on either side of a spliced tunnel, the bytes already passed on each side
+ * (`clientFirst`, `upFirst`) included: on a WebSocket (`ws`) data frames only, on any other protocol
+ * every byte.
+ */
+export function watchData(ws: boolean, client: Duplex, up: Duplex, clientFirst: Buffer, upFirst: Buffer, activity: () => void): void {
+  const side = (first: Buffer): ((chunk: Buffer) => void) => {
+    const scanner = ws ? new FrameScanner() : undefined;
+    if (first.length > 0 && (scanner === undefined || scanner.feed(first))) activity();
+    return (chunk) => {
+      if (scanner === undefined || scanner.feed(chunk)) activity();
+    };
+  };
+  client.on('data', side(clientFirst));
+  up.on('data', side(upFirst));
 }
 
 /** An upstream's answer head, as read off the pipe. */

@@ -1,8 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { ServerHttp2Stream } from 'node:http2';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
-import { readAnswerHead, type Connect } from '../forwarding/websocket-tunnel.js';
+import { readAnswerHead, watchData, type Connect } from '../forwarding/websocket-tunnel.js';
 import { h2ResponseHeaders } from './h2-request.js';
+
+const EMPTY = Buffer.alloc(0);
 
 /**
  * A WebSocket opened by an HTTP/2 client (RFC 8441): an extended CONNECT stream with `:protocol:
@@ -27,7 +29,15 @@ const OWN = new Set(['sec-websocket-key', 'sec-websocket-accept']);
  * answer. `fail` gets the error when the upstream could not be opened or did not answer a handshake
  * (nothing was sent on the stream yet).
  */
-export function tunnelExtendedConnect(stream: ServerHttp2Stream, path: string, headers: readonly string[], open: Connect, idleTimeoutMs: number, fail: (err: unknown) => void): void {
+export function tunnelExtendedConnect(
+  stream: ServerHttp2Stream,
+  path: string,
+  headers: readonly string[],
+  open: Connect,
+  idleTimeoutMs: number,
+  fail: (err: unknown) => void,
+  activity?: () => void,
+): void {
   const ac = new AbortController();
   const gone = (): void => ac.abort();
   stream.once('close', gone);
@@ -63,6 +73,8 @@ export function tunnelExtendedConnect(stream: ServerHttp2Stream, path: string, h
         for (let i = 0; i < answer.raw.length; i += 2) if (NEGOTIATED.has(answer.raw[i]!.toLowerCase())) negotiated.push(answer.raw[i]!, answer.raw[i + 1]!);
         stream.respond(h2ResponseHeaders(200, negotiated));
         if (rest.length > 0) stream.write(rest);
+        // Data frames either way count as the sandbox's activity; pings alone do not (ws-frames.ts).
+        if (activity !== undefined) watchData(true, stream, up, EMPTY, rest, activity);
         // The upstream's end (a close frame, then FIN) ends the stream cleanly; the client's END_STREAM ends the upstream's writing side.
         up.pipe(stream);
         stream.pipe(up);

@@ -25,6 +25,7 @@ import { sandboxKey } from '../../domain/sandbox.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
 import { HttpFront } from '../http-front.js';
 import { proxyFrontHandler } from './proxy-front.js';
+import type { ActivityRecorder } from '../activity-recorder.js';
 import { H2Response, h2Request } from './h2-request.js';
 import { tunnelExtendedConnect } from './h2-websocket.js';
 import { httpsRedirect } from './https-redirect.js';
@@ -70,6 +71,8 @@ export interface ProxyOptions {
   readonly relay?: ProxyRelay;
   /** Concurrent requests and WebSockets per sandbox (0 = no cap); past it 429 too_many_connections. */
   readonly maxConnectionsPerSandbox?: number;
+  /** Records bytes on open streams as activity (the request itself is recorded by the decider). */
+  readonly activity?: ActivityRecorder;
   /** The TLS listener: its port and the certificates it serves. */
   readonly tls?: { readonly port: number; readonly store: CertificateStore };
   /** The plain port answers every request with a 308 to `https://<host>:<port>` (443: no port in the URL; 0: the TLS listener's port). */
@@ -263,6 +266,16 @@ export class EmbeddedProxy implements ExchangeOwner {
     this.connections.release(x.decision.entry.key);
   }
 
+  streamed(x: UpstreamExchange): void {
+    this.opts.activity?.stream(x.decision);
+  }
+
+  /** Data on a tunnelled WebSocket of `d` counts as its activity. */
+  private tunnelActivity(d: Allow): (() => void) | undefined {
+    const activity = this.opts.activity;
+    return activity === undefined ? undefined : () => activity.stream(d);
+  }
+
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer, secure?: boolean): void {
     socket.on('error', () => socket.destroy());
     const t = requestTarget(req.url, req.rawHeaders);
@@ -275,16 +288,17 @@ export class EmbeddedProxy implements ExchangeOwner {
       const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
+      const activity = this.tunnelActivity(d);
       if (!d.relay) {
         const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route));
+        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route), activity);
       }
       const local = this.localRelay(d);
       if (local === 'unreachable') return writeDenial(socket, deny('sandbox_unreachable', undefined, d.entry), route);
-      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => writeDenial(socket, relayDenial(err, d.entry), route));
+      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => writeDenial(socket, relayDenial(err, d.entry), route), activity);
       for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route));
+      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route), activity);
     });
   }
 
@@ -305,7 +319,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       const headers = forwardRequestHeaders(raw, this.drop, this.context(req));
       const upstream = this.tunnel(d, headers);
       if (isDeny(upstream)) return this.refuse(res, upstream, route);
-      tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route));
+      tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route), this.tunnelActivity(d));
     });
   }
 

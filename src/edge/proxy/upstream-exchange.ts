@@ -22,11 +22,15 @@ export interface ExchangeOwner {
   upstreamFailed(exchange: UpstreamExchange, err: Error): void;
   /** The client's response closed, however it ended (the connection slot goes back). */
   closed(exchange: UpstreamExchange): void;
+  /** A response body chunk after the first passed: the stream is still in use (activity). */
+  streamed(exchange: UpstreamExchange): void;
 }
 
 export class UpstreamExchange implements Dispatcher.DispatchHandler {
   private abort: ((err?: Error) => void) | undefined;
   private resume: (() => void) | undefined;
+  /** The first chunk rides on the request's own activity; later ones (a download, an event stream) add theirs. */
+  private chunks = 0;
 
   constructor(
     private readonly owner: ExchangeOwner,
@@ -62,6 +66,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
+    if (++this.chunks > 1) this.owner.streamed(this);
     if (this.res.write(chunk)) return true;
     // Backpressure: undici stops reading the upstream until the client drains.
     this.res.once('drain', this.resume!);

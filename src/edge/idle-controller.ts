@@ -1,0 +1,132 @@
+import { formatDuration } from '../domain/duration.js';
+import { SandgateError } from '../domain/errors.js';
+import type { Logger } from '../observability/logger.js';
+import type { LifecycleChannel } from '../sessions/presence/lifecycle-channel.js';
+import type { IdleNote } from '../view/activity.js';
+import type { SandboxView, ViewEntry } from '../view/sandbox-view.js';
+
+/**
+ * Idle pause (docs/lifecycle.md), beside the resumer: a Ready sandbox with no traffic for its idle timeout
+ * (its own `idleTimeout`, else `--idle-timeout`; 0 = never) is paused through its driver. Only the
+ * lifecycle writer decides (one gateway of the cluster: lifecycle-channel.ts), and each sandbox is asked
+ * once: it stays marked until it leaves Ready. A sandbox being updated (phase Updating, or a template
+ * revision not yet rolled out) is left alone. A driver that cannot pause is reported as unsupported and
+ * not asked again. Each decision is logged and kept for the API and the console.
+ */
+
+export type PauseFn = (driverId: string) => ((namespace: string, name: string) => Promise<void>) | undefined;
+
+/** Pause outcomes counted by `sandgate_lifecycle_pauses_total`. */
+export const PAUSE_RESULTS = ['paused', 'unsupported', 'failed'] as const;
+export type PauseResult = (typeof PAUSE_RESULTS)[number];
+
+export interface IdleControllerOptions {
+  readonly view: SandboxView;
+  readonly channel: LifecycleChannel;
+  readonly pause: PauseFn;
+  /** `--idle-timeout` in ms; 0 = off for sandboxes without their own. */
+  readonly defaultTimeoutMs: number;
+  /**
+   * Added to every timeout before pausing: with several gateways, a peer's activity reaches the writer up
+   * to one report interval late.
+   */
+  readonly graceMs: number;
+  /** How often sandboxes are checked. */
+  readonly checkMs: number;
+  readonly now: () => number;
+  readonly log: Logger;
+  readonly counted?: (result: PauseResult) => void;
+}
+
+export class IdleController {
+  /** Sandboxes asked to pause and not yet out of Ready. */
+  private readonly pausing = new Set<string>();
+  /** Drivers that cannot pause. */
+  private readonly unsupported = new Set<string>();
+  /** Sandboxes with an idle timeout of their own (checked even when `--idle-timeout` is off). */
+  private readonly ownTimeouts = new Set<string>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly o: IdleControllerOptions) {
+    o.view.onChange((key, entry) => {
+      if (entry === undefined || entry.status.phase !== 'Ready') this.pausing.delete(key);
+      if (entry !== undefined && (entry.snapshot.idleTimeoutMs ?? 0) > 0) this.ownTimeouts.add(key);
+      else this.ownTimeouts.delete(key);
+    });
+  }
+
+  /** The idle timeout that applies to a sandbox (ms; 0 = never). */
+  timeoutOf(e: ViewEntry): number {
+    return e.snapshot.idleTimeoutMs ?? this.o.defaultTimeoutMs;
+  }
+
+  start(): void {
+    this.timer = setInterval(() => this.check(), this.o.checkMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  /** One pass over the Ready sandboxes (the timer's; tests call it directly). */
+  check(): void {
+    if (!this.o.channel.isWriter()) return;
+    if (this.o.defaultTimeoutMs <= 0 && this.ownTimeouts.size === 0) return;
+    const activity = this.o.view.activity;
+    const now = this.o.now();
+    const keys = this.o.defaultTimeoutMs > 0 ? [...activity.idle()].map(([k]) => k) : [...this.ownTimeouts];
+    for (const key of keys) {
+      if (this.pausing.has(key)) continue;
+      const since = activity.idleSince(key);
+      if (since === undefined) continue;
+      const slash = key.indexOf('/');
+      const e = this.o.view.get(key.slice(0, slash), key.slice(slash + 1));
+      if (e === undefined || e.status.phase !== 'Ready') continue;
+      const timeout = this.timeoutOf(e);
+      if (timeout <= 0 || now - since < timeout + this.o.graceMs) continue;
+      const rev = e.snapshot.revision;
+      if (rev !== undefined && rev.desired !== rev.current) continue;
+      this.pauseIdle(e, now - since, timeout, now);
+    }
+  }
+
+  private pauseIdle(e: ViewEntry, idleMs: number, timeoutMs: number, now: number): void {
+    const key = e.key;
+    const log = this.o.log;
+    const activity = this.o.view.activity;
+    const pause = this.unsupported.has(e.driver) ? undefined : this.o.pause(e.driver);
+    if (pause === undefined) {
+      if (activity.noteOf(key)?.decision !== 'unsupported') {
+        if (!this.unsupported.has(e.driver)) log.warn({ driver: e.driver }, `driver ${e.driver} cannot pause sandboxes: idle pause is unsupported for its sandboxes`);
+        this.unsupported.add(e.driver);
+        this.note(key, { decision: 'unsupported', reason: `idle for ${formatDuration(idleMs)}, but driver ${e.driver} cannot pause sandboxes`, at: now }, 'unsupported');
+      }
+      return;
+    }
+    const reason = `no traffic for ${formatDuration(idleMs)} (idle timeout ${formatDuration(timeoutMs)})`;
+    this.pausing.add(key);
+    log.info({ sandbox: key, driver: e.driver, idleMs, idleTimeoutMs: timeoutMs }, `pausing idle sandbox ${key}: ${reason}`);
+    pause(e.namespace, e.name).then(
+      () => this.note(key, { decision: 'paused', reason, at: now }, 'paused'),
+      (err: unknown) => {
+        this.pausing.delete(key);
+        if (err instanceof SandgateError && err.code === 'driver_unsupported') {
+          this.unsupported.add(e.driver);
+          log.warn({ driver: e.driver, err }, `driver ${e.driver} cannot pause sandboxes: idle pause is unsupported for its sandboxes`);
+          this.note(key, { decision: 'unsupported', reason: `driver ${e.driver} cannot pause sandboxes: ${err.message}`, at: now }, 'unsupported');
+          return;
+        }
+        // Tried again after another full timeout, not on every check.
+        activity.restartIdle(key, this.o.now());
+        log.warn({ sandbox: key, driver: e.driver, err }, `pausing idle sandbox ${key} failed`);
+        this.note(key, { decision: 'failed', reason: `pause failed: ${err instanceof Error ? err.message : String(err)}`, at: now }, 'failed');
+      },
+    );
+  }
+
+  private note(key: string, n: IdleNote, result: PauseResult): void {
+    if (this.o.view.get(key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)) !== undefined) this.o.view.activity.note(key, n);
+    this.o.counted?.(result);
+  }
+}

@@ -1,0 +1,194 @@
+import { request } from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import WebSocket, { WebSocketServer } from 'ws';
+import { cond, snapshot } from '../helpers/snapshots.js';
+import { TestDriver } from '../helpers/test-driver.js';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { startUpstream } from '../helpers/upstream.js';
+import { startRedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
+import { ignorePattern } from '../../src/edge/activity-recorder.js';
+import { decodeActivity, encodeActivity } from '../../src/sessions/presence/lifecycle-channel.js';
+import { parseDuration } from '../../src/domain/duration.js';
+
+const cleanup: (() => Promise<unknown> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c();
+});
+
+/** A clock the test moves by hand. */
+function clock(start = Date.parse('2026-01-01T00:00:00Z')) {
+  const c = { t: start, now: () => c.t };
+  return c;
+}
+
+function get(port: number, host: string, path = '/'): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, headers: { host } }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode!, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function sandboxApi(t: TestGateway, name = 'web'): Promise<Record<string, any>> {
+  return (await fetch(`${t.admin}/v1/sandboxes/team-a/${name}`)).json() as Promise<Record<string, any>>;
+}
+
+const ready = (over = {}) => snapshot({ sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] }, conditions: [cond('Ready', 'True', 'DependenciesReady')], ...over });
+
+describe('activity', () => {
+  it('a request through the proxy moves lastActivity of its port; an --activity-ignore path does not', async () => {
+    const up = await startUpstream((_req, res) => res.end('ok'));
+    cleanup.push(() => up.close());
+    const c = clock();
+    const t = await startTestGateway([new TestDriver([ready()])], { activityIgnore: ['/healthz', '/api/health*'] }, { now: c.now });
+    cleanup.push(() => t.close());
+    const host = `${up.port}-web.team-a.localhost`;
+    const before = await sandboxApi(t);
+    expect(before.lastActivity).toBeNull();
+    expect(before.idle).toMatchObject({ timeoutMs: 0, since: '2026-01-01T00:00:00.000Z', decision: null });
+
+    c.t += 60_000;
+    expect((await get(t.gw.proxyPort!, host, '/work?x=1')).status).toBe(200);
+    const after = await sandboxApi(t);
+    expect(after.lastActivity).toEqual({ at: '2026-01-01T00:01:00.000Z', ports: { [String(up.port)]: '2026-01-01T00:01:00.000Z' } });
+    expect(after.idle.since).toBe('2026-01-01T00:01:00.000Z');
+
+    c.t += 60_000;
+    for (const path of ['/healthz', '/healthz?probe=1', '/api/health/deep']) expect((await get(t.gw.proxyPort!, host, path)).status).toBe(200);
+    expect((await sandboxApi(t)).lastActivity.at).toBe('2026-01-01T00:01:00.000Z');
+    // A prefix of an ignored path is not ignored.
+    expect((await get(t.gw.proxyPort!, host, '/healthzz')).status).toBe(200);
+    expect((await sandboxApi(t)).lastActivity.at).toBe('2026-01-01T00:02:00.000Z');
+
+    // The console's static table shows the idle time; /metrics the histogram, without a sandbox label.
+    c.t += 90_000;
+    const table = await (await fetch(`${t.admin}/console/table`)).text();
+    expect(table).toContain('idle for 1m30s');
+    const metrics = await (await fetch(`${t.admin}/metrics`)).text();
+    expect(metrics).toMatch(/sandgate_lifecycle_idle_seconds_bucket\{le="120"\} 1/);
+    expect(metrics).toMatch(/sandgate_lifecycle_idle_seconds_bucket\{le="60"\} 0/);
+    expect(metrics).not.toMatch(/sandgate_lifecycle_idle_seconds[^\n]*web/);
+  });
+
+  it('a denied request is not activity', async () => {
+    const c = clock();
+    const t = await startTestGateway([new TestDriver([ready({ accessToken: 'tok' })])], {}, { now: c.now });
+    cleanup.push(() => t.close());
+    expect((await get(t.gw.proxyPort!, '8000-web.team-a.localhost')).status).toBe(401);
+    expect((await sandboxApi(t)).lastActivity).toBeNull();
+  });
+
+  it('a WebSocket that only pings does not move activity; one that sends data does', async () => {
+    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+    await new Promise((r) => wss.once('listening', r));
+    wss.on('connection', (ws) => ws.on('message', (m) => ws.send(m)));
+    cleanup.push(() => new Promise((r) => wss.close(r)));
+    const port = (wss.address() as { port: number }).port;
+    const c = clock();
+    const t = await startTestGateway([new TestDriver([ready()])], {}, { now: c.now });
+    cleanup.push(() => t.close());
+    const ws = new WebSocket(`ws://127.0.0.1:${t.gw.proxyPort}/`, { headers: { host: `${port}-web.team-a.localhost` } });
+    cleanup.push(() => ws.terminate());
+    await new Promise((r, j) => ws.once('open', r).once('error', j));
+    const opened = (await sandboxApi(t)).lastActivity.at;
+    expect(opened).toBe('2026-01-01T00:00:00.000Z');
+
+    c.t += 60_000;
+    for (let i = 0; i < 5; i++) {
+      ws.ping(Buffer.from('keepalive'));
+      await new Promise((r) => ws.once('pong', r));
+    }
+    expect((await sandboxApi(t)).lastActivity.at).toBe(opened);
+
+    c.t += 60_000;
+    ws.send('hello');
+    await new Promise((r) => ws.once('message', r));
+    expect((await sandboxApi(t)).lastActivity.at).toBe('2026-01-01T00:02:00.000Z');
+  });
+
+  it('a long response keeps moving activity while its bytes flow', async () => {
+    const c = clock();
+    let push: ((s: string) => void) | undefined;
+    let end: (() => void) | undefined;
+    const up = await startUpstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      push = (s) => res.write(s);
+      end = () => res.end();
+    });
+    cleanup.push(() => up.close());
+    const t = await startTestGateway([new TestDriver([ready()])], {}, { now: c.now });
+    cleanup.push(() => t.close());
+    const chunks: string[] = [];
+    const done = new Promise<void>((resolve) => {
+      request({ host: '127.0.0.1', port: t.gw.proxyPort, path: '/events', headers: { host: `${up.port}-web.team-a.localhost` } }, (res) => {
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => chunks.push(d));
+        res.on('end', resolve);
+      }).end();
+    });
+    await eventually(() => push !== undefined);
+    push!('data: 1\n\n');
+    await eventually(() => chunks.length >= 1);
+    c.t += 60_000;
+    push!('data: 2\n\n');
+    await eventually(() => chunks.length >= 2);
+    expect((await sandboxApi(t)).lastActivity.at).toBe('2026-01-01T00:01:00.000Z');
+    end!();
+    await done;
+  });
+
+  it('is shared between gateways on one Redis: a request on one shows on the other after a report round', async () => {
+    const redis = await startRedisServer();
+    cleanup.push(() => redis.stop());
+    const up = await startUpstream((_req, res) => res.end('ok'));
+    cleanup.push(() => up.close());
+    const common = { presence: redis.url, activityReportIntervalMs: 100, leaseTtlMs: 1000 };
+    const a = await startTestGateway([new TestDriver([ready()])], { ...common, gatewayId: 'gw-a' });
+    cleanup.push(() => a.close());
+    const b = await startTestGateway([new TestDriver([ready()])], { ...common, gatewayId: 'gw-b' });
+    cleanup.push(() => b.close());
+    expect((await get(a.gw.proxyPort!, `${up.port}-web.team-a.localhost`)).status).toBe(200);
+    const seen = await eventually(async () => (await sandboxApi(b)).lastActivity ?? undefined, 5000, 'activity on gw-b');
+    expect(Object.keys(seen.ports)).toEqual([String(up.port)]);
+    expect(seen.at).toBe((await sandboxApi(a)).lastActivity.at);
+  });
+});
+
+describe('activity inputs', () => {
+  it.each([
+    ['30s', 30_000],
+    ['500ms', 500],
+    ['1h30m', 5_400_000],
+    ['15m', 900_000],
+    ['90', 90_000],
+    ['0', 0],
+    [' 2m ', 120_000],
+  ])('duration %j is %d ms', (text, ms) => expect(parseDuration(text)).toBe(ms));
+
+  it.each(['', '-5s', '1.5s', '30x', 's', '30s5', '10y', '99999999h', '1e3', '30 s'])('duration %j is refused with a sentence', (text) => {
+    expect(typeof parseDuration(text)).toBe('string');
+  });
+
+  it('refuses --activity-ignore patterns that are not paths', () => {
+    for (const bad of ['healthz', '/a b', '/x?y', '/x#y', '']) expect(() => ignorePattern([bad])).toThrow(/activity-ignore/);
+    const re = ignorePattern(['/a.b', '/c(d)*'])!;
+    expect(re.test('/a.b')).toBe(true);
+    expect(re.test('/aXb')).toBe(false);
+    expect(re.test('/c(d)/e?f')).toBe(true);
+  });
+
+  it('drops hostile peer activity messages whole, and ignores its own', () => {
+    const good = encodeActivity('gw-b', [{ namespace: 'team-a', name: 'web', port: 8000, at: 5 }]);
+    expect(decodeActivity(good, 'gw-a')).toEqual([{ namespace: 'team-a', name: 'web', port: 8000, at: 5 }]);
+    expect(decodeActivity(good, 'gw-b')).toEqual([]);
+    for (const bad of ['not json', 'null', '[]', '{"g":1,"r":[]}', '{"g":"x","r":{}}', '{"g":"x","r":[["a","b",0,1]]}', '{"g":"x","r":[["a","b",70000,1]]}', '{"g":"x","r":[["a","b",80,-1]]}', '{"g":"x","r":[["a","b",80,1.5]]}', '{"g":"x","r":[["","b",80,1]]}', '{"g":"x","r":[["a","b",80]]}']) {
+      expect(decodeActivity(bad, 'gw-a')).toBeUndefined();
+    }
+  });
+});
