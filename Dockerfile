@@ -6,7 +6,6 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-COPY bench ./bench
 COPY examples ./examples
 COPY proto ./proto
 RUN npm run build
@@ -32,6 +31,6 @@ EXPOSE 9001 9090
 # A fixed young generation big enough that a busy driver's replaced snapshots die young (and that does not
 # shrink after a quiet spell, when each request would cost more CPU), no pretenuring that
 # would allocate them in the old generation to begin with, and an old generation that may double before
-# a full GC, which at 100k sandboxes costs about a second of CPU (docs/benchmarks.md, docs/operations.md).
+# a full GC, which at 100k sandboxes costs about a second of CPU (docs/operations.md).
 ENTRYPOINT ["node", "--min-semi-space-size=64", "--max-semi-space-size=64", "--no-allocation-site-pretenuring", "--heap-growing-percent=100", "dist/src/cli/main.js"]
 CMD ["serve"]

@@ -3,7 +3,7 @@ import { sleep } from './lib/processes.js';
 import { callDelta } from './lib/redis.js';
 import { row, target, type Row } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
-import { timing, type BenchContext, type Section } from './lib/section.js';
+import { type BenchContext, type Section } from './lib/section.js';
 import { readyCount, SESSION_ARGS, Swarm, untilReady, writeSecret } from './lib/session-swarm.js';
 import { startGateway, TargetStartError, type Target } from './lib/targets.js';
 
@@ -48,7 +48,7 @@ export const redisHa: Section = {
   async run(ctx: BenchContext) {
     const count = ctx.quick ? 1_000 : 10_000;
     const gone = Math.max(10, count / 100);
-    const idleMs = timing(ctx, { warmupMs: 0, durationMs: 4_000 }, { warmupMs: 0, durationMs: 15_000 }).durationMs;
+    const idleMs = ctx.quick ? 4_000 : 15_000;
     const secretFile = writeSecret(ctx.tmp);
     const sandboxes = writeSandboxesFile(ctx.tmp, count + gone, 'required');
     let redis: BenchSentinel;

@@ -9,86 +9,68 @@ import { machineFacts, ROOT } from './lib/machine.js';
 import { ProcessGroup } from './lib/processes.js';
 import { agreementLines, runMarkdown, sectionMarkdown, skippedLines, targetLines, type RunResult, type SectionResult } from './lib/report.js';
 import type { BenchContext, Section } from './lib/section.js';
-import type { GrpcClientKind } from './lib/grpc-load-worker.js';
 import { presenceShards } from './presence-shards.js';
 import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
+import { selftest } from './selftest.js';
 import { sessions } from './sessions.js';
 import { snapshotMemory } from './snapshot-memory.js';
 import { workers } from './workers.js';
 
 /**
- * `npm run bench [-- --quick] [-- --only id,id] [-- --cpu-prof] [-- --cpu-prof-windows] [-- --load-procs N] [-- --install-missing]`:
+ * `npm run bench [-- --quick] [-- --only id,id] [-- --workers-list 1,2,4,8] [-- --cpu-prof] [-- --selftest]`:
  * runs every section in order, each against servers in their own processes on loopback, prints the tables,
- * the PASS/FAIL lines and what was skipped. A full run of every section is the canonical one: it replaces
- * bench/results/latest.json (and every older result there) and regenerates BENCHMARKS.md. A --quick or
- * --only run is kept in bench/results/runs/ (not committed) and compared with latest.json.
+ * the PASS/FAIL/SKIP lines and what was skipped. A full run of every section is the canonical one: it
+ * replaces bench/results/latest.json and regenerates BENCHMARKS.md. A --quick or --only run is kept in
+ * bench/results/runs/ (not committed) and compared with latest.json. `--selftest` checks the harness
+ * itself (selftest.ts) and measures nothing.
  *
  * A section is one module exporting a Section; adding one is that module plus one line below.
  */
 
-const SECTIONS: readonly Section[] = [
-  httpAuthz,
-  envoyGrpc,
-  proxy,
-  scale,
-  churn,
-  sessions,
-  workers,
-  redisHa,
-  consoleBench,
-  snapshotMemory,
-  presenceShards,
-];
+const SECTIONS: readonly Section[] = [httpAuthz, envoyGrpc, proxy, scale, churn, sessions, workers, redisHa, consoleBench, snapshotMemory, presenceShards];
 
 interface Args {
   readonly quick: boolean;
   readonly only: readonly string[] | undefined;
   readonly cpuProf: boolean;
-  /** Profile only the measured windows of each process (heap-probe.ts), one file per window. */
-  readonly cpuProfWindows: boolean;
-  readonly loadProcesses: number;
-  readonly grpcClient: GrpcClientKind;
-  readonly installMissing: boolean;
+  readonly workersList: readonly number[];
+  readonly selftest: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--cpu-prof] [--cpu-prof-windows] [--load-procs N] [--grpc-client grpc-js|h2] [--install-missing]`;
+const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--workers-list 1,2,4,8] [--cpu-prof] [--selftest]`;
 
 /** The canonical result, written only by a full run of every section. */
 const LATEST = 'latest.json';
+
+function usage(message: string): never {
+  console.error(`bench: ${message}\n${USAGE}`);
+  process.exit(2);
+}
 
 function parseArgs(argv: readonly string[]): Args {
   let quick = false;
   let only: string[] | undefined;
   let cpuProf = false;
-  let cpuProfWindows = false;
-  let loadProcesses = 1;
-  let grpcClient: GrpcClientKind = 'h2';
-  let installMissing = false;
+  let workersList = [1, 2, 4];
+  let selftest = false;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === '--quick') quick = true;
     else if (a === '--cpu-prof') cpuProf = true;
-    else if (a === '--cpu-prof-windows') cpuProfWindows = true;
-    else if (a === '--install-missing') installMissing = true;
+    else if (a === '--selftest') selftest = true;
     else if (a === '--only' && argv[i + 1] !== undefined) only = argv[++i]!.split(',');
-    else if (a === '--load-procs' && /^[1-8]$/.test(argv[i + 1] ?? '')) loadProcesses = Number(argv[++i]);
-    else if (a === '--grpc-client' && (argv[i + 1] === 'grpc-js' || argv[i + 1] === 'h2')) grpcClient = argv[++i] as GrpcClientKind;
+    else if (a === '--workers-list' && /^\d{1,3}(,\d{1,3})*$/.test(argv[i + 1] ?? '')) workersList = argv[++i]!.split(',').map(Number);
     else if (a === '--help' || a === '-h') {
       console.log(USAGE);
       process.exit(0);
-    } else {
-      console.error(`bench: unknown argument ${a}\n${USAGE}`);
-      process.exit(2);
-    }
+    } else usage(`unknown argument ${a}`);
   }
+  if (workersList.some((n) => n < 1 || n > 256)) usage('--workers-list takes worker counts from 1 to 256');
   const unknown = only?.filter((id) => !SECTIONS.some((s) => s.id === id)) ?? [];
-  if (unknown.length > 0) {
-    console.error(`bench: unknown section ${unknown.join(', ')}\n${USAGE}`);
-    process.exit(2);
-  }
-  return { quick, only, cpuProf, cpuProfWindows, loadProcesses, grpcClient, installMissing };
+  if (unknown.length > 0) usage(`unknown section ${unknown.join(', ')}`);
+  return { quick, only, cpuProf, workersList, selftest };
 }
 
 function stamp(d: Date): string {
@@ -113,14 +95,13 @@ async function runSection(s: Section, base: Omit<BenchContext, 'procs'>): Promis
 
 async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2));
+  if (args.selftest) return selftest();
   const started = new Date();
   const t0 = performance.now();
   const machine = machineFacts(started);
   const resultsDir = join(ROOT, 'bench', 'results');
-  const profiles = join(resultsDir, `profiles-${stamp(started)}`);
-  const profileDir = args.cpuProf ? profiles : undefined;
-  const windowProfileDir = args.cpuProfWindows ? join(profiles, 'windows') : undefined;
-  for (const d of [profileDir, windowProfileDir]) if (d !== undefined) mkdirSync(d, { recursive: true });
+  const profileDir = args.cpuProf ? join(resultsDir, `profiles-${stamp(started)}`) : undefined;
+  if (profileDir !== undefined) mkdirSync(profileDir, { recursive: true });
   const tmp = mkdtempSync(join(tmpdir(), 'sandgate-bench-'));
   const log = (m: string): void => console.error(`[bench ${((performance.now() - t0) / 1000).toFixed(1).padStart(6)} s] ${m}`);
   log(`${args.quick ? 'quick' : 'full'} run on ${machine.cpuModel} × ${machine.cores}, Node ${machine.node}`);
@@ -128,7 +109,7 @@ async function main(): Promise<number> {
   try {
     for (const s of SECTIONS) {
       if (args.only !== undefined && !args.only.includes(s.id)) continue;
-      const r = await runSection(s, { quick: args.quick, tmp, targetOptions: { profileDir, windowProfileDir }, loadProcesses: args.loadProcesses, grpcClient: args.grpcClient, installMissing: args.installMissing, log });
+      const r = await runSection(s, { quick: args.quick, tmp, targetOptions: { profileDir }, workersList: args.workersList, log });
       sections.push(r);
       process.stdout.write(sectionMarkdown(r) + '\n');
     }
@@ -137,7 +118,7 @@ async function main(): Promise<number> {
   }
   const result: RunResult = { mode: args.quick ? 'quick' : 'full', machine, seconds: (performance.now() - t0) / 1000, sections };
   // A profiled run measures the profiler too: it is never the canonical one.
-  const canonical = !args.quick && args.only === undefined && !args.cpuProf && !args.cpuProfWindows && sections.every((s) => s.error === undefined);
+  const canonical = !args.quick && args.only === undefined && !args.cpuProf && sections.every((s) => s.error === undefined);
   const latestPath = join(resultsDir, LATEST);
   const latest = !canonical && existsSync(latestPath) ? (JSON.parse(readFileSync(latestPath, 'utf8')) as RunResult) : undefined;
   let jsonPath: string;
@@ -163,7 +144,7 @@ async function main(): Promise<number> {
       ? `results: ${jsonPath}, BENCHMARKS.md`
       : `results: ${jsonPath} (not committed; only a full run of every section without errors replaces ${LATEST} and BENCHMARKS.md)`,
   );
-  if (profileDir !== undefined || windowProfileDir !== undefined) log(`CPU profiles: ${profiles} (open in Chrome DevTools, or: node dist/bench/lib/profile-summary.js FILE)`);
+  if (profileDir !== undefined) log(`CPU profiles: ${profileDir} (open in Chrome DevTools)`);
   return sections.some((s) => s.error !== undefined) ? 1 : 0;
 }
 

@@ -1,16 +1,17 @@
+import type { LoadResult } from './grpc-load.js';
 import { Histogram, summarise, type HistogramJson } from './histogram.js';
-import type { Measured } from './measure.js';
 
 /**
- * The schedule of an interleaved cost comparison, whatever the protocol: two targets, load switched
- * between them every slice of a block (A B B A A B B A), both processes' CPU read at every block boundary.
- * Each block is one pair. The HTTP doors run it in the runner (paced-http.ts, over undici pools); the gRPC
- * doors in a load-generator process (grpc-load-worker.ts), which reads the targets' CPU from /proc itself
- * so the boundaries it reads at are the ones it switches load at.
+ * The one way the bench compares two servers, whatever the protocol: load switched between them every
+ * slice of a block (A B B A A B B A), both processes' CPU read at every block boundary. Each block is one
+ * pair, so whatever else the machine does over a second or two falls on both sides alike. HTTP runs it in
+ * the runner (compare.ts, over undici pools); gRPC in a load-generator process (grpc-load-worker.ts), which
+ * reads the targets' CPU from /proc itself so the boundaries it reads at are the ones it switches load at.
  *
- * Requests leave evenly spread in time (every millisecond, as many as the slice's rate says are due), at
- * most `maxInFlight` open per side; a request beyond that is not sent, and the block then answers fewer
- * than offered (reported by the caller as a rate not sustained).
+ * With a `rate`, requests leave evenly spread in time (every millisecond, as many as are due), at most
+ * `maxInFlight` open per side; a request beyond that is not sent, and the block then answers fewer than
+ * offered (reported by the caller as a rate not sustained). Without one, the side whose slice it is keeps
+ * `maxInFlight` requests open (at the limit).
  */
 
 /** How one request ended: undefined answered as expected, 'denied' answered otherwise, an Error not answered. */
@@ -25,8 +26,8 @@ export interface AlternationSide {
 
 export interface AlternationPlan {
   readonly maxInFlight: number;
-  /** Requests per second offered to the side whose slice it is. */
-  readonly rate: number;
+  /** Requests per second offered to the side whose slice it is; undefined: as many as `maxInFlight` allows. */
+  readonly rate?: number | undefined;
   /** Unmeasured blocks first (at least one): connections open and the code on both sides warm. */
   readonly warmupMs: number;
   /** Length of one block (one pair); each side carries load for half of it. */
@@ -87,29 +88,45 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   const cpu = { a: [] as number[], b: [] as number[] };
   const load: number[] = [];
 
+  let slice = -1;
+  let issued = 0;
+  let sliceStart = 0;
+  let over = false;
   const send = (arm: 'a' | 'b', tally: Tally | undefined): void => {
     const began = performance.now();
     inFlight[arm]++;
     sides[arm].issue((outcome) => {
       inFlight[arm]--;
-      if (tally === undefined) return;
-      if (outcome instanceof Error) {
-        tally.errors++;
-        tally.firstError ??= outcome.message;
-        return;
+      if (tally !== undefined) {
+        if (outcome instanceof Error) {
+          tally.errors++;
+          tally.firstError ??= outcome.message;
+        } else {
+          tally.completed++;
+          if (outcome === 'denied') tally.notAllowed++;
+          tally.hist.record((performance.now() - began) * 1e6);
+        }
       }
-      tally.completed++;
-      if (outcome === 'denied') tally.notAllowed++;
-      tally.hist.record((performance.now() - began) * 1e6);
+      if (plan.rate === undefined) fill();
     });
+  };
+  /** Sends what the current slice's side is due (at the limit: up to maxInFlight open). */
+  const fill = (): void => {
+    if (over || slice < 0) return;
+    const arm = SLICES[slice % SLICES.length]!;
+    const block = Math.floor(slice / SLICES.length) - warm;
+    const tally = block < 0 ? undefined : (tallies[block] ??= { a: fresh(), b: fresh() })[arm];
+    const due = plan.rate === undefined ? Infinity : Math.floor(((performance.now() - sliceStart) / 1000) * plan.rate);
+    while (issued < due && inFlight[arm] < plan.maxInFlight) {
+      issued++;
+      send(arm, tally);
+    }
+    if (issued < due && plan.rate !== undefined) issued = due;
   };
 
   const schedule = new Promise<void>((resolve, reject) => {
     const t0 = performance.now();
     const total = warm + plan.blocks;
-    let slice = -1;
-    let issued = 0;
-    let sliceStart = t0;
     const timer = setInterval(() => {
       const now = performance.now();
       const k = Math.floor((now - t0) / sliceMs);
@@ -122,6 +139,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
             cpu.a.push(sides.a.cpuMicros());
             cpu.b.push(sides.b.cpuMicros());
           } catch (err) {
+            over = true;
             clearInterval(timer);
             reject(err instanceof Error ? err : new Error(String(err)));
             return;
@@ -130,6 +148,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
           load.push(u.user + u.system);
         }
         if (k >= total * SLICES.length) {
+          over = true;
           clearInterval(timer);
           resolve();
           return;
@@ -138,15 +157,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
         issued = 0;
         sliceStart = t0 + k * sliceMs;
       }
-      const arm = SLICES[slice % SLICES.length]!;
-      const block = Math.floor(slice / SLICES.length) - warm;
-      const tally = block < 0 ? undefined : (tallies[block] ??= { a: fresh(), b: fresh() })[arm];
-      const due = Math.floor(((now - sliceStart) / 1000) * plan.rate);
-      while (issued < due && inFlight[arm] < plan.maxInFlight) {
-        issued++;
-        send(arm, tally);
-      }
-      if (issued < due) issued = due;
+      fill();
     }, TICK_MS);
   });
   const drain = async (): Promise<void> => {
@@ -174,7 +185,13 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   return { a: blocks.map((k) => result('a', k)), b: blocks.map((k) => result('b', k)), activeMs: plan.blockMs / 2 };
 }
 
-/** One Measured per side and block (durationMs: the time the side carried load; target CPU over the whole block). */
+/** What one side did in one block, as the sections read it: a load run (its durationMs the time the side carried load) and its process's CPU. */
+export interface Measured extends LoadResult {
+  /** The side's CPU over the whole block, per ms it carried load, in cores. */
+  readonly targetCpuCores: number;
+}
+
+/** One Measured per side and block. */
 export function blocksMeasured(r: AlternationResult, blockMs: number): { a: Measured[]; b: Measured[] } {
   const one = (b: BlockResult): Measured => {
     const histogram = Histogram.fromJSON(b.histogram);

@@ -1,5 +1,4 @@
 import { connect, type ClientHttp2Session } from 'node:http2';
-import { credentials, Metadata, type Client, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js';
 import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
 import { checkRequest, processingRequest } from './envoy-requests.js';
 import { alternateSlices, type AlternationPlan, type AlternationResult, type AlternationSide } from './alternation.js';
@@ -8,26 +7,24 @@ import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 import { processCpuMicros } from './proc-stat.js';
 
 /**
- * A gRPC load generator process (grpc-js, as autocannon cannot speak gRPC): a fixed number of calls in
- * flight for a fixed time, Envoy-shaped requests for sandboxes drawn at random from the view. Requests are
- * encoded once up front and responses decoded only for a sample, so the generator spends its CPU on the
- * transport, not on protobuf; the target decodes and encodes every message as it would behind Envoy.
+ * A gRPC load generator process: Envoy-shaped requests for sandboxes drawn at random from the view, either
+ * a fixed number of calls in flight for a fixed time against one target (`run`) or two targets compared by
+ * alternation.ts's schedule (`alternate`). Requests are encoded once up front and responses decoded only
+ * for a sample, so the generator spends its CPU on the transport, not on protobuf; the target decodes and
+ * encodes every message as it would behind Envoy.
  *
- * Check is one unary call per request. ext_proc is one bidirectional stream per request, as Envoy opens it:
- * request_headers out, one ProcessingResponse back, half-close, trailers.
- *
- * Two clients: `grpc-js` (the default) and `h2`, gRPC framed by hand on node:http2 (one HEADERS, one
- * length-prefixed DATA, read DATA and the grpc-status trailer) — what h2load does, at a third of grpc-js's
- * CPU per call, for when the grpc-js client rather than the target is what saturates.
+ * gRPC is framed by hand on node:http2 (one HEADERS, one length-prefixed DATA, read DATA and the
+ * grpc-status trailer), as h2load does, at a third of a grpc-js client's CPU per call, so the generator
+ * rather than the target is seldom what saturates. A Check is a unary call; an ext_proc Process is one
+ * stream per request, as Envoy opens it (request_headers out, one ProcessingResponse back, half-close),
+ * which looks the same on the wire when the client sends one message and half-closes.
  */
 
 export type GrpcKind = 'check' | 'process';
-export type GrpcClientKind = 'grpc-js' | 'h2';
 
 export interface GrpcRunArgs {
   readonly target: string;
   readonly kind: GrpcKind;
-  readonly client: GrpcClientKind;
   readonly inFlight: number;
   readonly warmupMs: number;
   readonly durationMs: number;
@@ -35,11 +32,6 @@ export interface GrpcRunArgs {
   readonly sandboxes: number;
   /** Seed offset, so two workers do not send the same sequence. */
   readonly seed: number;
-  /**
-   * Calls per second offered, evenly paced, with at most `inFlight` open at once (a call that would exceed
-   * it is not sent, and the shortfall shows as fewer completed than offered); without it, closed loop.
-   */
-  readonly rate?: number;
 }
 
 export interface GrpcRunResult {
@@ -60,8 +52,6 @@ const DISTINCT_REQUESTS = 1024;
 const SAMPLE_EVERY = 64;
 const DRAIN_MS = 10_000;
 
-const identity = (b: Buffer): Buffer => b;
-
 /** A small deterministic generator (mulberry32), so runs pick the same sandboxes. */
 function random(seed: number): () => number {
   let a = seed >>> 0;
@@ -80,22 +70,15 @@ interface Method {
   responseDeserialize(b: Buffer): Record<string, unknown>;
 }
 
-function method(kind: GrpcKind): { Ctor: ReturnType<typeof authorizationService>; m: Method } {
+function method(kind: GrpcKind): Method {
   const Ctor = kind === 'check' ? authorizationService() : externalProcessorService();
-  const def = Ctor.service as unknown as Record<string, Method>;
-  return { Ctor, m: def[kind === 'check' ? 'Check' : 'Process']! };
+  return (Ctor.service as unknown as Record<string, Method>)[kind === 'check' ? 'Check' : 'Process']!;
 }
 
 function isAllow(kind: GrpcKind, r: Record<string, unknown>): boolean {
   if (kind === 'check') return r.ok_response !== undefined && r.ok_response !== null;
   const h = r.request_headers as { response?: { status?: string } } | undefined;
   return h?.response !== undefined && (h.response.status === undefined || h.response.status === 'CONTINUE');
-}
-
-async function grpcClient(Ctor: ReturnType<typeof authorizationService>, target: string): Promise<Client> {
-  const client = new Ctor(target, credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }) as Client;
-  await new Promise<void>((resolve, reject) => client.waitForReady(Date.now() + 10_000, (err) => (err ? reject(err) : resolve())));
-  return client;
 }
 
 async function h2Session(target: string): Promise<ClientHttp2Session> {
@@ -127,51 +110,20 @@ interface Caller {
   close(): void;
 }
 
-/** Envoy-shaped calls of `kind` to `target` for sandboxes drawn from 0 … sandboxes-1, over the chosen client. */
-async function caller(kind: GrpcKind, clientKind: GrpcClientKind, target: string, sandboxes: number, seed: number): Promise<Caller> {
-  const { Ctor, m } = method(kind);
+/** Envoy-shaped calls of `kind` to `target` for sandboxes drawn from 0 … sandboxes-1. */
+async function caller(kind: GrpcKind, target: string, sandboxes: number, seed: number): Promise<Caller> {
+  const m = method(kind);
   const rnd = random(0x5eed + seed);
-  const requests: Buffer[] = [];
+  const framed: Buffer[] = [];
   for (let k = 0; k < DISTINCT_REQUESTS; k++) {
     const i = Math.floor(rnd() * sandboxes);
     const id = `bench-${seed}-${k}`;
-    requests.push(m.requestSerialize(kind === 'check' ? checkRequest(i, id) : processingRequest(i, id)));
+    framed.push(grpcFrame(m.requestSerialize(kind === 'check' ? checkRequest(i, id) : processingRequest(i, id))));
   }
-  const client = clientKind === 'grpc-js' ? await grpcClient(Ctor, target) : undefined;
-  const session = clientKind === 'h2' ? await h2Session(target) : undefined;
-  const framed = requests.map(grpcFrame);
-  const metadata = new Metadata();
+  const session = await h2Session(target);
   let seq = 0;
-
-  const unary: Call = (answered) => {
-    const req = requests[seq++ % DISTINCT_REQUESTS]!;
-    client!.makeUnaryRequest(m.path, identity, identity, req, metadata, {}, (err: ServiceError | null, res?: Buffer) => answered(res, err ?? undefined));
-  };
-
-  const stream: Call = (answered) => {
-    const req = requests[seq++ % DISTINCT_REQUESTS]!;
-    const call: ClientDuplexStream<Buffer, Buffer> = client!.makeBidiStreamRequest(m.path, identity, identity, metadata, {});
-    let answer: Buffer | undefined;
-    let failed: Error | undefined;
-    call.on('data', (b: Buffer) => {
-      if (answer !== undefined) return;
-      answer = b;
-      call.end();
-    });
-    call.on('error', (err: Error) => {
-      failed ??= err;
-    });
-    call.on('status', (s: { code: number; details: string }) => {
-      if (s.code !== 0) failed ??= new Error(`status ${s.code}: ${s.details}`);
-      else if (answer === undefined) failed ??= new Error('stream ended without a ProcessingResponse');
-      answered(answer, failed);
-    });
-    call.write(req);
-  };
-
-  // Unary and bidi look the same on the wire when the client sends one message and half-closes.
-  const h2call: Call = (answered) => {
-    const st = session!.request({ ':method': 'POST', ':path': m.path, 'content-type': 'application/grpc', te: 'trailers' });
+  const call: Call = (answered) => {
+    const st = session.request({ ':method': 'POST', ':path': m.path, 'content-type': 'application/grpc', te: 'trailers' });
     const chunks: Buffer[] = [];
     let failed: Error | undefined;
     st.on('response', (h) => {
@@ -192,19 +144,11 @@ async function caller(kind: GrpcKind, clientKind: GrpcClientKind, target: string
     });
     st.end(framed[seq++ % DISTINCT_REQUESTS]!);
   };
-
-  return {
-    call: session !== undefined ? h2call : kind === 'check' ? unary : stream,
-    allowed: (message) => isAllow(kind, m.responseDeserialize(message)),
-    close: () => {
-      client?.close();
-      session?.close();
-    },
-  };
+  return { call, allowed: (message) => isAllow(kind, m.responseDeserialize(message)), close: () => session.close() };
 }
 
 async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
-  const c = await caller(a.kind, a.client, a.target, a.sandboxes, a.seed);
+  const c = await caller(a.kind, a.target, a.sandboxes, a.seed);
   const hist = new Histogram();
   let completed = 0;
   let errors = 0;
@@ -240,7 +184,7 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
     const began = performance.now();
     c.call((buf, err) => next(done(began, buf, err)));
   };
-  await (a.rate === undefined ? closedLoop(issue, a) : paced(issue, a, a.rate, t0));
+  await closedLoop(issue, a);
   c.close();
   const cpu = cpuAtEnd ?? process.cpuUsage(cpuAtStart);
   return {
@@ -266,17 +210,16 @@ export interface GrpcAlternationArgs extends AlternationPlan {
   readonly a: GrpcAlternationSide;
   readonly b: GrpcAlternationSide;
   readonly kind: GrpcKind;
-  readonly client: GrpcClientKind;
 }
 
 /**
- * An interleaved cost comparison of two gRPC targets (alternation.ts), run here so the slices the load
- * switches at and the block boundaries both targets' CPU is read at (from /proc) are one schedule. Every
- * SAMPLE_EVERY-th answer of a side is decoded and checked to be an allow.
+ * Two gRPC targets compared (alternation.ts), run here so the slices the load switches at and the block
+ * boundaries both targets' CPU is read at (from /proc) are one schedule. Every SAMPLE_EVERY-th answer of a
+ * side is decoded and checked to be an allow.
  */
 async function alternate(a: GrpcAlternationArgs): Promise<AlternationResult> {
   // One seed for both: where the two name the same number of sandboxes, they are sent the same calls.
-  const connect = (s: GrpcAlternationSide) => caller(a.kind, a.client, s.target, s.sandboxes, 0);
+  const connect = (s: GrpcAlternationSide) => caller(a.kind, s.target, s.sandboxes, 0);
   const side = (c: Caller, pid: number): AlternationSide => {
     let answers = 0;
     return {
@@ -320,41 +263,6 @@ function closedLoop(issue: Issue, a: GrpcRunArgs): Promise<void> {
       }
     };
     for (let k = 0; k < a.inFlight; k++) loop(true);
-  });
-}
-
-/** `rate` calls per second, sent every millisecond as they fall due, until the window has passed. */
-function paced(issue: Issue, a: GrpcRunArgs, rate: number, t0: number): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const end = t0 + a.warmupMs + a.durationMs;
-    let open = 0;
-    let sent = 0;
-    let over = false;
-    const drain = setTimeout(resolve, a.warmupMs + a.durationMs + DRAIN_MS);
-    const settle = (): void => {
-      clearTimeout(drain);
-      resolve();
-    };
-    const finished = (): void => {
-      open--;
-      if (over && open === 0) settle();
-    };
-    const timer = setInterval(() => {
-      const now = performance.now();
-      if (now >= end) {
-        over = true;
-        clearInterval(timer);
-        if (open === 0) settle();
-        return;
-      }
-      const due = Math.floor(((now - t0) / 1000) * rate);
-      while (sent < due && open < a.inFlight) {
-        sent++;
-        open++;
-        issue(finished);
-      }
-      if (sent < due) sent = due;
-    }, 1);
   });
 }
 

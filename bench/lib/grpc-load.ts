@@ -1,8 +1,7 @@
-import { blocksMeasured, warmBlocks, type AlternationResult } from './alternation.js';
-import type { GrpcAlternationArgs, GrpcClientKind, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
+import { blocksMeasured, warmBlocks, type AlternationResult, type Measured } from './alternation.js';
+import type { GrpcAlternationArgs, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
 import { Histogram, summarise, type LatencySummary } from './histogram.js';
 import { benchScript } from './machine.js';
-import type { Measured } from './measure.js';
 import type { Child, ProcessGroup } from './processes.js';
 
 /**
@@ -17,8 +16,6 @@ export interface GrpcLoadRun {
   readonly warmupMs: number;
   readonly durationMs: number;
   readonly sandboxes: number;
-  /** Calls per second offered in all, evenly paced (split between the load processes); else closed loop. */
-  readonly rate?: number;
 }
 
 export interface LoadResult {
@@ -36,16 +33,17 @@ export interface LoadResult {
 }
 
 export class GrpcLoad {
-  private constructor(
-    private readonly workers: readonly Child[],
-    readonly client: GrpcClientKind,
-  ) {}
+  private constructor(private readonly workers: readonly Child[]) {}
 
-  static async start(group: ProcessGroup, processes: number, client: GrpcClientKind): Promise<GrpcLoad> {
+  static async start(group: ProcessGroup, processes: number): Promise<GrpcLoad> {
     const workers: Child[] = [];
     for (let k = 0; k < processes; k++) workers.push(group.node(`grpc-load-${k}`, benchScript('lib/grpc-load-worker.js')));
     await Promise.all(workers.map((w) => w.ready()));
-    return new GrpcLoad(workers, client);
+    return new GrpcLoad(workers);
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.stop()));
   }
 
   async run(r: GrpcLoadRun): Promise<LoadResult> {
@@ -54,8 +52,7 @@ export class GrpcLoad {
     const shares = used.map((_, k) => Math.floor(r.inFlight / used.length) + (k < r.inFlight % used.length ? 1 : 0));
     const results = await Promise.all(
       used.map((w, k) => {
-        const rate = r.rate === undefined ? undefined : (r.rate * shares[k]!) / r.inFlight;
-        const args: GrpcRunArgs = { target: r.target, kind: r.kind, client: this.client, inFlight: shares[k]!, warmupMs: r.warmupMs, durationMs: r.durationMs, sandboxes: r.sandboxes, seed: k, rate };
+        const args: GrpcRunArgs = { target: r.target, kind: r.kind, inFlight: shares[k]!, warmupMs: r.warmupMs, durationMs: r.durationMs, sandboxes: r.sandboxes, seed: k };
         return w.request<GrpcRunResult>('run', args, r.warmupMs + r.durationMs + 60_000);
       }),
     );
@@ -77,13 +74,12 @@ export class GrpcLoad {
   }
 
   /**
-   * An interleaved cost comparison of two gRPC targets at `rate` calls/s (alternation.ts): run by the first
-   * load process alone, which switches the load between the two every slice and reads both targets' CPU
-   * from /proc at every block boundary. One Measured per side and block.
+   * Two gRPC targets compared (alternation.ts), run by the first load process alone, which switches the
+   * load between the two every slice and reads both targets' CPU from /proc at every block boundary. One
+   * Measured per side and block.
    */
-  async alternate(r: Omit<GrpcAlternationArgs, 'client'>): Promise<{ a: Measured[]; b: Measured[] }> {
-    const args: GrpcAlternationArgs = { ...r, client: this.client };
+  async alternate(r: GrpcAlternationArgs): Promise<{ a: Measured[]; b: Measured[] }> {
     const timeoutMs = (warmBlocks(r) + r.blocks) * r.blockMs + 60_000;
-    return blocksMeasured(await this.workers[0]!.request<AlternationResult>('alternate', args, timeoutMs), r.blockMs);
+    return blocksMeasured(await this.workers[0]!.request<AlternationResult>('alternate', r, timeoutMs), r.blockMs);
   }
 }

@@ -1,6 +1,4 @@
 import cluster from 'node:cluster';
-import { writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector';
 import { memoryAfterGc } from './heap-after-gc.js';
 import { exitWithParent, serveIpc } from './ipc.js';
 
@@ -9,10 +7,8 @@ import { exitWithParent, serveIpc } from './ipc.js';
  * own entry point runs: it answers the runner's questions over the IPC channel without touching the code
  * under test.
  *
- * - `heap`: two full GCs, then process.memoryUsage() — heap used after GC is what "bytes per sandbox" and
- *   "bytes per session" are computed from.
- * - `profileStart` / `profileStop {file}`: a V8 CPU profile of what happens in between (the runner brackets
- *   each measured window with them under `--cpu-prof-windows`), written to `file`.
+ * `heap`: two full GCs, then process.memoryUsage() — heap used after GC is what "bytes per sandbox" and
+ * "bytes per session" are computed from.
  *
  * CPU time is not asked here: the runner reads it from /proc (proc-stat.ts), which costs the process nothing.
  */
@@ -27,31 +23,12 @@ export interface HeapFacts {
 
 // A `--workers` gateway's workers inherit these flags, but their IPC channel belongs to node:cluster: the
 // probe would unref it and a worker waiting for its shared listener would exit. The runner asks the primary.
-let inspector: Session | undefined;
-
-function post<T>(method: string, params: object = {}): Promise<T> {
-  if (inspector === undefined) {
-    inspector = new Session();
-    inspector.connect();
-  }
-  const s = inspector;
-  return new Promise((resolve, reject) => s.post(method, params, (err, r) => (err !== null ? reject(err) : resolve(r as T))));
-}
-
 if (process.send !== undefined && !cluster.isWorker) {
   serveIpc(
     {
       heap(): HeapFacts {
         const m = memoryAfterGc();
         return { heapUsed: m.heapUsed, heapTotal: m.heapTotal, rss: m.rss, external: m.external, arrayBuffers: m.arrayBuffers };
-      },
-      async profileStart(): Promise<void> {
-        await post('Profiler.enable');
-        await post('Profiler.start');
-      },
-      async profileStop(args: { file: string }): Promise<void> {
-        const { profile } = await post<{ profile: object }>('Profiler.stop');
-        writeFileSync(args.file, JSON.stringify(profile));
       },
     },
     false,

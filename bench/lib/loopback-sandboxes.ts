@@ -1,8 +1,8 @@
 import { writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import type { HttpRequestSpec } from './http-load.js';
-import { sandboxName, sandboxNamespace } from './sandboxes.js';
+import type { HttpRequestSpec } from './compare.js';
+import { browserGets, sandboxName, sandboxNamespace } from './sandboxes.js';
 
 /**
  * Sandboxes the proxy benches really connect to: named like every bench's sandboxes (sandboxes.ts), but
@@ -29,28 +29,9 @@ export function loopbackHost(i: number, port: number): string {
   return `${port}-${sandboxName(i)}.${sandboxNamespace(i)}.localhost`;
 }
 
-/** Distinct requests per connection (see http-load.ts on why not one per sandbox). */
-const DISTINCT = 16;
-
 /** A browser-like GET to sandbox paths, spread over `sandboxes` by Host. */
 export function proxyRequests(sandboxes: number, upstreamPort: number): HttpRequestSpec[] {
-  const out: HttpRequestSpec[] = [];
-  for (let k = 0; k < DISTINCT; k++) {
-    const i = (k * 7919) % sandboxes;
-    out.push({
-      method: 'GET',
-      path: '/api/v1/files?path=%2Fhome%2Fuser',
-      headers: {
-        host: loopbackHost(i, upstreamPort),
-        accept: 'application/json',
-        'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0',
-        'x-forwarded-for': '203.0.113.7',
-        'x-forwarded-proto': 'https',
-        'x-request-id': `bench-${k}`,
-      },
-    });
-  }
-  return out;
+  return browserGets(sandboxes, '/api/v1/files?path=%2Fhome%2Fuser', (i) => loopbackHost(i, upstreamPort));
 }
 
 /** One request with `host` through `url` (fetch may not set Host), for checking where a proxy sends it. */

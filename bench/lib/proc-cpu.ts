@@ -51,7 +51,7 @@ export class ProcessTreeTarget extends Target {
     return new ProcessTreeTarget(t.child, t.ports);
   }
 
-  override async cpuMicros(): Promise<number> {
+  override cpuMicrosNow(): number {
     return processTreeCpuMicros(this.pid);
   }
 }
@@ -63,8 +63,7 @@ export class CombinedTarget extends Target {
     super(parts[0]!.child, parts[0]!.ports);
   }
 
-  override async cpuMicros(): Promise<number> {
-    const each = await Promise.all(this.parts.map((p) => p.cpuMicros()));
-    return each.reduce((a, b) => a + b, 0);
+  override cpuMicrosNow(): number {
+    return this.parts.reduce((sum, p) => sum + p.cpuMicrosNow(), 0);
   }
 }

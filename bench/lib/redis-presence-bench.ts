@@ -90,7 +90,7 @@ export async function redisPresenceBench(ctx: BenchContext, o: RedisBenchOptions
     rows.push(row(`Redis commands/s, ${n} idle sessions`, '/s', idleFull.perSecond, idleEmpty.perSecond, 'vs no sessions'));
 
     ctx.log(`redis presence: Check load over ${n} sandboxes`);
-    const load = await GrpcLoad.start(ctx.procs, ctx.loadProcesses, ctx.grpcClient);
+    const load = await GrpcLoad.start(ctx.procs, 1);
     const decisions0 = await metricValue(a.adminUrl, 'sandgate_edge_decisions_total', { door: 'ext_authz' });
     const calls0 = await redis.commandCalls();
     const t0 = performance.now();

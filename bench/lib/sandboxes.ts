@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { HttpRequestSpec } from './compare.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 
 /**
@@ -86,4 +87,28 @@ export function decodedSnapshots(from: number, count: number): BackendSnapshot[]
   const chunk: BackendSnapshot[] = [];
   for (let i = from; i < from + count; i++) chunk.push(benchSnapshot(i));
   return JSON.parse(JSON.stringify(chunk)) as BackendSnapshot[];
+}
+
+/** 16 distinct Hosts: enough to keep the gateway from answering one sandbox from a hot cache line. */
+const DISTINCT_REQUESTS = 16;
+
+/** A browser-like GET of `path`, to DISTINCT_REQUESTS of the sandboxes, each named by `host(i)`. */
+export function browserGets(sandboxes: number, path: string, host: (i: number) => string): HttpRequestSpec[] {
+  return Array.from({ length: DISTINCT_REQUESTS }, (_, k) => ({
+    method: 'GET',
+    path,
+    headers: {
+      host: host((k * 7919) % sandboxes),
+      accept: 'application/json',
+      'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0',
+      'x-forwarded-for': '203.0.113.7',
+      'x-forwarded-proto': 'https',
+      'x-request-id': `bench-${k}`,
+    },
+  }));
+}
+
+/** What nginx auth_request / Envoy's http_service send: the original Host and path under /authz. */
+export function authzRequests(sandboxes: number): HttpRequestSpec[] {
+  return browserGets(sandboxes, '/authz/api/v1/files?path=%2Fhome%2Fuser', (i) => sandboxHost(i));
 }

@@ -1,4 +1,3 @@
-import type { GrpcClientKind } from './grpc-load-worker.js';
 import type { ProcessGroup } from './processes.js';
 import type { SectionOutput } from './report.js';
 import type { TargetOptions } from './targets.js';
@@ -16,11 +15,8 @@ export interface BenchContext {
   readonly procs: ProcessGroup;
   /** Options for every process under test (CPU profiles with --cpu-prof). */
   readonly targetOptions: TargetOptions;
-  /** Load-generator processes for gRPC load, and the client they use. */
-  readonly loadProcesses: number;
-  readonly grpcClient: GrpcClientKind;
-  /** `--install-missing`: a section may install a system package it needs (nginx); else it skips and says why. */
-  readonly installMissing: boolean;
+  /** `--workers-list`: the worker counts the workers section measures. */
+  readonly workersList: readonly number[];
   /** Progress line on stderr. */
   log(message: string): void;
 }
@@ -32,12 +28,7 @@ export interface Section {
   run(ctx: BenchContext): Promise<SectionOutput>;
 }
 
-/** Window lengths: short in --quick, longer in a full run. */
-export interface Timing {
-  readonly warmupMs: number;
-  readonly durationMs: number;
-}
-
-export function timing(ctx: BenchContext, quick: Timing, full: Timing): Timing {
-  return ctx.quick ? quick : full;
+/** A comparison's blocks: 6 of 1 s in --quick, 10 of 3 s in a full run, one block of warm-up first. */
+export function blocks(ctx: BenchContext): { readonly warmupMs: number; readonly blockMs: number; readonly blocks: number } {
+  return ctx.quick ? { warmupMs: 1000, blockMs: 1000, blocks: 6 } : { warmupMs: 3000, blockMs: 3000, blocks: 10 };
 }

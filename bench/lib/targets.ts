@@ -14,16 +14,12 @@ import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
 export interface TargetOptions {
   /** Write a .cpuprofile into this folder when the process exits. */
   readonly profileDir?: string | undefined;
-  /** Write a .cpuprofile of each measured window (measure.ts) into this folder. */
-  readonly windowProfileDir?: string | undefined;
 }
 
 export class Target {
   constructor(
     readonly child: Child,
     readonly ports: Readonly<Record<string, number>>,
-    /** Where measured() writes a profile of each window of this process (`--cpu-prof-windows`). */
-    readonly windowProfileDir?: string,
   ) {}
 
   get name(): string {
@@ -53,11 +49,6 @@ export class Target {
     return this.child.request<HeapFacts>('heap', {}, 60_000);
   }
 
-  /** CPU time used so far by the process (every thread), in microseconds, read from /proc. */
-  async cpuMicros(): Promise<number> {
-    return this.cpuMicrosNow();
-  }
-
   /** The process's id; throws when it never started. */
   get pid(): number {
     const pid = this.child.proc.pid;
@@ -65,7 +56,7 @@ export class Target {
     return pid;
   }
 
-  /** cpuMicros() read at once, for a load loop that reads it at its own block boundaries. */
+  /** CPU time used so far by the process (every thread), in microseconds, read from /proc. */
   cpuMicrosNow(): number {
     const pid = this.child.proc.pid;
     const us = pid === undefined ? undefined : processCpuMicros(pid);
@@ -92,24 +83,15 @@ export class TargetStartError extends Error {
 let profiles = 0;
 
 /**
- * The V8 flags the gateway ships with (Dockerfile ENTRYPOINT, `npm start`; a test keeps them in step): a
- * young generation of 64 MB per semi-space, and no pretenuring by allocation site, so a sandbox's
- * replaced snapshot dies young instead of being promoted (or allocated in the old generation to begin
- * with) and collected by full GCs (docs/benchmarks.md, "Cost, not just rate"). The young generation is
- * fixed at that size: V8 by itself starts it at 1 MB, grows it only as objects survive and shrinks it
- * again after a quiet spell, so two gateways under the same load ran with 4 MB or 64 MB semi-spaces
- * depending on their past, and at 8 MB a Check cost 1–4 µs more CPU than at 64 (docs/benchmarks.md,
- * "Cost, not just rate"). And an old generation allowed to grow to twice what the last full GC left
- * before the next one, where V8 by itself lets a large live heap grow by about a tenth: it reckons a
- * full GC by its pauses, not by its concurrent marking, which at 100k sandboxes takes about a second of
- * CPU (docs/benchmarks.md §4).
+ * The V8 flags the gateway ships with (Dockerfile ENTRYPOINT, `npm start`; a test keeps them in step; why
+ * each: docs/operations.md, "Start-up and graceful shutdown").
  */
 export const GATEWAY_NODE_FLAGS = ['--min-semi-space-size=64', '--max-semi-space-size=64', '--no-allocation-site-pretenuring', '--heap-growing-percent=100'] as const;
 
 function nodeFlags(name: string, opts: TargetOptions): string[] {
   // Every Node process under test, baselines too, runs with the gateway's flags, so a comparison is of
   // code, not of heap settings. --no-memory-reducer: V8's few full GCs some seconds after start-up would
-  // land in one trial's window (docs/benchmarks.md, "Cost, not just rate").
+  // land in one block of a comparison.
   const flags = [...GATEWAY_NODE_FLAGS, '--expose-gc', '--no-memory-reducer', '--import', pathToFileURL(benchScript('lib/heap-probe.js')).href];
   if (opts.profileDir !== undefined) flags.push('--cpu-prof', '--cpu-prof-dir', opts.profileDir, '--cpu-prof-name', `${++profiles}-${name}.cpuprofile`);
   return flags;
@@ -194,7 +176,7 @@ export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts:
       await child.stop('SIGKILL');
       throw new TargetStartError(spec.name, startFailure(child));
     }
-    if ((await getStatus(url)) === 200) return new Target(child, ports, opts.windowProfileDir);
+    if ((await getStatus(url)) === 200) return new Target(child, ports);
     await sleep(50);
   }
   await child.stop('SIGKILL');
@@ -207,5 +189,5 @@ export async function startBare(group: ProcessGroup, name: string, script: strin
   const child = group.node(name, benchScript(script), [String(port), ...args], { execArgv: nodeFlags(name, opts) });
   const info = await child.ready();
   const bound = Number(info.port);
-  return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound }, opts.windowProfileDir);
+  return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound });
 }

@@ -52,7 +52,7 @@ export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: 
   const host = config.listenHost;
   const relay = new RelayListener(
     streams,
-    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs },
+    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay') },
     log.child({ part: 'relay' }),
   );
   const port = await startListener(life, '--relay-port', { host, port: config.relayPort }, () => relay.start(), (_, ms) => relay.close(ms));
@@ -105,6 +105,7 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       idleTimeoutMs: config.proxyIdleTimeoutMs,
       relay: { gatewayId, credentials: core.relayCredentials, streams: core.supervisorKeys === undefined ? undefined : streams },
       maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
+      handlerErrors: core.metrics.handlerErrors('proxy'),
       activity: core.activity,
       tls: core.proxyTls,
       redirectHttpsPort: config.proxyRedirectHttpsPort,

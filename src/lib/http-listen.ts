@@ -4,6 +4,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { TlsOptions } from 'node:tls';
 import { ERROR_CODES } from '../domain/errors.js';
+import type { RequestGuard } from './request-guard.js';
 
 /**
  * Starting and stopping the gateway's HTTP listeners, one way for all of them (admin, proxy, relay,
@@ -50,12 +51,14 @@ export function closeGracefully(server: Server, graceMs: number, front?: Connect
  * longer than common load balancers' idle timeouts, no overall request timeout (SSE and downloads are
  * legitimate long streams; idleness is policed per stream), upgrades handed to `onUpgrade`, and a bare
  * 400 (431 for a head past the limit, 408 for one too slow) for requests that do not even parse — or,
- * behind an answer still in flight, no answer: that one finishes and the connection closes. With `tls`, the
- * same server over TLS (an https.Server, whose connections start at 'secureConnection').
+ * behind an answer still in flight, no answer: that one finishes and the connection closes. Handlers run
+ * under `guard` (request-guard.ts): a throw ends its request, never the process. With `tls`, the same
+ * server over TLS (an https.Server, whose connections start at 'secureConnection').
  */
 export function createStreamingServer(
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
   onUpgrade: (req: IncomingMessage, socket: Socket, head: Buffer) => void,
+  guard: RequestGuard,
   tls?: TlsOptions,
 ): Server {
   // Answers in flight per connection: a request that does not parse behind one must not be answered
@@ -74,12 +77,12 @@ export function createStreamingServer(
       open.delete(socket);
       if (flight.broken) socket.end();
     });
-    onRequest(req, res);
+    guard.run(req, res, () => onRequest(req, res));
   };
   const server: Server = tls === undefined ? createServer({ noDelay: true }, handler) : createHttpsServer({ ...tls, noDelay: true }, handler);
   server.keepAliveTimeout = 65_000;
   server.requestTimeout = 0;
-  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(req, socket as Socket, head));
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => guard.runUpgrade(req, socket, () => onUpgrade(req, socket as Socket, head)));
   refuseConnect(server, PROXIED_METHODS);
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     const f = open.get(socket);

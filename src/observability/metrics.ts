@@ -26,6 +26,10 @@ const CODE_INDEX = new Map(CODES.map((c, i) => [c, i]));
 const SLOTS_PER_DOOR = 1 + CODES.length;
 const DOOR_INDEX: Readonly<Record<Door, number>> = { ext_authz: 0, ext_proc: 1, http_authz: 2, proxy: 3 };
 
+/** The listeners whose handlers run under the request guard (lib/request-guard.ts). */
+export const LISTENERS = ['proxy', 'relay', 'admin', 'ops', 'supervisor'] as const;
+export type ListenerLabel = (typeof LISTENERS)[number];
+
 export class GatewayMetrics {
   readonly registry = new Registry();
   private readonly decisions: SlotCounter;
@@ -36,6 +40,7 @@ export class GatewayMetrics {
   readonly driverErrors: Counter<'driver'>;
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
   readonly refusedIds: Counter<'driver' | 'reason'>;
+  private readonly handlerErrorsTotal: Counter<'listener'>;
   /** Certificate pairs (re)loaded, failed to load (the last good pair serves on) or removed, by result. */
   readonly tlsReloads: Counter<'result'>;
 
@@ -101,6 +106,13 @@ export class GatewayMetrics {
       labelNames: ['driver', 'reason'],
       registers,
     });
+    this.handlerErrorsTotal = new Counter({
+      name: 'sandgate_http_handler_errors_total',
+      help: `Exceptions while handling one request, which ended that request (500, or the connection cut) and not the process, by listener (${LISTENERS.join(', ')})`,
+      labelNames: ['listener'],
+      registers,
+    });
+    for (const l of LISTENERS) this.handlerErrorsTotal.labels(l);
     new Gauge({
       name: 'sandgate_view_refused_ids',
       help: 'Id claims refused right now, by reason (in_use, names_another_sandbox)',
@@ -215,6 +227,11 @@ export class GatewayMetrics {
         this.set(source.keysDegraded().length > 0 ? 1 : 0);
       },
     });
+  }
+
+  /** The counter of faults in one listener's handlers, for its request guard. */
+  handlerErrors(listener: ListenerLabel): { inc(): void } {
+    return this.handlerErrorsTotal.labels(listener);
   }
 
   /** Counts one readiness wait by how it ended. */

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { BLOCKS, compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/cost.js';
+import type { Measured } from '../../bench/lib/alternation.js';
+import { BLOCKS, compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/compare.js';
 import { Histogram, summarise } from '../../bench/lib/histogram.js';
-import type { Measured } from '../../bench/lib/measure.js';
 import { processCpuMicros } from '../../bench/lib/proc-stat.js';
 import { agreementLines, type SectionResult } from '../../bench/lib/report.js';
 

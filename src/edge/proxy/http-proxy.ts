@@ -6,13 +6,14 @@ import { Agent, type Dispatcher } from 'undici';
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn, PROXIED_METHODS, refuseConnect, type ConnectionFront } from '../../lib/http-listen.js';
+import { RequestGuard } from '../../lib/request-guard.js';
 import type { CertificateStore } from '../../lib/tls/certificate-store.js';
 import { ALPN, Http2Beside } from '../../lib/tls/http2-beside.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { respondDenial, writeDenial } from '../denial.js';
-import { exchange, relayDenial } from '../relay/relay-exchange.js';
+import { exchange, relayDenial, type ExchangeOptions } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
@@ -77,6 +78,8 @@ export interface ProxyOptions {
   readonly tls?: { readonly port: number; readonly store: CertificateStore };
   /** The plain port answers every request with a 308 to `https://<host>:<port>` (443: no port in the URL; 0: the TLS listener's port). */
   readonly redirectHttpsPort?: number;
+  /** Counts faults in the proxy's handlers (sandgate_http_handler_errors_total{listener="proxy"}). */
+  readonly handlerErrors?: { inc(): void };
 }
 
 /** The TLS listener: HTTP/1.1 (node:http and the proxy's front) and HTTP/2 beside it. */
@@ -104,6 +107,9 @@ export class EmbeddedProxy implements ExchangeOwner {
   private readonly drop: ReadonlySet<string>;
   /** In-flight requests and tunnels per sandbox. */
   readonly connections: ConnectionLimit;
+  /** Every request's handling runs under it, and so do the listeners it hangs (request-guard.ts). */
+  private readonly guard: RequestGuard;
+  private readonly relayExchange: ExchangeOptions;
   port = 0;
   tlsPort = 0;
 
@@ -121,13 +127,15 @@ export class EmbeddedProxy implements ExchangeOwner {
       bodyTimeout: opts.idleTimeoutMs,
       keepAliveTimeout: 4_000,
     });
+    this.guard = new RequestGuard('proxy', log, opts.handlerErrors);
+    this.relayExchange = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard: this.guard };
     if (opts.redirectHttpsPort !== undefined && opts.redirectHttpsPort >= 0) {
       const to = opts.redirectHttpsPort;
       this.server = createServer({ noDelay: true }, httpsRedirect(() => (to === 0 ? this.tlsPort : to)));
       this.server.keepAliveTimeout = 65_000;
       refuseConnect(this.server, PROXIED_METHODS);
     } else {
-      this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head));
+      this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head), this.guard);
       this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => this.request(req, res)), log);
     }
     if (opts.tls !== undefined) this.secure = this.secureListener(opts.tls.store);
@@ -137,6 +145,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const server = createStreamingServer(
       (req, res) => this.request(fromNodeHttp(req, true), res),
       (req, socket, head) => this.upgrade(req, socket, head, true),
+      this.guard,
       { ...store.serverOptions(), ALPNProtocols: ALPN },
     );
     store.attach(server as unknown as TlsServer);
@@ -186,16 +195,26 @@ export class EmbeddedProxy implements ExchangeOwner {
     void this.decider.decideAndAnswer('proxy', route, gone, abortOnClose, then);
   }
 
+  /** Every request, whichever listener and front read it: a throw in its handling ends it alone. */
   private request(req: ClientRequest, res: ClientResponse): void {
+    this.guard.run(req, res, () => this.handle(req, res));
+  }
+
+  private handle(req: ClientRequest, res: ClientResponse): void {
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return this.refuse(res, t, this.route(req));
     if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req));
     const route = this.route(req, t);
-    this.decideFor(route, res, (d) => {
-      if (!d.allow) return this.refuse(res, d, route);
-      if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
-      this.forward(req, res, d, route);
-    });
+    // The answer may come after a readiness wait, outside the guarded call.
+    this.decideFor(
+      route,
+      res,
+      this.guard.bind(req, res, (d: Decision) => {
+        if (!d.allow) return this.refuse(res, d, route);
+        if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
+        this.forward(req, res, d, route);
+      }),
+    );
   }
 
   /** Takes a connection slot for the decided sandbox until `closes` closes (nothing to give back without a cap). */
@@ -225,8 +244,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     if (local !== undefined) this.releaseOnClose(d, res);
     if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route);
     if (local !== undefined) {
-      const timeouts = { headersTimeoutMs: this.opts.headersTimeoutMs, idleTimeoutMs: this.opts.idleTimeoutMs };
-      return exchange(req, res, path, headers, local, timeouts, (err) => {
+      return exchange(req, res, path, headers, local, this.relayExchange, (err) => {
         this.log.debug({ err, sandbox: sandboxKey(d.entry.namespace, d.entry.name) }, 'relay failed before the response');
         this.refuse(res, relayDenial(err, d.entry), route);
       });
@@ -281,7 +299,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return writeDenial(socket, t, this.route(req));
     const route = this.route(req, t);
-    this.decideFor(route, socket, (d) => {
+    this.decideFor(route, socket, this.guard.bindUpgrade(req, socket, (d: Decision) => {
       if (socket.destroyed) return;
       if (!d.allow) return writeDenial(socket, d, route);
       if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
@@ -299,7 +317,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
       spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route), activity);
-    });
+    }));
   }
 
   /** An HTTP/2 stream on the TLS port: a request like any other, or a WebSocket (extended CONNECT). */
@@ -311,7 +329,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return this.refuse(res, t, this.route(req));
     const route = this.route(req, t);
-    this.decideFor(route, res, (d) => {
+    this.decideFor(route, res, this.guard.bind(req, res, (d: Decision) => {
       if (stream.destroyed) return;
       if (!d.allow) return this.refuse(res, d, route);
       if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
@@ -320,7 +338,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       const upstream = this.tunnel(d, headers);
       if (isDeny(upstream)) return this.refuse(res, upstream, route);
       tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route), this.tunnelActivity(d));
-    });
+    }));
   }
 
   /**

@@ -64,6 +64,7 @@ export class FrontResponse extends EventEmitter implements ClientResponse {
       else if (name.length === 4) this.hasDate ||= name.toLowerCase() === 'date';
     }
     if (BAD_NAME.test(names) || BAD_HEADER_VALUE.test(values)) throw new Error('a response header holds a byte no header may hold');
+    if (!Number.isInteger(status) || status < 100 || status > 999) throw new RangeError(`invalid status code ${status}`);
     this.status = status;
     this.lines = lines;
     if (status === 204 || status === 304) this.bodyless = true;

@@ -4,6 +4,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
 import type { ForwardHop } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
+import { InvalidUpstreamResponse, isFinalStatus, isInterimStatus } from '../forwarding/upstream-answer.js';
 
 /**
  * One proxied request carried through undici's dispatcher, its response written into the client's as it
@@ -53,13 +54,22 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.abort = abort;
   }
 
+  /**
+   * A throw here is undici's cue to abort the request (core/request.js): it reaches onError, and the
+   * client gets 502 upstream_error — how an answer that is no valid HTTP response is refused.
+   */
   onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
-    // 1xx (100 Continue, 103 Early Hints) are not passed on: the final response follows.
-    if (statusCode < 200) return true;
+    // Interim answers (100 Continue, 103 Early Hints) are not passed on: the final response follows.
+    if (isInterimStatus(statusCode)) return true;
+    if (!isFinalStatus(statusCode)) throw new InvalidUpstreamResponse(`status ${statusCode}`);
     const res = this.res;
     this.resume = resume;
     const headers = forwardResponseHeaders(raw);
-    res.writeHead(statusCode, headers);
+    try {
+      res.writeHead(statusCode, headers);
+    } catch (err) {
+      throw new InvalidUpstreamResponse('a header no response may carry', err);
+    }
     // Server-Sent Events: send the head now, do not wait for the first event.
     if (isEventStream(headers)) res.flushHeaders();
     return true;

@@ -1,9 +1,12 @@
-import { request as httpRequest } from 'node:http';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { RequestGuard } from '../../lib/request-guard.js';
 import { deny, type Deny, type RouteEntry } from '../../domain/decide.js';
 import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
 import { forwardFailure } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
+import { InvalidUpstreamResponse, isFinalStatus } from '../forwarding/upstream-answer.js';
 import type { Connect, Pipe } from '../forwarding/websocket-tunnel.js';
 
 /**
@@ -13,11 +16,13 @@ import type { Connect, Pipe } from '../forwarding/websocket-tunnel.js';
  * sandbox: a stream is cheap, and an idle pooled stream would hold a place under the relay caps.
  */
 
-export interface ExchangeTimeouts {
+export interface ExchangeOptions {
   /** From the stream opening to the response head; past it 504 upstream_timeout. */
   readonly headersTimeoutMs: number;
   /** Silence on the stream either way; past it both sides are closed. */
   readonly idleTimeoutMs: number;
+  /** The listener's last line: a throw in the exchange's event listeners ends this request only. */
+  readonly guard: RequestGuard;
 }
 
 /** The denial for a relay failure; `relay_busy` is worth retrying soon. */
@@ -33,13 +38,17 @@ function timeoutError(message: string): Error {
 /**
  * Sends `req` (its method, the given path and already-filtered headers, and its body) over the stream
  * `open` provides and streams the response to `res`. `fail` gets the error when nothing was sent to the
- * client yet; after the response head, a failure destroys the client connection so it sees a broken
+ * client yet — also when the sandbox's answer is not a valid HTTP response for the request
+ * (forwarding/upstream-answer.ts), an unsolicited `101` included: 502 `upstream_error`, the stream
+ * closed. After the response head, a failure destroys the client connection so it sees a broken
  * response rather than a silently short one. A client that leaves aborts the stream (RESET), which the
  * supervisor turns into a TCP reset toward the sandbox.
  */
-export function exchange(req: ClientRequest, res: ClientResponse, path: string, headers: readonly string[], open: Connect, t: ExchangeTimeouts, fail: (err: unknown) => void): void {
+export function exchange(req: ClientRequest, res: ClientResponse, path: string, headers: readonly string[], open: Connect, o: ExchangeOptions, fail: (err: unknown) => void): void {
   const ac = new AbortController();
+  const guard = o.guard;
   let headTimer: NodeJS.Timeout | undefined;
+  let failed = false;
   const out = [...headers];
   const chunked = req.headers['transfer-encoding'] !== undefined;
   // Transfer-Encoding is hop-by-hop and was filtered out: say again how this hop's body is framed.
@@ -50,47 +59,80 @@ export function exchange(req: ClientRequest, res: ClientResponse, path: string, 
     headers: out as unknown as Record<string, string>,
     createConnection: ((_opts: unknown, created: (err: Error | null, sock?: Socket) => void) => {
       open(ac.signal).then(
-        (pipe: Pipe) => {
-          pipe.setTimeout(t.idleTimeoutMs, () => {
+        guard.bind(req, res, (pipe: Pipe) => {
+          pipe.setTimeout(o.idleTimeoutMs, () => {
             creq.destroy(timeoutError('the relayed connection was idle too long'));
             res.destroy();
           });
-          headTimer = setTimeout(() => creq.destroy(timeoutError('the sandbox did not answer in time')), t.headersTimeoutMs);
+          headTimer = setTimeout(() => creq.destroy(timeoutError('the sandbox did not answer in time')), o.headersTimeoutMs);
           headTimer.unref();
           created(null, pipe as unknown as Socket);
-        },
-        (err: Error) => created(err),
+        }),
+        guard.bind(req, res, (err: Error) => created(err)),
       );
       return undefined;
     }) as never,
   });
+  /** The sandbox's answer is refused before any of it reached the client: the stream goes, the client gets the denial. */
+  const refuse = (err: Error): void => {
+    clearTimeout(headTimer);
+    failed = true;
+    ac.abort();
+    creq.destroy();
+    if (!res.destroyed) fail(err);
+  };
   res.once('close', () => {
     if (res.writableFinished) return;
     ac.abort();
     creq.destroy();
   });
-  creq.on('error', (err) => {
-    clearTimeout(headTimer);
-    if (res.headersSent) return void res.destroy();
-    if (ac.signal.aborted || res.destroyed) return;
-    fail(err);
-  });
-  creq.on('response', (ures) => {
-    clearTimeout(headTimer);
-    if (res.destroyed) return void creq.destroy();
-    res.writeHead(ures.statusCode ?? 502, forwardResponseHeaders(ures.rawHeaders));
-    // Server-Sent Events: send the head now, do not wait for the first event.
-    if (ures.headers['content-type']?.startsWith('text/event-stream') === true) res.flushHeaders();
-    ures.on('data', (chunk: Buffer) => {
-      if (res.write(chunk)) return;
-      ures.pause();
-      res.once('drain', () => ures.resume());
-    });
-    ures.once('end', () => res.end());
-    ures.once('close', () => {
-      if (!ures.complete) res.destroy();
-    });
-  });
+  creq.on(
+    'error',
+    guard.bind(req, res, (err: Error) => {
+      clearTimeout(headTimer);
+      if (failed) return;
+      if (res.headersSent) return void res.destroy();
+      if (ac.signal.aborted || res.destroyed) return;
+      fail(err);
+    }),
+  );
+  // node:http's client reads any 101 as an upgrade, and without this listener drops the socket and
+  // never answers: a plain request asked for no protocol switch.
+  creq.on(
+    'upgrade',
+    guard.bind(req, res, (_ures: IncomingMessage, socket: Duplex) => {
+      socket.destroy();
+      refuse(new InvalidUpstreamResponse('101 Switching Protocols to a request that asked for no upgrade'));
+    }),
+  );
+  creq.on(
+    'response',
+    guard.bind(req, res, (ures: IncomingMessage) => {
+      clearTimeout(headTimer);
+      if (res.destroyed) return void creq.destroy();
+      const status = ures.statusCode ?? 0;
+      if (!isFinalStatus(status)) return refuse(new InvalidUpstreamResponse(`status ${status}`));
+      try {
+        res.writeHead(status, forwardResponseHeaders(ures.rawHeaders));
+      } catch (err) {
+        return refuse(new InvalidUpstreamResponse('a header no response may carry', err));
+      }
+      // Server-Sent Events: send the head now, do not wait for the first event.
+      if (ures.headers['content-type']?.startsWith('text/event-stream') === true) res.flushHeaders();
+      ures.on(
+        'data',
+        guard.bind(req, res, (chunk: Buffer) => {
+          if (res.write(chunk)) return;
+          ures.pause();
+          res.once('drain', () => ures.resume());
+        }),
+      );
+      ures.once('end', () => res.end());
+      ures.once('close', () => {
+        if (!ures.complete) res.destroy();
+      });
+    }),
+  );
   if (req.body !== null) req.body.pipe(creq);
   else creq.end();
 }

@@ -3,6 +3,7 @@ import type { Socket } from 'node:net';
 import { deny, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
+import { RequestGuard } from '../../lib/request-guard.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { respondDenial, writeDenial } from '../denial.js';
@@ -10,7 +11,7 @@ import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.
 import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 import { isDeny, requestTarget } from '../request-target.js';
-import { exchange, relayDenial } from './relay-exchange.js';
+import { exchange, relayDenial, type ExchangeOptions } from './relay-exchange.js';
 import { fromNodeHttp } from '../forwarding/client-side.js';
 import type { RelayCredentials } from './relay-credential.js';
 import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
@@ -36,6 +37,8 @@ export interface RelayListenerOptions {
   readonly credentials: RelayCredentials;
   readonly headersTimeoutMs: number;
   readonly idleTimeoutMs: number;
+  /** Counts faults in the listener's handlers (sandgate_http_handler_errors_total{listener="relay"}). */
+  readonly handlerErrors?: { inc(): void };
 }
 
 const DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
@@ -44,6 +47,7 @@ const EXPIRED_MESSAGE = 'The relay credential has expired: decide again';
 
 export class RelayListener {
   private readonly server: Server;
+  private readonly exchangeOptions: ExchangeOptions;
   port = 0;
 
   constructor(
@@ -51,7 +55,9 @@ export class RelayListener {
     private readonly opts: RelayListenerOptions,
     private readonly log: Logger,
   ) {
-    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head));
+    const guard = new RequestGuard('relay', log, opts.handlerErrors);
+    this.exchangeOptions = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard };
+    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard);
   }
 
   async start(): Promise<number> {
@@ -81,7 +87,7 @@ export class RelayListener {
     const t = this.admit(req);
     if ('allow' in t) return respondDenial(res, t, req.headers.accept);
     const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX);
-    exchange(fromNodeHttp(req), res, rt.path, headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.opts, (err) => {
+    exchange(fromNodeHttp(req), res, rt.path, headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.exchangeOptions, (err) => {
       this.log.debug({ err, target: t }, 'relay failed before the response');
       respondDenial(res, relayDenial(err), req.headers.accept);
     });

@@ -1,0 +1,170 @@
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { cpus, loadavg } from 'node:os';
+import type { Measured } from './lib/alternation.js';
+import { compareHttp, type HttpSide } from './lib/compare.js';
+import { GrpcLoad } from './lib/grpc-load.js';
+import { ProcessGroup } from './lib/processes.js';
+import { startBare, Target } from './lib/targets.js';
+
+/**
+ * `npm run bench -- --selftest`: the harness checked against servers on loopback, with nothing of the
+ * gateway under test. These checks read completion rates and schedules, which a loaded machine can
+ * disturb, so they live here and not in `npm test`: run them on a quiet machine before trusting a run.
+ *
+ * - the HTTP schedule loads each side only in its own slices, at the offered rate, and divides each
+ *   block's CPU by that block's answers;
+ * - at the limit, a side never has more than its connections open, and both sides answer;
+ * - the gRPC schedule (run in a load process, CPU read from /proc) does the same for two bare servers;
+ * - a side whose process is gone fails the run, not the runner.
+ */
+
+/** A loopback server that answers 200 and notes when each request arrived and how many were open at once. */
+async function server(holdMs = 0): Promise<{ server: Server; url: string; arrivals: number[]; maxOpen: () => number }> {
+  const arrivals: number[] = [];
+  let open = 0;
+  let maxOpen = 0;
+  const s = createServer((_req, res) => {
+    arrivals.push(performance.now());
+    maxOpen = Math.max(maxOpen, ++open);
+    const answer = (): void => {
+      open--;
+      res.writeHead(200, { 'content-length': '2' }).end('ok');
+    };
+    // Held a little where the check counts requests open at once, so they overlap.
+    if (holdMs > 0) setTimeout(answer, holdMs);
+    else answer();
+  });
+  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
+  return { server: s, url: `http://127.0.0.1:${(s.address() as AddressInfo).port}`, arrivals, maxOpen: () => maxOpen };
+}
+
+/** A stand-in for a process's CPU counter: `step` µs more at every read, and when it was read. */
+function counter(name: string, step: number): { side: (url: string) => HttpSide; reads: number[] } {
+  const reads: number[] = [];
+  const target = { name, cpuMicrosNow: () => (reads.push(performance.now()), reads.length * step) } as unknown as Target;
+  return { side: (url) => ({ target, url }), reads };
+}
+
+const REQUESTS = [{ method: 'GET', path: '/x', headers: { host: 'h' } }];
+
+function checkBlocks(blocks: readonly Measured[], expected: number): void {
+  for (const m of blocks) {
+    assert.equal(m.errors, 0, `errors: ${m.firstError ?? ''}`);
+    assert.ok(m.completed > expected * 0.7 && m.completed <= expected + 1, `${m.completed} answered in a block, ${expected} offered`);
+  }
+}
+
+async function httpAtRate(): Promise<void> {
+  const [a, b] = [await server(), await server()];
+  try {
+    const [ca, cb] = [counter('a', 1000), counter('b', 500)];
+    const blockMs = 800;
+    const rate = 400;
+    const r = await compareHttp({ rate, inFlight: 4, warmupMs: blockMs, blockMs, blocks: 3 }, REQUESTS, [ca.side(a.url)], [cb.side(b.url)]);
+    assert.equal(r.a.length, 3);
+    assert.equal(r.b.length, 3);
+    // Both counters are read at the start of every measured block and at the end: blocks + 1 times, a block apart.
+    assert.equal(ca.reads.length, 4);
+    for (let k = 1; k < 4; k++) assert.ok(ca.reads[k]! - ca.reads[k - 1]! > blockMs * 0.8, 'reads a block apart');
+    const expected = (rate * blockMs) / 2 / 1000;
+    checkBlocks([...r.a, ...r.b], expected);
+    // CPU per request of a block is the block's CPU over the side's own answers: 1,000 µs ÷ completed for A.
+    const perRequest = (m: Measured): number => (m.targetCpuCores * m.durationMs * 1000) / m.completed;
+    assert.ok(Math.abs(perRequest(r.a[0]!) - 1000 / r.a[0]!.completed) < 1e-6);
+    assert.ok(Math.abs(perRequest(r.b[0]!) - 500 / r.b[0]!.completed) < 1e-6);
+    // Each side was loaded only in its own slices: A in the 1st, 4th, 5th and 8th eighth of a block, B in the others.
+    const start = ca.reads[0]!;
+    const slice = blockMs / 8;
+    const stray = (times: readonly number[], own: readonly number[]): number =>
+      times.filter((t) => t >= start && t < start + 3 * blockMs).filter((t) => {
+        const k = Math.floor((t - start) / slice) % 8;
+        const edge = (t - start) % slice;
+        return !own.includes(k) && edge > 25 && edge < slice - 25;
+      }).length;
+    assert.equal(stray(a.arrivals, [0, 3, 4, 7]), 0, 'A loaded outside its slices');
+    assert.equal(stray(b.arrivals, [1, 2, 5, 6]), 0, 'B loaded outside its slices');
+  } finally {
+    a.server.close();
+    b.server.close();
+  }
+}
+
+async function httpAtLimit(): Promise<void> {
+  const [a, b] = [await server(5), await server(5)];
+  try {
+    const r = await compareHttp({ inFlight: 8, warmupMs: 300, blockMs: 600, blocks: 2 }, REQUESTS, [counter('a', 1).side(a.url)], [counter('b', 1).side(b.url)]);
+    for (const m of [...r.a, ...r.b]) assert.ok(m.errors === 0 && m.completed > 0, `${m.completed} answered, ${m.errors} errors`);
+    // Each side kept its connections busy: 8 open at once, and never more.
+    assert.deepEqual([a.maxOpen(), b.maxOpen()], [8, 8], 'requests open at once on each side');
+  } finally {
+    a.server.close();
+    b.server.close();
+  }
+}
+
+async function grpcAlternation(group: ProcessGroup): Promise<void> {
+  const servers = [await startBare(group, 'bare-a', 'lib/bare-grpc-server.js'), await startBare(group, 'bare-b', 'lib/bare-grpc-server.js')];
+  const load = await GrpcLoad.start(group, 1);
+  const side = (t: Target) => ({ target: t.grpcTarget, pid: t.pid, sandboxes: 10 });
+  const plan = { kind: 'check' as const, maxInFlight: 8, warmupMs: 800, blockMs: 800, blocks: 3 };
+  const r = await load.alternate({ ...plan, rate: 400, a: side(servers[0]!), b: side(servers[1]!) });
+  // 400 calls/s for the 400 ms a side carries load in a block.
+  checkBlocks([...r.a, ...r.b], 160);
+  for (const m of [...r.a, ...r.b]) {
+    assert.equal(m.notAllowed, 0);
+    // Each server answered its calls: its own CPU over the block is not nothing.
+    assert.ok(m.targetCpuCores > 0 && m.loadCpuCores > 0, 'CPU read per block');
+  }
+  const limit = await load.alternate({ ...plan, a: side(servers[0]!), b: side(servers[1]!) });
+  for (const m of [...limit.a, ...limit.b]) assert.ok(m.errors === 0 && m.completed > 0, `${m.completed} answered at the limit, ${m.errors} errors`);
+  // A side whose process is gone fails the run, and the load process still serves the next one.
+  const gone = { target: servers[1]!.grpcTarget, pid: 2 ** 22 + 7, sandboxes: 10 };
+  await assert.rejects(load.alternate({ ...plan, rate: 400, blocks: 1, a: side(servers[0]!), b: gone }), /is not running/);
+  assert.equal((await load.alternate({ ...plan, rate: 400, blocks: 1, a: side(servers[0]!), b: side(servers[1]!) })).a.length, 1);
+}
+
+async function httpSideGone(): Promise<void> {
+  const [a, b] = [await server(), await server()];
+  try {
+    let reads = 0;
+    const cpuMicrosNow = (): number => {
+      if (++reads > 1) throw new Error('bare-http is not running');
+      return 0;
+    };
+    const gone = { name: 'gone', cpuMicrosNow } as unknown as Target;
+    const run = compareHttp({ rate: 200, inFlight: 2, warmupMs: 200, blockMs: 200, blocks: 3 }, REQUESTS, [counter('a', 1).side(a.url)], [{ target: gone, url: b.url }]);
+    await assert.rejects(run, /bare-http is not running/);
+  } finally {
+    a.server.close();
+    b.server.close();
+  }
+}
+
+export async function selftest(): Promise<number> {
+  const group = new ProcessGroup();
+  // The rate checks need the cores: on a machine busy with other work they fail, and this says why.
+  console.log(`load average ${loadavg()[0]!.toFixed(1)} on ${cpus().length} cores (the rate checks need a quiet machine)`);
+  const checks: [string, () => Promise<void>][] = [
+    ['HTTP: each side loaded only in its own slices, at the offered rate, CPU divided per block', httpAtRate],
+    ['HTTP: at the limit, never more open than the connections, both sides answer', httpAtLimit],
+    ['HTTP: a side that can no longer be read fails the run', httpSideGone],
+    ['gRPC: both bare servers at the offered rate and at the limit, CPU from /proc; a gone side fails the run', () => grpcAlternation(group)],
+  ];
+  let failed = 0;
+  try {
+    for (const [name, check] of checks) {
+      try {
+        await check();
+        console.log(`PASS  ${name}`);
+      } catch (err) {
+        failed++;
+        console.log(`FAIL  ${name}: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+  } finally {
+    await group.stopAll();
+  }
+  return failed === 0 ? 0 : 1;
+}
