@@ -25,8 +25,8 @@ export type OptionSpec =
 
 const port = (def: number, description: string) => ({ kind: 'int', default: def, min: 0, max: 65535, description }) as const;
 
-// Options are one declarative table: entries of the same kind share a shape by design (`duplicates` pairs
-// some of them); nothing here is logic to factor out.
+// Options are one declarative table: entries of the same kind share a shape by design; nothing here is
+// logic to factor out.
 export const SCHEMA = {
   config: { kind: 'string', default: '', description: 'Optional configuration file (YAML or JSON) with any of these options.' },
   listenHost: { kind: 'string', default: '0.0.0.0', description: 'Address every listener binds.' },

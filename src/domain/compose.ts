@@ -32,7 +32,7 @@ export type RuleName =
   | 'supervisor-not-connected';
 
 /** Every rule, in the order compose() applies them, with the phase each yields. */
-// One row per rule, the same shape on purpose (`duplicates` pairs rows): the table is the documentation.
+// One row per rule, the same shape on purpose: the table is the documentation.
 export const RULES: readonly { readonly name: RuleName; readonly phase: PublicPhase; readonly when: string }[] = [
   { name: 'deleting', phase: 'Deleting', when: 'the backend reports deletion' },
   { name: 'expired', phase: 'Deleting', when: 'shutdownTime has passed, or Ready=False reason SandboxExpired' },

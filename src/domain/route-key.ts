@@ -119,7 +119,7 @@ function fromHeaders(h: HeaderMap, opts: RouteOptions): RouteParse {
   return target('headers', namespace, name, undefined, port, undefined);
 }
 
-// Reads like fromHeaders() (`duplicates` pairs them) because both check an id and a port header; the
+// Reads like fromHeaders() because both check an id and a port header; the
 // header names, the id form and the error messages differ, and a shared helper would hide which is which.
 function fromE2bHeaders(h: HeaderMap, opts: RouteOptions): RouteParse {
   const id = h[HEADER_E2B_ID];

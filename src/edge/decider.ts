@@ -27,7 +27,7 @@ export interface RequestAuth {
   readonly envdPort: number;
 }
 
-// A list of readonly fields like domain/decide.ts Deny (`duplicates` pairs them by shape alone): nothing to share.
+// A list of readonly fields, shaped like domain/decide.ts Deny by chance: nothing to share.
 export interface DeciderOptions {
   readonly view: SandboxView;
   readonly route: RouteOptions;

@@ -5,7 +5,7 @@ import type { Logger } from '../observability/logger.js';
 
 /**
  * A server's own reader of the requests it can answer without node:http's request and response objects,
- * which cost more per request than a whole decision (docs/benchmarks.md). Two servers install one: the
+ * which cost more per request than a whole decision. Two servers install one: the
  * admin port for HTTP authz (authz-front.ts), the embedded proxy for bodyless GET and HEAD
  * (proxy/proxy-front.ts). Each says which request lines it takes (`FrontHandler.accepts`); beyond that the
  * front reads only one shape: HTTP/1.1, no body, no `Transfer-Encoding`, `Expect` or `Upgrade`, a Host,

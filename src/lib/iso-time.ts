@@ -34,7 +34,7 @@ export function isoTime(ms: number): string {
   const year = yoe + era * 400 + (month <= 2 ? 1 : 0);
   // One call with every character: a flat string, where concatenation would leave a rope of small pieces
   // in every snapshot the view holds.
-  // Digit by digit, one same-shape argument per character (`duplicates` pairs these runs): a loop or a
+  // Digit by digit, one same-shape argument per character: a loop or a
   // helper per field would give back the speed this function exists for.
   return String.fromCharCode(
     ZERO + Math.floor(year / 1000),

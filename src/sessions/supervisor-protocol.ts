@@ -109,7 +109,7 @@ function printable(s: unknown, max: number): s is string {
 }
 
 /** Parses a text frame from a supervisor. Never throws. */
-// Validates field by field like redis-codec.ts decodeRecord (`duplicates` pairs them): a frame from a
+// Validates field by field like redis-codec.ts decodeRecord: a frame from a
 // supervisor and a record from Redis are different inputs with different errors (a close code vs a skip).
 export function parseClientFrame(text: string): ClientMessage | FrameError {
   let v: unknown;

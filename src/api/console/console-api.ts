@@ -40,7 +40,7 @@ export interface GatewaysSource {
   degraded(): string[];
 }
 
-// Starts like admin-api.ts AdminApiDeps (`duplicates` pairs them): each part lists what it is handed, so either can change alone.
+// Starts like admin-api.ts AdminApiDeps: each part lists what it is handed, so either can change alone.
 export interface ConsoleDeps {
   readonly view: SandboxView;
   readonly registry: Registry;

@@ -145,7 +145,7 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
  * The snapshot of a parsed entry: one object literal naming every field (the compiler checks none is left
  * out), not `{ ...s, uid, resourceVersion }`. V8 (Node 20) gives nearly every object such a spread makes a
  * hidden class of its own: a map, a descriptor array and a property array per sandbox, about 500 bytes and
- * three more objects for every full GC to mark (docs/benchmarks.md §4). Built this way they all share one.
+ * three more objects for every full GC to mark. Built this way they all share one.
  */
 function withIdentity(s: FileSandbox, uid: string, resourceVersion: string): BackendSnapshot {
   return {

@@ -9,9 +9,9 @@ import type { WireCondition, WireDeleted, WireSandbox, WireTimestamp, WireWatchE
  * enums by name (an unknown number stays a number), int64 as a decimal string, the oneof member names in
  * `event` / `endpoint`, a repeated message field replaced rather than merged, and every unknown field
  * skipped — as is a known field sent with another wire type (protobufjs misreads one). It reads the bytes
- * once into the final objects, where protobufjs builds a message and then copies it with `toObject()` —
- * measured at about half of the gateway's cost per update (bench section 5, churn). Malformed bytes throw, and grpc-js then ends the call with INTERNAL, as for
- * proto-loader's decoder; the driver reconnects.
+ * once into the final objects, where protobufjs builds a message and then copies it with `toObject()`,
+ * a large share of the gateway's cost per update. Malformed bytes throw, and grpc-js then ends the call
+ * with INTERNAL, as for proto-loader's decoder; the driver reconnects.
  */
 
 const BACKEND_STATES = ['BACKEND_STATE_UNSPECIFIED', 'BACKEND_STATE_STARTING', 'BACKEND_STATE_READY', 'BACKEND_STATE_PAUSED', 'BACKEND_STATE_DELETING', 'BACKEND_STATE_FAILED'] as const;
@@ -348,9 +348,9 @@ function sandbox(r: Reader): WireSandbox {
   return s;
 }
 
-// Deleted numbers its first four fields as Sandbox does, so its switch reads like the start of sandbox()'s
-// (`duplicates` pairs them, and the same-shape cases within each): tags are per message, and one switch per
-// message, each case a field of that message, is what keeps this decoder checkable against driver.proto.
+// Deleted numbers its first four fields as Sandbox does, so its switch reads like the start of sandbox()'s:
+// tags are per message, and one switch per message, each case a field of that message, is what keeps this
+// decoder checkable against driver.proto.
 function deleted(r: Reader): WireDeleted {
   const d: Mutable<WireDeleted> = {};
   while (r.pos < r.end) {

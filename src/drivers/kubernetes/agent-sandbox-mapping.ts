@@ -1,5 +1,5 @@
 import type { BackendSnapshot, BackendState, Condition, Endpoint } from '../../domain/sandbox.js';
-// Nearly the same helper imports as openkruise-mapping.ts (`duplicates` pairs the two lists): see the note there.
+// Nearly the same helper imports as openkruise-mapping.ts: see the note there.
 import {
   addressEndpoint,
   asObject,

@@ -1,5 +1,5 @@
 import type { BackendSnapshot, BackendState, Condition, Endpoint } from '../../domain/sandbox.js';
-// Nearly the same helper imports as agent-sandbox-mapping.ts (`duplicates` pairs the two lists): both read through
+// Nearly the same helper imports as agent-sandbox-mapping.ts: both read through
 // sandbox-object.ts, but the two CRDs' fields and conditions differ, so each mapping stays its own function.
 import {
   addressEndpoint,

@@ -9,8 +9,8 @@ import { authorizationService, externalProcessorService } from './protos.js';
 
 /**
  * The gRPC listener: ext_authz, ext_proc and `grpc.health.v1.Health` on one port, served by
- * lib/grpc-h2-server.ts on node:http2 rather than grpc-js's Server, whose per-call machinery cost
- * ~27 µs CPU per call on the hot path (docs/envoy.md). Health reports NOT_SERVING for the server ("")
+ * lib/grpc-h2-server.ts on node:http2 rather than grpc-js's Server, whose per-call machinery costs
+ * tens of µs of CPU per call on the hot path (docs/envoy.md). Health reports NOT_SERVING for the server ("")
  * and both services until the drivers have synced, and again from the start of a graceful shutdown.
  */
 

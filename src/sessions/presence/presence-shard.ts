@@ -176,7 +176,7 @@ export class PresenceShard {
         this.fail(err);
       }
     }
-    // The same release bookkeeping as MemoryPresence.release (`duplicates` pairs them): both implement
+    // The same release bookkeeping as MemoryPresence.release: both implement
     // PresenceStore's "remove if current"; Redis adds only the write that may fail and be retried.
     let set = this.pendingReleases.get(field);
     if (set === undefined) this.pendingReleases.set(field, (set = new Set()));

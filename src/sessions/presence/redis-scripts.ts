@@ -298,7 +298,7 @@ return #gone
  * records that are still this gateway's sessions, in one step, so peers see the sessions gone at once
  * rather than after a lease TTL.
  */
-// LEAVE's release loop has COLLECT's shape (`duplicates` pairs them): Lua scripts run alone on the
+// LEAVE's release loop has COLLECT's shape: Lua scripts run alone on the
 // server and cannot share a function without one more EVAL round trip.
 const LEAVE = `
 local gw = ARGV[2]
