@@ -6,7 +6,7 @@ import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { Driver } from './drivers/driver.js';
 import { startActivity } from './gateway/activity.js';
-import { createCore, Serving, startCertificates, startDrivers, startKeyStore, startServing } from './gateway/core.js';
+import { createCore, Serving, startAccessLog, startCertificates, startDrivers, startKeyStore, startServing } from './gateway/core.js';
 import { startEnvoyDoor, startProxyDoor, startRelayDoor } from './gateway/doors.js';
 import { startOpsSurface } from './gateway/ops-surface.js';
 import { SessionStreams, startSessions } from './gateway/sessions.js';
@@ -79,6 +79,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const life = new Lifecycle(onProblem);
   const streams = new SessionStreams();
   try {
+    await startAccessLog(life, core.accessLog);
     await startCertificates(life, core.certificates);
     // Listeners first, so they close last.
     const relay = await startRelayDoor(life, config, core, streams, log);

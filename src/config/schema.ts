@@ -140,6 +140,13 @@ export const SCHEMA = {
   },
   waitersPerSandbox: { kind: 'int', default: 1000, min: 0, max: 1_000_000, description: 'Requests allowed to wait for one sandbox at once; more get 503 at once.' },
   waitersTotal: { kind: 'int', default: 10_000, min: 0, max: 10_000_000, description: 'Requests allowed to wait across all sandboxes at once.' },
+  waitersPerNamespace: {
+    kind: 'int',
+    default: -1,
+    min: -1,
+    max: 10_000_000,
+    description: "Requests allowed to wait for the sandboxes of one namespace at once, so one tenant's flood of waits leaves the others theirs; more get 503 gateway_busy at once (-1 = a quarter of `--waiters-total`).",
+  },
   tombstoneTtlMs: { kind: 'int', default: 600_000, min: 0, max: 86_400_000, description: 'How long a deleted sandbox uid stays fenced against late updates.' },
   gatewayId: { kind: 'string', default: '', description: 'Name of this gateway replica in presence records and leases (default: hostname-pid). With `--workers N`, worker n is `<gateway-id>-w<n>`.' },
   supervisorPort: port(8081, 'Supervisor WebSocket endpoint `GET /v1/supervisor` (0 = any free port).'),
@@ -297,6 +304,11 @@ export const SCHEMA = {
     min: 0,
     max: 10_000_000,
     description: 'Embedded proxy: concurrent requests and WebSockets per sandbox (past it: 429 too_many_connections; 0 = no cap).',
+  },
+  accessLog: {
+    kind: 'string',
+    default: 'off',
+    description: 'Access log: one JSON line per request at each door it passes (`stdout`, `stderr`, a file path, or `off`). Schema in docs/operations.md.',
   },
   logLevel: {
     kind: 'enum',

@@ -26,6 +26,10 @@ class AuthzAnswer implements AuthzSink {
     return this.conn.signal();
   }
 
+  peer(): string {
+    return this.conn.socket.remoteAddress ?? '';
+  }
+
   send(r: AuthzReply): void {
     const conn = this.conn;
     const close = conn.closing;

@@ -3,10 +3,12 @@ import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED, type KeyPolicy } from '../domai
 import { answerFor, decide, deny, type Access, type Decision, type Deny } from '../domain/decide.js';
 import { parseRoute, type RouteOptions, type RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
+import { CLIENT_CLOSED, type Exchange, type ExchangeRecorder } from '../observability/exchange.js';
 import type { Logger } from '../observability/logger.js';
 import type { Door, GatewayMetrics, WaitOutcomeLabel } from '../observability/metrics.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 import type { ApiKeyAuth } from '../auth/api-keys.js';
+import { renderDenial } from './denial.js';
 import type { Resumer } from './resume.js';
 import type { ActivityRecorder } from './activity-recorder.js';
 
@@ -39,6 +41,8 @@ export interface DeciderOptions {
   readonly auth?: RequestAuth | undefined;
   /** Auto-resume on traffic; absent, a paused sandbox is answered `sandbox_paused`. */
   readonly resumer?: Resumer | undefined;
+  /** Exchange records for the access log and tracing; absent when both are off. */
+  readonly recorder?: ExchangeRecorder | undefined;
   /** Records an allowed request as the sandbox port's activity (view/activity.ts); absent, nothing is recorded. */
   readonly activity?: ActivityRecorder | undefined;
 }
@@ -52,6 +56,8 @@ export class Decider {
   readonly view: SandboxView;
   readonly route: RouteOptions;
   readonly readinessWaitMs: number;
+  /** The doors begin an exchange record per request when this is set (exchange.ts), and only then. */
+  readonly recorder: ExchangeRecorder | undefined;
   private readonly metrics: GatewayMetrics;
   private readonly log: Logger;
   private readonly auth: RequestAuth | undefined;
@@ -70,6 +76,7 @@ export class Decider {
     this.log = o.log;
     this.auth = o.auth;
     this.resumer = o.resumer;
+    this.recorder = o.recorder;
     this.activity = o.activity;
     this.debug = o.log.isLevelEnabled('debug');
   }
@@ -107,29 +114,78 @@ export class Decider {
    * `ctx` (the door's response or call) is handed to both callbacks, so a door passes functions it made
    * once instead of closures made per request.
    */
-  decideAndAnswer<C>(door: Door, req: RouteRequest, ctx: C, abortOn: (ctx: C) => AbortSignal, answer: (d: Decision, req: RouteRequest, ctx: C) => void): Promise<void> | undefined {
+  decideAndAnswer<C>(door: Door, req: RouteRequest, ctx: C, abortOn: (ctx: C) => AbortSignal, answer: (d: Decision, req: RouteRequest, ctx: C) => void, x?: Exchange): Promise<void> | undefined {
     let d: Decision;
     try {
-      d = this.decide(door, req);
+      if (x === undefined) d = this.decide(door, req);
+      else {
+        x.decisionStart = performance.now();
+        d = this.decide(door, req);
+        x.decisionEnd = performance.now();
+      }
     } catch (err) {
       this.log.error({ err, door }, 'decision failed');
-      answer(deny('internal_error'), req, ctx);
+      d = deny('internal_error');
+      if (x !== undefined) this.settle(x, d, req, false);
+      answer(d, req, ctx);
       return undefined;
     }
     if (!this.shouldWait(d)) {
+      if (x !== undefined) this.settle(x, d, req, false);
       answer(d, req, ctx);
       return undefined;
     }
     const signal = abortOn(ctx);
-    return this.wait(door, req, d, signal)
+    x?.waitStarted();
+    return this.wait(door, req, d, signal, x)
       .catch((err: unknown) => {
         this.log.error({ err, door }, 'readiness wait failed');
         return deny('internal_error');
       })
       .then((final) => {
+        if (x !== undefined) {
+          if (x.waitEnd === 0) x.waitEnded('error');
+          this.settle(x, final, req, signal.aborted);
+        }
         if (!signal.aborted) answer(final, req, ctx);
       })
       .catch((err: unknown) => this.log.error({ err, door }, 'answering a decision failed'));
+  }
+
+  /**
+   * Fills the record in from the final decision. At the authorization doors the decision is the answer,
+   * so the record is finished here: 200 for an allow, else the denial's status and body length; a client
+   * gone during the wait got no answer at any door.
+   */
+  private settle(x: Exchange, d: Decision, req: RouteRequest, gone: boolean): void {
+    x.tenant = this.tenantOf(req);
+    if (d.allow) {
+      x.namespace = d.entry.namespace;
+      x.name = d.entry.name;
+      x.port = d.target.port;
+    } else {
+      x.code = d.code;
+      const t = parseRoute(req, this.route);
+      const target = typeof t === 'object' ? t : undefined;
+      x.namespace = d.namespace ?? target?.namespace;
+      x.name = d.name ?? target?.name;
+      x.port = target?.port;
+    }
+    if (gone) x.finish(0, CLIENT_CLOSED);
+    else if (x.door === 'proxy') return;
+    else if (d.allow) x.finish(200);
+    else {
+      x.bytesOut = Buffer.byteLength(renderDenial(d, req.headers.accept).body);
+      x.finish(d.status);
+    }
+  }
+
+  /** The principal's name for the exchange record: a team, `admin`, `anonymous` or `invalid`. */
+  private tenantOf(req: RouteRequest): string {
+    const a = this.auth;
+    if (a?.keys === undefined) return 'anonymous';
+    const p = a.keys.principal(req.headers[a.apiKeyHeader]);
+    return p.kind === 'team' ? p.team : p.kind;
   }
 
   shouldWait(d: Decision): d is Deny {
@@ -147,7 +203,7 @@ export class Decider {
    * Waits for the sandbox named by `first` to change, re-deciding each time, until allowed, final or timed
    * out. For a paused sandbox that may be resumed on traffic, starts (or joins) its resume first.
    */
-  async wait(door: Door, req: RouteRequest, first: Deny, signal?: AbortSignal): Promise<Decision> {
+  async wait(door: Door, req: RouteRequest, first: Deny, signal?: AbortSignal, x?: Exchange): Promise<Decision> {
     const key = sandboxKey(first.namespace!, first.name!);
     const deadline = performance.now() + this.readinessWaitMs;
     let resuming: Promise<void> | undefined;
@@ -200,6 +256,7 @@ export class Decider {
       d = resumeFailed(`still paused after ${this.readinessWaitMs} ms`);
     }
     this.metrics.wait(outcome);
+    x?.waitEnded(outcome);
     // Denials made here (busy, resume failed) read to an E2B client as the ones decide() makes.
     if (!d.allow) d = this.answer(req, d);
     this.recordDecision(door, d, req, undefined);

@@ -56,20 +56,27 @@ export interface DenialResponse {
   end(body: string): unknown;
 }
 
-/** Answers a denial with its length, unless the response has started (or its client left). */
-export function respondDenial(res: DenialResponse, d: Deny, accept: string | undefined): void {
-  if (res.headersSent || res.destroyed) return;
+/**
+ * Answers a denial with its length, unless the response has started (or its client left); returns the
+ * body's length in bytes, or -1 when nothing was written.
+ */
+export function respondDenial(res: DenialResponse, d: Deny, accept: string | undefined): number {
+  if (res.headersSent || res.destroyed) return -1;
   const r = renderDenial(d, accept);
-  res.writeHead(r.status, [...r.headers.flat(), 'content-length', String(Buffer.byteLength(r.body))]);
+  const length = Buffer.byteLength(r.body);
+  res.writeHead(r.status, [...r.headers.flat(), 'content-length', String(length)]);
   res.end(r.body);
+  return length;
 }
 
-/** Writes a denial as a raw HTTP/1.1 response on a socket that asked to upgrade. */
-export function writeDenial(socket: Duplex, d: Deny, route: RouteRequest): void {
-  if (socket.destroyed) return;
+/** Writes a denial as a raw HTTP/1.1 response on a socket that asked to upgrade; returns its body's length, or -1 when nothing was written. */
+export function writeDenial(socket: Duplex, d: Deny, route: RouteRequest): number {
+  if (socket.destroyed) return -1;
   const r = renderDenial(d, route.headers.accept);
+  const length = Buffer.byteLength(r.body);
   let head = `HTTP/1.1 ${r.status} ${d.code}\r\n`;
   for (const [k, v] of r.headers) head += `${k}: ${v}\r\n`;
-  head += `content-length: ${Buffer.byteLength(r.body)}\r\nconnection: close\r\n\r\n`;
+  head += `content-length: ${length}\r\nconnection: close\r\n\r\n`;
   socket.end(head + r.body);
+  return length;
 }

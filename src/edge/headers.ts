@@ -67,3 +67,14 @@ export function headersToRemove(headers: HeaderMap, names: ReadonlySet<string>, 
   }
   return out;
 }
+
+/**
+ * The client's address as the door's caller reports it: the last `x-forwarded-for` entry (the one Envoy
+ * appends with `use_remote_address`, and nginx with `$proxy_add_x_forwarded_for`), else `peer`.
+ */
+export function forwardedClient(headers: HeaderMap, peer: string): string {
+  const xff = headers['x-forwarded-for'];
+  if (xff === undefined) return peer;
+  const last = xff.slice(xff.lastIndexOf(',') + 1).trim();
+  return last === '' ? peer : last;
+}

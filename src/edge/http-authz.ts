@@ -1,9 +1,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Exchange } from '../observability/exchange.js';
 import type { Decision, Deny } from '../domain/decide.js';
 import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
 import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
-import { headersToRemove, type DoorOptions } from './headers.js';
+import { forwardedClient, headersToRemove, type DoorOptions } from './headers.js';
 import { relayHeaders } from './relay/relay-headers.js';
 import { isDeny, originForm, singleHost } from './request-target.js';
 
@@ -62,6 +63,10 @@ export interface AuthzSink {
   /** Fires when the client goes away (a readiness wait then answers nothing). */
   signal(): AbortSignal;
   send(reply: AuthzReply): void;
+  /** The connection's peer address (Envoy or nginx). */
+  peer(): string;
+  /** The request's method. */
+  readonly method: string;
 }
 
 export interface HttpAuthz {
@@ -100,19 +105,29 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
   };
   const answerSink = (d: Decision, req: RouteRequest, to: AuthzSink): void => to.send(reply(d, req));
   const signalOf = (to: AuthzSink): AbortSignal => to.signal();
+  // A request refused before any decision (a malformed target): its record ends with that answer.
+  const refused = (x: Exchange | undefined, d: Deny, req: RouteRequest): void => x?.denied(d.status, d.code, Buffer.byteLength(renderDenial(d, req.headers.accept).body));
   return {
     handle(req, res) {
       const parsed = authzRoute(req.url ?? '/', req.headers as HeaderMap);
       const route = checkedRoute(singleHost(req.rawHeaders), parsed);
-      if (isDeny(route)) return answerResponse(route, parsed, res);
-      void decider.decideAndAnswer('http_authz', route, res, abortOnClose, answerResponse);
+      const x = decider.recorder?.begin('http_authz', { method: req.method ?? 'GET', target: parsed.path ?? '/', headers: parsed.headers, client: forwardedClient(parsed.headers, req.socket.remoteAddress ?? '') });
+      if (isDeny(route)) {
+        answerResponse(route, parsed, res);
+        return refused(x, route, parsed);
+      }
+      void decider.decideAndAnswer('http_authz', route, res, abortOnClose, answerResponse, x);
     },
     handleParsed(url, headers, to) {
       const parsed = authzRoute(url, headers);
       // The front takes no request with a repeated header: its Host is single.
       const route = checkedRoute(headers.host, parsed);
-      if (isDeny(route)) return answerSink(route, parsed, to);
-      void decider.decideAndAnswer('http_authz', route, to, signalOf, answerSink);
+      const x = decider.recorder?.begin('http_authz', { method: to.method, target: parsed.path ?? '/', headers, client: forwardedClient(headers, to.peer()) });
+      if (isDeny(route)) {
+        answerSink(route, parsed, to);
+        return refused(x, route, parsed);
+      }
+      void decider.decideAndAnswer('http_authz', route, to, signalOf, answerSink, x);
     },
   };
 }

@@ -19,10 +19,13 @@ import { Resumer } from '../edge/resume.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { CertificateStore } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
+import { AccessLog, accessLogTarget } from '../observability/access-log.js';
+import { ExchangeRecorder } from '../observability/exchange.js';
 import { GatewayMetrics } from '../observability/metrics.js';
 import type { SupervisorKeys } from '../sessions/supervisor-token.js';
 import { idleTimeoutFromConfig } from './activity.js';
 import { SandboxView } from '../view/sandbox-view.js';
+import { waitersPerNamespace } from '../view/waiters.js';
 
 /**
  * The gateway's core: the view, the drivers that feed it, the decider every door asks, and the
@@ -33,6 +36,10 @@ export interface Core {
   /** Clock (epoch ms). */
   readonly now: () => number;
   readonly view: SandboxView;
+  /** `--access-log`; undefined when off. */
+  readonly accessLog: AccessLog | undefined;
+  /** The doors' exchange records; undefined (none made at all) unless the access log is on. */
+  readonly recorder: ExchangeRecorder | undefined;
   /** What every door records traffic into (per sandbox and port). */
   readonly activity: ActivityRecorder;
   /** `--idle-timeout` in ms; 0 = off. */
@@ -80,13 +87,16 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
   const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, requirePepper(pepper), config.adminTeam);
   if (supervisorKeys === undefined) log.child({ part: 'sessions' }).warn('no supervisor secret configured (--supervisor-secret-file or SANDGATE_SUPERVISOR_SECRET): the supervisor endpoint is off');
 
+  const accessLogTo = accessLogTarget(config.accessLog);
+  const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
+  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
   const now = opts.now ?? Date.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
     tombstoneTtlMs: config.tombstoneTtlMs,
-    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal },
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: waitersPerNamespace(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
@@ -120,6 +130,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
       envdPort: config.envdPort,
     },
     resumer,
+    recorder,
     activity,
   });
   view.onIdRefused((r) => {
@@ -130,6 +141,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
   for (const d of drivers) view.registerDriver(d.id);
   return {
     now,
+    accessLog,
+    recorder,
     view,
     activity,
     idleTimeoutMs,
@@ -156,6 +169,16 @@ function resumeVia(drivers: readonly Driver[], driverId: string, namespace: stri
   const d = drivers.find((x) => x.id === driverId);
   if (d?.resume === undefined) return Promise.reject(new Error(`driver ${driverId} cannot resume sandboxes`));
   return d.resume(namespace, name);
+}
+
+/** First to start and last to stop: every listener has closed before the access log's last flush. */
+export async function startAccessLog(life: Lifecycle, accessLog: AccessLog | undefined): Promise<void> {
+  if (accessLog === undefined) return;
+  await life.start(
+    'access log',
+    () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
+    () => accessLog.close(),
+  );
 }
 
 /** Watches the certificate files from the start; the pairs were loaded (and checked) with the configuration. */

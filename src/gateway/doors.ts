@@ -52,7 +52,7 @@ export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: 
   const host = config.listenHost;
   const relay = new RelayListener(
     streams,
-    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay') },
+    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay'), recorder: core.recorder },
     log.child({ part: 'relay' }),
   );
   const port = await startListener(life, '--relay-port', { host, port: config.relayPort }, () => relay.start(), (_, ms) => relay.close(ms));

@@ -11,12 +11,19 @@ export interface WaiterLimits {
   readonly perSandbox: number;
   /** Waiters allowed across all sandboxes at once. */
   readonly total: number;
+  /**
+   * Waiters allowed for the sandboxes of one namespace (one tenant) at once, so that one tenant's flood
+   * of waits leaves the others theirs; undefined = no bound of its own (the total bounds it).
+   */
+  readonly perNamespace?: number | undefined;
 }
 
 type Release = (outcome: WaitOutcome) => void;
 
 export class ChangeWaiters {
   private readonly byKey = new Map<string, Set<Release>>();
+  /** Waiters per namespace, when that is bounded. */
+  private readonly byNamespace = new Map<string, number>();
   private count = 0;
   private closed = false;
 
@@ -26,13 +33,23 @@ export class ChangeWaiters {
     return this.count;
   }
 
-  /** Resolves when `key` changes, or with why it did not. Resolves `busy` at once when a limit is reached. */
+  /**
+   * Resolves when `key` (`<namespace>/<name>`, domain/sandbox.ts's sandboxKey) changes, or with why it did
+   * not. Resolves `busy` at once when a limit is reached.
+   */
   wait(key: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitOutcome> {
     if (this.closed) return Promise.resolve('closed');
     if (signal?.aborted) return Promise.resolve('aborted');
     let set = this.byKey.get(key);
     if (this.count >= this.limits.total || (set !== undefined && set.size >= this.limits.perSandbox)) {
       return Promise.resolve('busy');
+    }
+    const perNamespace = this.limits.perNamespace;
+    const namespace = perNamespace === undefined ? undefined : key.slice(0, key.indexOf('/'));
+    if (namespace !== undefined) {
+      const n = this.byNamespace.get(namespace) ?? 0;
+      if (n >= perNamespace!) return Promise.resolve('busy');
+      this.byNamespace.set(namespace, n + 1);
     }
     if (set === undefined) {
       set = new Set();
@@ -44,6 +61,11 @@ export class ChangeWaiters {
       const release: Release = (outcome) => {
         if (!waiters.delete(release)) return;
         this.count--;
+        if (namespace !== undefined) {
+          const n = this.byNamespace.get(namespace)! - 1;
+          if (n === 0) this.byNamespace.delete(namespace);
+          else this.byNamespace.set(namespace, n);
+        }
         if (waiters.size === 0 && this.byKey.get(key) === waiters) this.byKey.delete(key);
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
@@ -71,4 +93,9 @@ export class ChangeWaiters {
     this.closed = true;
     for (const set of [...this.byKey.values()]) for (const release of [...set]) release('closed');
   }
+}
+
+/** `--waiters-per-namespace` as configured: -1 is a quarter of the total (docs/configuration.md). */
+export function waitersPerNamespace(configured: number, total: number): number {
+  return configured < 0 ? Math.ceil(total / 4) : configured;
 }

@@ -8,6 +8,7 @@ import { Decider } from '../../src/edge/decider.js';
 import { EmbeddedProxy, type ProxyOptions } from '../../src/edge/proxy/http-proxy.js';
 import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { RelayListener } from '../../src/edge/relay/relay-listener.js';
+import type { ExchangeRecorder } from '../../src/observability/exchange.js';
 import { GatewayMetrics } from '../../src/observability/metrics.js';
 import { MemoryPresence } from '../../src/sessions/presence/memory-presence.js';
 import type { PresenceRecord, PresenceStore } from '../../src/sessions/presence/presence-store.js';
@@ -60,6 +61,8 @@ export interface StackOptions {
   readonly readinessWaitMs?: number;
   /** The supervisor endpoint's frame limit (default 1 MiB). */
   readonly maxFrameBytes?: number;
+  /** Exchange records (access log, tracing) for the decider and the relay listener. */
+  readonly recorder?: ExchangeRecorder;
 }
 
 export interface RelayStack {
@@ -83,12 +86,12 @@ function presenceOf(r: PresenceRecord | undefined) {
 export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
   const log = pino({ level: 'silent' });
   const view = new SandboxView({ waiters: { perSandbox: 100, total: 1000 } });
-  const decider = new Decider({ view, route: ROUTE, readinessWaitMs: o.readinessWaitMs ?? 2000, metrics: new GatewayMetrics(view, false), log });
+  const decider = new Decider({ view, route: ROUTE, readinessWaitMs: o.readinessWaitMs ?? 2000, metrics: new GatewayMetrics(view, false), log, recorder: o.recorder });
   const started: { supervisors?: SupervisorServer } = {};
   // The listener starts first so its address can go into the gateway lease; it reaches the sessions once they have started.
   const listener = new RelayListener(
     { openRelayStream: (ns, name, port, signal) => started.supervisors!.openRelayStream(ns, name, port, signal) },
-    { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000 },
+    { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000, recorder: o.recorder },
     log,
   );
   const relayAddress = `127.0.0.1:${await listener.start()}`;

@@ -22,6 +22,7 @@ interface HeaderValueOption {
 
 interface CheckRequest {
   attributes?: {
+    source?: { address?: { socket_address?: { address?: string; port_value?: number } } };
     request?: {
       http?: {
         headers?: Record<string, string>;
@@ -84,10 +85,18 @@ export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger):
     let req: RouteRequest | undefined;
     try {
       req = checkRequestToRoute(call.request);
-      void decider.decideAndAnswer('ext_authz', req, call, callSignal, answer);
+      const x = decider.recorder?.begin('ext_authz', { method: call.request.attributes?.request?.http?.method ?? '', target: req.path ?? '/', headers: req.headers, client: sourceAddress(call.request) });
+      void decider.decideAndAnswer('ext_authz', req, call, callSignal, answer, x);
     } catch (err) {
       log.error({ err }, 'ext_authz Check failed');
       call.end(deniedResponse(deny('internal_error'), req?.headers.accept));
     }
   };
+}
+
+/** The downstream client's `address:port`, as Envoy reports it in `attributes.source`. */
+function sourceAddress(req: CheckRequest): string {
+  const a = req.attributes?.source?.address?.socket_address;
+  if (a?.address === undefined) return '';
+  return a.port_value === undefined ? a.address : `${a.address}:${a.port_value}`;
 }

@@ -4,7 +4,7 @@ import { callSignal, type BidiHandler, type ServerCall } from '../../lib/grpc-h2
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { addHeader, headersToRemove, type DoorOptions } from '../headers.js';
+import { addHeader, forwardedClient, headersToRemove, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
@@ -102,7 +102,8 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger)
       let req: RouteRequest | undefined;
       try {
         req = headersToRoute(msg.request_headers?.headers?.headers);
-        return decider.decideAndAnswer('ext_proc', req, call, callSignal, answer);
+        const x = decider.recorder?.begin('ext_proc', { method: req.headers[':method'] ?? '', target: req.path ?? '/', headers: req.headers, client: forwardedClient(req.headers, '') });
+        return decider.decideAndAnswer('ext_proc', req, call, callSignal, answer, x);
       } catch (err) {
         log.error({ err }, 'ext_proc request_headers failed');
         call.write(denyMessage(deny('internal_error'), req?.headers.accept));

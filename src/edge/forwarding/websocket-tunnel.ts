@@ -86,6 +86,8 @@ export function spliceUpgrade(
   idleTimeoutMs: number,
   fail: (err: unknown) => void,
   activity?: () => void,
+  /** Told the upstream's answer status (the exchange record's, when one is kept). */
+  seen?: (status: number) => void,
 ): void {
   const ac = new AbortController();
   const gone = (): void => ac.abort();
@@ -112,6 +114,7 @@ export function spliceUpgrade(
       client.once('close', () => up.destroy());
       readAnswerHead(up, (answer, rest) => {
         if (answer === undefined) return void up.destroy(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
+        seen?.(answer.status);
         if (answer.status === 101) {
           client.write(Buffer.concat([answer.bytes, rest]));
           if (head.length > 0) up.write(head);

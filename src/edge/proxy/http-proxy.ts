@@ -13,13 +13,14 @@ import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { respondDenial, writeDenial } from '../denial.js';
-import { exchange, relayDenial, type ExchangeOptions } from '../relay/relay-exchange.js';
+import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
 import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js';
-import { UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
+import { RecordedUpstreamExchange, UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
+import type { Exchange } from '../../observability/exchange.js';
 import { dropSet, forwardRequestHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
 import { spliceUpgrade, tcpConnect, upgradeHeaders, withoutOrigin, type Connect } from '../forwarding/websocket-tunnel.js';
 import { sandboxKey } from '../../domain/sandbox.js';
@@ -94,6 +95,8 @@ interface SecureListener {
 const H2_LIMITS = { maxConcurrentStreams: 128, maxHeaderListSize: 16 * 1024 };
 
 /** `OPTIONS *` asks about the server itself: the proxy is not the sandbox's server, and forwards none. */
+const TRACEPARENT = 'traceparent';
+
 const ASTERISK = deny('invalid_route', 'The embedded proxy forwards no asterisk-form request (OPTIONS *)');
 /** A CONNECT stream that is not a WebSocket (RFC 8441) asks for a tunnel: no sandgate listener offers one. */
 const H2_CONNECT = deny('method_not_allowed', 'CONNECT is not supported: sandgate opens no tunnels (WebSockets: extended CONNECT with :protocol websocket)');
@@ -120,7 +123,9 @@ export class EmbeddedProxy implements ExchangeOwner {
   ) {
     // A client's copies of the relay headers never travel on: a relay hop gets the gateway's own.
     this.connections = new ConnectionLimit(opts.maxConnectionsPerSandbox ?? 0);
-    this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER] });
+    // With tracing on, the sandbox gets the proxy's own `traceparent` (its span's), never the client's.
+    const traced = decider.recorder?.tracer !== undefined ? [TRACEPARENT] : [];
+    this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, ...traced] });
     this.agent = new Agent({
       connect: { timeout: opts.connectTimeoutMs, noDelay: true },
       headersTimeout: opts.headersTimeoutMs,
@@ -191,8 +196,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   /** Decides, waiting through a readiness gap while the client is still there. */
-  private decideFor(route: RouteRequest, gone: { once(event: 'close', fn: () => void): unknown }, then: (d: Decision) => void): void {
-    void this.decider.decideAndAnswer('proxy', route, gone, abortOnClose, then);
+  private decideFor(route: RouteRequest, gone: { once(event: 'close', fn: () => void): unknown }, then: (d: Decision) => void, x?: Exchange): void {
+    void this.decider.decideAndAnswer('proxy', route, gone, abortOnClose, then, x);
   }
 
   /** Every request, whichever listener and front read it: a throw in its handling ends it alone. */
@@ -201,19 +206,21 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   private handle(req: ClientRequest, res: ClientResponse): void {
+    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
     const t = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(t)) return this.refuse(res, t, this.route(req));
-    if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req));
+    if (isDeny(t)) return this.refuse(res, t, this.route(req), x);
+    if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req), x);
     const route = this.route(req, t);
     // The answer may come after a readiness wait, outside the guarded call.
     this.decideFor(
       route,
       res,
       this.guard.bind(req, res, (d: Decision) => {
-        if (!d.allow) return this.refuse(res, d, route);
-        if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
-        this.forward(req, res, d, route);
+        if (!d.allow) return this.refuse(res, d, route, x);
+        if (!this.connections.acquire(d.entry.key)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route, x);
+        this.forward(req, res, d, route, x);
       }),
+      x,
     );
   }
 
@@ -230,27 +237,31 @@ export class EmbeddedProxy implements ExchangeOwner {
     closes.on('close', () => this.connections.release(d.entry.key));
   }
 
-  private refuse(res: ClientResponse, d: Deny, route: RouteRequest): void {
-    respondDenial(res, this.decider.answer(route, d), route.headers.accept);
+  private refuse(res: ClientResponse, d: Deny, route: RouteRequest, x?: Exchange): void {
+    const a = this.decider.answer(route, d);
+    const bytes = respondDenial(res, a, route.headers.accept);
+    x?.denied(a.status, a.code, bytes);
   }
 
   /** Carries an allowed request whose connection slot is taken: the exchange, or the relay path, gives it back on close. */
-  private forward(req: ClientRequest, res: ClientResponse, d: Allow, route: RouteRequest): void {
+  private forward(req: ClientRequest, res: ClientResponse, d: Allow, route: RouteRequest, x: Exchange | undefined): void {
     const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
-    if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route);
+    if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route, x);
     const local = this.localRelay(d);
     if (local !== undefined) this.releaseOnClose(d, res);
-    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route);
+    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route, x);
     if (local !== undefined) {
-      return exchange(req, res, path, headers, local, this.relayExchange, (err) => {
+      if (x !== undefined) injectTraceparent(headers, x, relayStreamHost(d.entry.namespace, d.entry.name, d.target.port));
+      const fail = (err: unknown): void => {
         this.log.debug({ err, sandbox: sandboxKey(d.entry.namespace, d.entry.name) }, 'relay failed before the response');
-        this.refuse(res, relayDenial(err, d.entry), route);
-      });
+        this.refuse(res, relayDenial(err, d.entry), route, x);
+      };
+      return exchange(req, res, path, headers, local, this.relayExchange, fail, x);
     }
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    this.send(req, res, d, path, headers, 'peer_gateway', route);
+    this.send(req, res, d, path, headers, 'peer_gateway', route, x);
   }
 
   /**
@@ -267,17 +278,20 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
-  private send(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest): void {
-    this.agent.dispatch(
-      { origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body },
-      new UpstreamExchange(this, req, res, d, route, hop),
-    );
+  private send(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest, x: Exchange | undefined): void {
+    let handler: UpstreamExchange;
+    if (x === undefined) handler = new UpstreamExchange(this, req, res, d, route, hop);
+    else {
+      injectTraceparent(headers, x, d.upstream);
+      handler = new RecordedUpstreamExchange(this, req, res, d, route, hop, x);
+    }
+    this.agent.dispatch({ origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body }, handler);
   }
 
   upstreamFailed(x: UpstreamExchange, err: Error): void {
     const code = forwardFailure(x.hop, err);
     this.log.debug({ err, upstream: x.decision.upstream, code }, 'upstream failed before the response');
-    this.refuse(x.res, deny(code, undefined, x.decision.entry), x.route);
+    this.refuse(x.res, deny(code, undefined, x.decision.entry), x.route, x instanceof RecordedUpstreamExchange ? x.record : undefined);
   }
 
   closed(x: UpstreamExchange): void {
@@ -296,28 +310,36 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer, secure?: boolean): void {
     socket.on('error', () => socket.destroy());
+    const x = this.decider.recorder?.begin('proxy', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as ClientRequest['headers'], client: socket.remoteAddress ?? '' });
+    const refuse = x === undefined ? writeDenial : (s: Socket, d: Deny, r: RouteRequest): void => x.denied(d.status, d.code, writeDenial(s, d, r));
     const t = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(t)) return writeDenial(socket, t, this.route(req));
+    if (isDeny(t)) return void refuse(socket, t, this.route(req));
     const route = this.route(req, t);
-    this.decideFor(route, socket, this.guard.bindUpgrade(req, socket, (d: Decision) => {
+    const then = (d: Decision): void => {
       if (socket.destroyed) return;
-      if (!d.allow) return writeDenial(socket, d, route);
-      if (!this.take(d, socket)) return writeDenial(socket, deny('too_many_connections', undefined, d.entry, 1), route);
+      if (!d.allow) return void refuse(socket, d, route);
+      if (!this.take(d, socket)) return void refuse(socket, deny('too_many_connections', undefined, d.entry, 1), route);
       const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
       const activity = this.tunnelActivity(d);
+      const local = d.relay ? this.localRelay(d) : undefined;
+      if (local === 'unreachable') return void refuse(socket, deny('sandbox_unreachable', undefined, d.entry), route);
+      if (x !== undefined) {
+        injectTraceparent(headers, x, local !== undefined ? relayStreamHost(d.entry.namespace, d.entry.name, d.target.port) : d.upstream);
+        x.endsWithTunnel(socket);
+      }
+      const seen = x === undefined ? undefined : (status: number) => x.answered(status);
       if (!d.relay) {
         const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route), activity);
+        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => refuse(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route), activity, seen);
       }
-      const local = this.localRelay(d);
-      if (local === 'unreachable') return writeDenial(socket, deny('sandbox_unreachable', undefined, d.entry), route);
-      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => writeDenial(socket, relayDenial(err, d.entry), route), activity);
+      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => refuse(socket, relayDenial(err, d.entry), route), activity, seen);
       for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
       const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => writeDenial(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route), activity);
-    }));
+      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => refuse(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route), activity, seen);
+    };
+    this.decideFor(route, socket, this.guard.bindUpgrade(req, socket, then), x);
   }
 
   /** An HTTP/2 stream on the TLS port: a request like any other, or a WebSocket (extended CONNECT). */
@@ -354,4 +376,10 @@ export class EmbeddedProxy implements ExchangeOwner {
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
     return { open: tcpConnect(d.upstream, this.opts.connectTimeoutMs), denial: (err) => deny(forwardFailure('peer_gateway', err), undefined, d.entry) };
   }
+}
+
+/** The request leaves for `host`: with tracing on, it carries the upstream span's `traceparent`. */
+function injectTraceparent(headers: string[], x: Exchange, host: string): void {
+  const traceparent = x.upstreamStarted(host);
+  if (traceparent !== undefined) headers.push(TRACEPARENT, traceparent);
 }

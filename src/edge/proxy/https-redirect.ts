@@ -30,7 +30,8 @@ export function httpsRedirect(httpsPort: () => number): (req: IncomingMessage, r
     const location = typeof host === 'object' && isDeny(host) ? undefined : redirectLocation(host, req.url, httpsPort());
     if (location === undefined) {
       const d = deny('invalid_route', 'This port only redirects to HTTPS: the request needs one Host header and an origin-form target');
-      return respondDenial(res, d, req.headers.accept);
+      respondDenial(res, d, req.headers.accept);
+      return;
     }
     res.writeHead(308, ['location', location, 'content-length', '0']).end();
   };

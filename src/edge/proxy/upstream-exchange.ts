@@ -4,6 +4,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
 import type { ForwardHop } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
+import type { Exchange } from '../../observability/exchange.js';
 import { InvalidUpstreamResponse, isFinalStatus, isInterimStatus } from '../forwarding/upstream-answer.js';
 
 /**
@@ -104,4 +105,32 @@ function isEventStream(headers: readonly string[]): boolean {
     if (headers[i]!.length === 12 && headers[i]!.toLowerCase() === 'content-type') return headers[i + 1]!.startsWith('text/event-stream');
   }
   return false;
+}
+
+/**
+ * An exchange that also fills in its exchange record (observability/exchange.ts): the request body's
+ * bytes as undici sends them, the response's status, head time and body bytes, and the end when the
+ * client's response closes. Used only when the access log or tracing is on; otherwise the proxy makes
+ * the plain exchange above and pays nothing for this.
+ */
+export class RecordedUpstreamExchange extends UpstreamExchange {
+  constructor(owner: ExchangeOwner, req: ClientRequest, res: ClientResponse, decision: Allow, route: RouteRequest, hop: ForwardHop, readonly record: Exchange) {
+    super(owner, req, res, decision, route, hop);
+    res.on('close', () => record.responseClosed(res));
+  }
+
+  onBodySent(chunk: Buffer): void {
+    this.record.bytesIn += chunk.length;
+  }
+
+  override onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
+    const go = super.onHeaders(statusCode, raw, resume);
+    if (statusCode >= 200) this.record.answered(statusCode);
+    return go;
+  }
+
+  override onData(chunk: Buffer): boolean {
+    this.record.bytesOut += chunk.length;
+    return super.onData(chunk);
+  }
 }

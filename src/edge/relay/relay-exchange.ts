@@ -8,6 +8,7 @@ import { forwardFailure } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
 import { InvalidUpstreamResponse, isFinalStatus } from '../forwarding/upstream-answer.js';
 import type { Connect, Pipe } from '../forwarding/websocket-tunnel.js';
+import type { Exchange } from '../../observability/exchange.js';
 
 /**
  * One HTTP/1.1 request carried over a relay stream: Node's HTTP client writes the request onto the
@@ -31,6 +32,11 @@ export function relayDenial(err: unknown, entry?: RouteEntry): Deny {
   return deny(code, undefined, entry, code === 'relay_busy' ? 1 : undefined);
 }
 
+/** `upstream_host` in the exchange record of a request carried over a relay stream of this gateway's session. */
+export function relayStreamHost(namespace: string, name: string, port: number): string {
+  return `relay:${namespace}/${name}:${port}`;
+}
+
 function timeoutError(message: string): Error {
   return Object.assign(new Error(message), { code: 'ETIMEDOUT' });
 }
@@ -44,7 +50,7 @@ function timeoutError(message: string): Error {
  * response rather than a silently short one. A client that leaves aborts the stream (RESET), which the
  * supervisor turns into a TCP reset toward the sandbox.
  */
-export function exchange(req: ClientRequest, res: ClientResponse, path: string, headers: readonly string[], open: Connect, o: ExchangeOptions, fail: (err: unknown) => void): void {
+export function exchange(req: ClientRequest, res: ClientResponse, path: string, headers: readonly string[], open: Connect, o: ExchangeOptions, fail: (err: unknown) => void, x?: Exchange): void {
   const ac = new AbortController();
   const guard = o.guard;
   let headTimer: NodeJS.Timeout | undefined;
@@ -81,6 +87,7 @@ export function exchange(req: ClientRequest, res: ClientResponse, path: string, 
     creq.destroy();
     if (!res.destroyed) fail(err);
   };
+  if (x !== undefined) res.once('close', () => x.responseClosed(res));
   res.once('close', () => {
     if (res.writableFinished) return;
     ac.abort();
@@ -119,6 +126,10 @@ export function exchange(req: ClientRequest, res: ClientResponse, path: string, 
       }
       // Server-Sent Events: send the head now, do not wait for the first event.
       if (ures.headers['content-type']?.startsWith('text/event-stream') === true) res.flushHeaders();
+      if (x !== undefined) {
+        x.answered(status);
+        ures.on('data', (chunk: Buffer) => (x.bytesOut += chunk.length));
+      }
       ures.on(
         'data',
         guard.bind(req, res, (chunk: Buffer) => {
@@ -133,6 +144,10 @@ export function exchange(req: ClientRequest, res: ClientResponse, path: string, 
       });
     }),
   );
-  if (req.body !== null) req.body.pipe(creq);
-  else creq.end();
+  if (req.body === null) creq.end();
+  else {
+    req.body.pipe(creq);
+    // Counted behind pipe(), which already reads the body: a listener added first would start the flow early.
+    if (x !== undefined) req.body.on('data', (chunk: Buffer) => (x.bytesIn += chunk.length));
+  }
 }

@@ -11,9 +11,10 @@ import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.
 import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 import { isDeny, requestTarget } from '../request-target.js';
-import { exchange, relayDenial, type ExchangeOptions } from './relay-exchange.js';
+import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from './relay-exchange.js';
 import { fromNodeHttp } from '../forwarding/client-side.js';
 import type { RelayCredentials } from './relay-credential.js';
+import type { Exchange, ExchangeRecorder } from '../../observability/exchange.js';
 import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
 
 /**
@@ -39,14 +40,19 @@ export interface RelayListenerOptions {
   readonly idleTimeoutMs: number;
   /** Counts faults in the listener's handlers (sandgate_http_handler_errors_total{listener="relay"}). */
   readonly handlerErrors?: { inc(): void };
+  /** Exchange records for the access log and tracing; absent when both are off. */
+  readonly recorder?: ExchangeRecorder | undefined;
 }
 
 const DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
+/** With tracing on, the sandbox gets this listener's own `traceparent`, never the caller's. */
+const DROP_TRACED: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'traceparent']);
 const UNAUTHORIZED_MESSAGE = 'The relay listener accepts only requests from this deployment\'s gateways and Envoy';
 const EXPIRED_MESSAGE = 'The relay credential has expired: decide again';
 
 export class RelayListener {
   private readonly server: Server;
+  private readonly drop: ReadonlySet<string>;
   private readonly exchangeOptions: ExchangeOptions;
   port = 0;
 
@@ -55,6 +61,7 @@ export class RelayListener {
     private readonly opts: RelayListenerOptions,
     private readonly log: Logger,
   ) {
+    this.drop = opts.recorder?.tracer !== undefined ? DROP_TRACED : DROP;
     const guard = new RequestGuard('relay', log, opts.handlerErrors);
     this.exchangeOptions = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard };
     this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard);
@@ -82,28 +89,58 @@ export class RelayListener {
   }
 
   private request(req: IncomingMessage, res: ServerResponse): void {
+    const x = this.begin(req);
+    const refuse = (d: Deny): void => {
+      const bytes = respondDenial(res, d, req.headers.accept);
+      x?.denied(d.status, d.code, bytes);
+    };
     const rt = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(rt)) return respondDenial(res, rt, req.headers.accept);
+    if (isDeny(rt)) return refuse(rt);
     const t = this.admit(req);
-    if ('allow' in t) return respondDenial(res, t, req.headers.accept);
-    const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX);
-    exchange(fromNodeHttp(req), res, rt.path, headers, (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal), this.exchangeOptions, (err) => {
+    if ('allow' in t) return refuse(t);
+    const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX);
+    if (x !== undefined) toTarget(x, t, headers);
+    const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
+    const fail = (err: unknown): void => {
       this.log.debug({ err, target: t }, 'relay failed before the response');
-      respondDenial(res, relayDenial(err), req.headers.accept);
-    });
+      refuse(relayDenial(err));
+    };
+    exchange(fromNodeHttp(req), res, rt.path, headers, open, this.exchangeOptions, fail, x);
   }
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     socket.on('error', () => socket.destroy());
+    const x = this.begin(req);
     const route: RouteRequest = { headers: req.headers as RouteRequest['headers'], host: req.headers.host, path: req.url };
+    const refuse = (d: Deny): void => {
+      const bytes = writeDenial(socket, d, route);
+      x?.denied(d.status, d.code, bytes);
+    };
     const rt = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(rt)) return writeDenial(socket, rt, route);
+    if (isDeny(rt)) return refuse(rt);
     const t = this.admit(req);
-    if ('allow' in t) return writeDenial(socket, t, route);
-    const headers = filterRequestHeaders(req.rawHeaders, DROP, GATEWAY_HEADER_PREFIX, KEEP_ON_UPGRADE);
+    if ('allow' in t) return refuse(t);
+    const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX, KEEP_ON_UPGRADE);
+    if (x !== undefined) {
+      toTarget(x, t, headers);
+      x.endsWithTunnel(socket);
+    }
     const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
-    spliceUpgrade(req, socket, head, rt.path, headers, open, this.opts.idleTimeoutMs, (err) => writeDenial(socket, relayDenial(err), route));
+    spliceUpgrade(req, socket, head, rt.path, headers, open, this.opts.idleTimeoutMs, (err) => refuse(relayDenial(err)), undefined, x === undefined ? undefined : (status) => x.answered(status));
   }
+
+  private begin(req: IncomingMessage): Exchange | undefined {
+    return this.opts.recorder?.begin('relay', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as Record<string, string | undefined>, client: req.socket.remoteAddress ?? '' });
+  }
+}
+
+/** The record of an admitted relay request: its target, and the stream it leaves on (with its `traceparent`). */
+function toTarget(x: Exchange, t: RelayTarget, headers: string[]): void {
+  x.namespace = t.namespace;
+  x.name = t.name;
+  x.port = t.port;
+  const traceparent = x.upstreamStarted(relayStreamHost(t.namespace, t.name, t.port));
+  if (traceparent !== undefined) headers.push('traceparent', traceparent);
 }
 
 function singleValue(v: string | string[] | undefined): string | undefined {
