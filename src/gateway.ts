@@ -80,7 +80,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const streams = new SessionStreams();
   try {
     await startAccessLog(life, core.accessLog);
-    await startCertificates(life, core.certificates);
+    await startCertificates(life, core.certificateStores);
     // Listeners first, so they close last.
     const relay = await startRelayDoor(life, config, core, streams, log);
     const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }), { relay: relay.address });

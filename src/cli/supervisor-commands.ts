@@ -1,3 +1,4 @@
+import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { resolveConfig } from '../config/load.js';
@@ -76,17 +77,34 @@ export function readTokenFile(path: string): string {
   return token;
 }
 
-const SUPERVISOR_USAGE = 'usage: sandgate supervisor --gateway ws://HOST:PORT (--token T | --token-file FILE) [--instance-id ID] [--relay-ports 8000,49983]';
+/** Reads `--ca-file`: PEM certificates, checked here so a typo fails at start, not at every connection. */
+function readCaFile(path: string): Buffer {
+  let pem: Buffer;
+  try {
+    pem = readFileSync(path);
+  } catch (err) {
+    throw new SandgateError('config_invalid', `cannot read --ca-file ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  try {
+    new X509Certificate(pem);
+  } catch (err) {
+    throw new SandgateError('config_invalid', `--ca-file ${path} holds no PEM certificate`, { cause: err });
+  }
+  return pem;
+}
+
+const SUPERVISOR_USAGE = 'usage: sandgate supervisor --gateway ws://HOST:PORT|wss://HOST:PORT (--token T | --token-file FILE) [--ca-file CA.pem] [--instance-id ID] [--relay-ports 8000,49983]';
 
 /**
  * `sandgate supervisor --gateway ws://HOST:PORT[,ws://…] --token T | --token-file FILE`: the reference
  * supervisor, until SIGTERM. With `--token-file` the file is re-read for every connection, ahead of the
  * token's expiry and on SIGHUP (whatever rotates the file may signal), and a newer token is sent over the
  * session (a `refresh` frame), so the session outlives any one token; with `--token` the session ends
- * when the token expires.
+ * when the token expires. `--ca-file` names the CA a `wss://` gateway's certificate must chain to (a
+ * private CA; default the system's).
  */
 export async function supervisorCommand(argv: readonly string[]): Promise<number> {
-  const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--token-file', '--instance-id', '--relay-ports']);
+  const { own, rest } = takeFlags(argv, ['--gateway', '--token', '--token-file', '--instance-id', '--relay-ports', '--ca-file']);
   if (rest.length > 0) throw new SandgateError('config_invalid', `unknown argument ${rest[0]}; ${SUPERVISOR_USAGE}`);
   let allowPorts: number[] | undefined;
   if (own['relay-ports'] !== undefined) {
@@ -98,6 +116,7 @@ export async function supervisorCommand(argv: readonly string[]): Promise<number
   const token = tokenFile !== undefined ? readTokenFile(tokenFile) : (own.token ?? process.env.SANDGATE_SUPERVISOR_TOKEN);
   if (own.gateway === undefined || token === undefined) throw new SandgateError('config_invalid', `${SUPERVISOR_USAGE} (or SANDGATE_SUPERVISOR_TOKEN / SANDGATE_SUPERVISOR_TOKEN_FILE)`);
   const { namespace, name } = tokenSubject(token);
+  const ca = own['ca-file'] === undefined ? undefined : readCaFile(own['ca-file']);
   const gateways = own.gateway.split(',').map((g) => g.trim()).filter((g) => g !== '');
   const client = new SupervisorClient({
     gateway: gateways,
@@ -107,6 +126,7 @@ export async function supervisorCommand(argv: readonly string[]): Promise<number
     name,
     instanceId: own['instance-id'] ?? `${hostname()}-${process.pid}`,
     relay: { allowPorts },
+    ca,
   });
   const log = (msg: string, extra: object) => console.log(JSON.stringify({ time: new Date().toISOString(), sandbox: sandboxKey(namespace, name), msg, ...extra }));
   client.on('accepted', (e) => log('accepted', e));

@@ -109,3 +109,16 @@ export function certificateStoreFromConfig(c: Config, onReload: (e: ReloadEvent)
   }
   return new CertificateStore(single ? { certFile: c.tlsCertFile, keyFile: c.tlsKeyFile } : { dir: c.tlsDir }, { onReload });
 }
+
+/**
+ * The supervisor endpoint's certificates: its own pair (`--supervisor-tls-cert-file` + `-key-file`), else
+ * the shared store when `--supervisor-tls` asks for TLS; undefined for plain `ws://`.
+ */
+export function supervisorCertificatesFromConfig(c: Config, shared: CertificateStore | undefined, onReload: (e: ReloadEvent) => void): CertificateStore | undefined {
+  const own = c.supervisorTlsCertFile !== '' || c.supervisorTlsKeyFile !== '';
+  if (own && (c.supervisorTlsCertFile === '' || c.supervisorTlsKeyFile === '')) throw new SandgateError('config_invalid', '--supervisor-tls-cert-file and --supervisor-tls-key-file go together');
+  if (own) return new CertificateStore({ certFile: c.supervisorTlsCertFile, keyFile: c.supervisorTlsKeyFile }, { onReload });
+  if (!c.supervisorTls) return undefined;
+  if (shared === undefined) throw new SandgateError('config_invalid', '--supervisor-tls needs certificates: set --tls-cert-file and --tls-key-file (or --tls-dir), or --supervisor-tls-cert-file and --supervisor-tls-key-file');
+  return shared;
+}

@@ -162,6 +162,13 @@ export const SCHEMA = {
     description:
       'File with the supervisor token secret, or YAML `keys: [{kid, secret}, …]` for rotation (the first signs, all verify). Re-read every heartbeat interval: sessions whose token a removed key signed are closed (4441).',
   },
+  supervisorTls: {
+    kind: 'bool',
+    default: false,
+    description: 'Serve the supervisor endpoint over TLS (`wss://`) with the pairs of `--tls-cert-file`/`--tls-dir`, or those of `--supervisor-tls-cert-file` (which turns it on by itself).',
+  },
+  supervisorTlsCertFile: { kind: 'string', default: '', description: 'PEM certificate chain of the supervisor endpoint, when it is not the proxy\'s; with `--supervisor-tls-key-file`. Re-read when it changes.' },
+  supervisorTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--supervisor-tls-cert-file`.' },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
     kind: 'int',

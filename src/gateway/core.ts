@@ -2,7 +2,7 @@ import { createHmac } from 'node:crypto';
 import type { ApiAuth } from '../api/api-access.js';
 import type { SandboxWatch } from '../api/sandbox-watch.js';
 import { ApiKeyAuth, type ApiKeyStore } from '../auth/api-keys.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, driversFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from '../config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, driversFromConfig, supervisorCertificatesFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from '../config/secrets.js';
 import { startFailed } from '../config/start-errors.js';
@@ -17,7 +17,7 @@ import { resolveRelayAddress } from '../edge/relay/relay-config.js';
 import { RelayCredentials } from '../edge/relay/relay-credential.js';
 import { Resumer } from '../edge/resume.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
-import type { CertificateStore } from '../lib/tls/certificate-store.js';
+import type { CertificateStore, ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
 import { AccessLog, accessLogTarget } from '../observability/access-log.js';
 import { ExchangeRecorder } from '../observability/exchange.js';
@@ -58,8 +58,10 @@ export interface Core {
   readonly keyStore: ApiKeyStore | undefined;
   /** How the operator API sees principals: the same keys and policy as the doors (docs/tenancy.md). */
   readonly apiAuth: ApiAuth | undefined;
-  /** The one certificate store every TLS listener uses; undefined without certificates. */
-  readonly certificates: CertificateStore | undefined;
+  /** Every certificate store once (the supervisor endpoint may share the proxy's). */
+  readonly certificateStores: readonly CertificateStore[];
+  /** The supervisor endpoint's certificates; undefined when it speaks plain WebSocket. */
+  readonly supervisorCertificates: CertificateStore | undefined;
   /** The proxy's TLS listener; undefined without `--proxy-tls-port` (or without the proxy). */
   readonly proxyTls: { readonly port: number; readonly store: CertificateStore } | undefined;
 }
@@ -103,11 +105,13 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const tlsLog = log.child({ part: 'tls' });
-  const certificates = certificateStoreFromConfig(config, (e) => {
+  const onTlsReload = (e: ReloadEvent): void => {
     metrics.tlsReloads.labels(e.result).inc();
     if (e.result === 'failed') tlsLog.warn({ err: e.error, source: e.source, code: 'tls_certificate_invalid' }, `TLS certificate ${e.source} not loaded; the last good pair keeps serving: ${e.error?.message ?? ''}`);
     else tlsLog.info({ source: e.source }, `TLS certificate ${e.source} ${e.result}`);
-  });
+  };
+  const certificates = certificateStoreFromConfig(config, onTlsReload);
+  const supervisorCertificates = supervisorCertificatesFromConfig(config, certificates, onTlsReload);
   const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
   if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
   if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
@@ -155,7 +159,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
     supervisorKeys,
     keyStore,
     apiAuth: apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy },
-    certificates,
+    certificateStores: [...new Set([certificates, supervisorCertificates])].filter((c): c is CertificateStore => c !== undefined),
+    supervisorCertificates,
     proxyTls,
   };
 }
@@ -182,9 +187,8 @@ export async function startAccessLog(life: Lifecycle, accessLog: AccessLog | und
 }
 
 /** Watches the certificate files from the start; the pairs were loaded (and checked) with the configuration. */
-export async function startCertificates(life: Lifecycle, certificates: CertificateStore | undefined): Promise<void> {
-  if (certificates === undefined) return;
-  await life.start('TLS certificates', () => certificates.start(), () => certificates.close());
+export async function startCertificates(life: Lifecycle, stores: readonly CertificateStore[]): Promise<void> {
+  for (const store of stores) await life.start('TLS certificates', () => store.start(), () => store.close());
 }
 
 /** Starts the API key store, when one is configured; it closes at shutdown. */

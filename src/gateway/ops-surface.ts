@@ -47,20 +47,20 @@ type OpsSlice = Pick<Config, 'listenHost' | 'adminPort' | 'opsPort' | 'opsListen
 
 export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: OpsDeps): Promise<OpsSurface> {
   const { gatewayId, core, presence, serving, log } = deps;
-  const { view, metrics, keyStore, certificates } = core;
+  const { view, metrics, keyStore, certificateStores } = core;
   const readiness: Readiness = {
     notReady() {
       const reasons = view.unsyncedDrivers().map((d) => `driver ${d} has not synced`);
       if (serving.shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
+    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? []), ...certificateStores.flatMap((c) => c.problems())],
   };
   metrics.watchReadiness({
     notReady: () => readiness.notReady(),
     presenceDegraded: () => presence.degraded(),
     keysDegraded: () => keyStore?.degraded() ?? [],
-    tlsDegraded: () => certificates?.problems() ?? [],
+    tlsDegraded: () => certificateStores.flatMap((c) => c.problems()),
   });
   const watch = new SandboxWatch(view);
   const apiDeps = {

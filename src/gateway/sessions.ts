@@ -65,7 +65,7 @@ export interface SessionsDeps {
 /** Starts presence (mirrored into the view), the hand-over, then the supervisor endpoint when keys are set. */
 export async function startSessions(life: Lifecycle, config: SessionsSlice, deps: SessionsDeps): Promise<SupervisorServer | undefined> {
   const { gatewayId, presence, relayAddress, log } = deps;
-  const { view, metrics, supervisorKeys: keys } = deps.core;
+  const { view, metrics, supervisorKeys: keys, supervisorCertificates: tls } = deps.core;
   const sessionLog = log.child({ part: 'sessions' });
   await life.start(
     'presence',
@@ -114,6 +114,7 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
           // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
           keysFile: !deps.keysGiven && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
           relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
+          tls: tls === undefined ? undefined : { options: tls.serverOptions(), attach: (s) => tls.attach(s) },
         },
         presence,
         sessionLog,

@@ -47,6 +47,11 @@ export interface SupervisorClientOptions {
   readonly relay?: RelayClientOptions | false;
   /** Epoch ms, for scheduling token refreshes; defaults to Date.now (tests pass a fake clock). */
   readonly now?: () => number;
+  /**
+   * PEM CA certificate(s) a `wss://` gateway's certificate must chain to (a private CA); default the
+   * system's trusted CAs. A gateway whose certificate does not verify is never sent the token.
+   */
+  readonly ca?: string | Buffer;
 }
 
 export interface RelayClientOptions {
@@ -172,7 +177,7 @@ export class SupervisorClient extends EventEmitter {
     if ((this.state as SupervisorState) === 'stopped') return;
     this.token = token;
     const url = this.urls[this.next++ % this.urls.length]!;
-    const ws = new WebSocket(url, SUBPROTOCOL, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
+    const ws = new WebSocket(url, SUBPROTOCOL, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000, ca: this.opts.ca });
     this.ws = ws;
     ws.on('open', () => {
       this.lastSeen = Date.now();

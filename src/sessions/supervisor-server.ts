@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
@@ -53,6 +55,12 @@ export interface SupervisorServerOptions {
   readonly relayWindowBytes?: number;
   /** WebSocket bytes not yet written out above which relay streams stop sending (default 1 MiB). */
   readonly relayHighWaterBytes?: number;
+  /**
+   * wss://: the endpoint speaks TLS with these server options (a certificate store's, whose `attach`
+   * gets the server so a reloaded fallback pair reaches it). The bearer token then never crosses the
+   * network in the clear.
+   */
+  readonly tls?: { readonly options: TlsOptions; attach(server: TlsServer): void };
 }
 
 type State = 'hello' | 'claiming' | 'active' | 'closed';
@@ -122,10 +130,16 @@ export class SupervisorServer implements RelayOpener {
             onError: (err) => this.log.warn({ err }, err.message),
           });
     this.relay = new LimitedRelayOpener((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
-    this.http = createServer((_req, res) => {
+    const notWebSocket: RequestListener = (_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
       res.end(JSON.stringify({ code: 'upgrade_required', message: `connect with a WebSocket to ${SUPERVISOR_PATH}` }));
-    });
+    };
+    if (opts.tls === undefined) this.http = createServer(notWebSocket);
+    else {
+      const https = createHttpsServer(opts.tls.options, notWebSocket);
+      opts.tls.attach(https);
+      this.http = https;
+    }
     this.wss = new WebSocketServer({
       noServer: true,
       maxPayload: opts.maxFrameBytes,
