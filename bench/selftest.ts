@@ -62,7 +62,7 @@ async function httpAtRate(): Promise<void> {
     const [ca, cb] = [counter('a', 1000), counter('b', 500)];
     const blockMs = 800;
     const rate = 400;
-    const r = await compareHttp({ rate, inFlight: 16, warmupMs: blockMs, blockMs, blocks: 3 }, REQUESTS, [ca.side(a.url)], [cb.side(b.url)]);
+    const r = await compareHttp({ rate, inFlight: 64, warmupMs: blockMs, blockMs, blocks: 3 }, REQUESTS, [ca.side(a.url)], [cb.side(b.url)]);
     assert.equal(r.a.length, 3);
     assert.equal(r.b.length, 3);
     // Both counters are read at the start of every measured block and at the end: blocks + 1 times, a block apart.
@@ -108,8 +108,8 @@ async function grpcAlternation(group: ProcessGroup): Promise<void> {
   const servers = [await startBare(group, 'bare-a', 'lib/bare-grpc-server.js'), await startBare(group, 'bare-b', 'lib/bare-grpc-server.js')];
   const load = await GrpcLoad.start(group, 1);
   const side = (t: Target) => ({ target: t.grpcTarget, pid: t.pid, sandboxes: 10 });
-  // Room for 32 calls open: on a busy machine a call may take tens of ms, and the check is of the pacing.
-  const plan = { kind: 'check' as const, maxInFlight: 32, warmupMs: 800, blockMs: 800, blocks: 3 };
+  // Room for 64 calls open (more than a slice's 40): on a busy machine a call may take tens of ms, and the check is of the pacing.
+  const plan = { kind: 'check' as const, maxInFlight: 64, warmupMs: 800, blockMs: 800, blocks: 3 };
   const r = await load.alternate({ ...plan, rate: 400, a: side(servers[0]!), b: side(servers[1]!) });
   // 400 calls/s for the 400 ms a side carries load in a block.
   checkBlocks([...r.a, ...r.b], 160);

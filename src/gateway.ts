@@ -5,7 +5,7 @@ import { createPresenceStore } from './config/factories.js';
 import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { Driver } from './drivers/driver.js';
-import { startActivity } from './gateway/activity.js';
+import { startActivity, type ActivityRounds } from './gateway/activity.js';
 import { createCore, Serving, startAccessLog, startCertificates, startDrivers, startKeyStore, startServing } from './gateway/core.js';
 import { startEnvoyDoor, startProxyDoor, startRelayDoor } from './gateway/doors.js';
 import { startOpsSurface } from './gateway/ops-surface.js';
@@ -60,6 +60,8 @@ export interface Gateway {
   readonly relayPort: number;
   /** `host:port` of the relay listener, as published in this gateway's lease. */
   readonly relayAddress: string;
+  /** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
+  readonly lifecycle: ActivityRounds;
   /** Graceful shutdown within `--shutdown-timeout-ms`: NOT_SERVING, stop drivers, hand sessions over, close listeners. */
   close(): Promise<void>;
 }
@@ -91,7 +93,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await startKeyStore(life, core.keyStore);
     const supervisors = await startSessions(life, config, { gatewayId, core, presence, relayAddress: relay.address, keysGiven: opts.supervisorKeys !== undefined, streams, log });
     await startDrivers(life, core, serving, log);
-    await startActivity(life, config, core, gatewayId, log);
+    const lifecycle = await startActivity(life, config, core, gatewayId, log);
     await startServing(life, serving, core.view, ops.watch);
 
     const ports = { grpcPort: envoy.port, adminPort: ops.adminPort, opsPort: ops.opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, proxyTlsPort: proxy?.tlsPort, relayPort: relay.port };
@@ -100,7 +102,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       await life.stop(deadlineIn(config.shutdownTimeoutMs));
       log.info('sandgate stopped');
     });
-    return { config, gatewayId, view: core.view, log, metrics: core.metrics, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, close };
+    return { config, gatewayId, view: core.view, log, metrics: core.metrics, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, lifecycle, close };
   } catch (err) {
     await life.stop(deadlineIn(config.shutdownTimeoutMs));
     throw err;

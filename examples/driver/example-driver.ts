@@ -8,7 +8,7 @@ import {
   type ServerWritableStream,
 } from '@grpc/grpc-js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
-import { sandboxDriverService, type WireSandboxRef, type WireWatchEvent, type WireWatchRequest, type WireSandbox } from '../../src/drivers/grpc/driver-proto.js';
+import { sandboxDriverService, type WireActivityReport, type WireSandboxRef, type WireWatchEvent, type WireWatchRequest, type WireSandbox } from '../../src/drivers/grpc/driver-proto.js';
 import { deletionToWire, snapshotToWire } from '../../src/drivers/grpc/sandbox-codec.js';
 import { STYLE_MAPPINGS, STYLES, type Style, type StyleMapping, type StyleRecords } from './styles.js';
 
@@ -39,6 +39,8 @@ interface Held<R> {
 const LIST_BATCH = 500;
 export class ExampleDriver<S extends Style> {
   readonly style: S;
+  /** ActivityReport messages received, in order (the driver only records them). */
+  readonly activityReports: WireActivityReport[] = [];
   /** Resume calls received, in order (also for sandboxes it does not know). */
   readonly resumeCalls: { namespace: string; name: string }[] = [];
   private readonly mapping: StyleMapping<StyleRecords[S]>;
@@ -181,6 +183,11 @@ export class ExampleDriver<S extends Style> {
         if (h === undefined) return cb({ code: GrpcStatus.NOT_FOUND, details: 'no such sandbox' });
         const resumed = this.mapping.resume(h.record);
         if (resumed !== undefined) this.set(resumed);
+        cb(null, {});
+      },
+      // No Pause: grpc-js answers UNIMPLEMENTED, and the gateway reports idle pause as unsupported here.
+      ReportActivity: (call: ServerUnaryCall<WireActivityReport, object>, cb: sendUnaryData<object>) => {
+        this.activityReports.push(call.request);
         cb(null, {});
       },
     });

@@ -46,7 +46,7 @@ export class ActivityReporter {
   }
 
   start(): void {
-    this.timer = setInterval(() => this.round(), this.o.reportIntervalMs);
+    this.timer = setInterval(() => void this.round(), this.o.reportIntervalMs);
     this.timer.unref();
   }
 
@@ -56,13 +56,13 @@ export class ActivityReporter {
     this.o.channel.publish(this.o.view.activity.drainLocal());
   }
 
-  /** One round: publish, then (as the writer) report what is due. */
-  round(): void {
+  /** One round: publish, then (as the writer) report what is due. Resolves when its reports have settled. */
+  round(): Promise<void> {
     this.o.channel.publish(this.o.view.activity.drainLocal());
-    if (this.o.channel.isWriter()) this.reportDue();
+    return this.o.channel.isWriter() ? this.reportDue() : Promise.resolve();
   }
 
-  private reportDue(): void {
+  private async reportDue(): Promise<void> {
     const now = this.o.now();
     const byDriver = new Map<string, ActivityReport[]>();
     for (const [key, a] of this.o.view.activity.entries()) {
@@ -75,17 +75,20 @@ export class ActivityReporter {
       if (list === undefined) byDriver.set(e.driver, (list = []));
       list.push({ namespace: e.namespace, name: e.name, at: a.last, ports: new Map(a.ports) });
     }
+    const sent: Promise<void>[] = [];
     for (const [driver, reports] of byDriver) {
       const send = this.o.report(driver);
       if (send === undefined) continue;
       for (const r of reports) this.reported.set(r.namespace + '/' + r.name, { at: r.at, when: now });
       this.busy.add(driver);
-      send(reports)
+      const report = send(reports)
         .catch((err: unknown) => {
           this.o.log.warn({ err, driver, sandboxes: reports.length }, 'activity report failed; retried next round');
           for (const r of reports) this.reported.delete(r.namespace + '/' + r.name);
         })
         .finally(() => this.busy.delete(driver));
+      sent.push(report);
     }
+    await Promise.all(sent);
   }
 }

@@ -61,7 +61,7 @@ export class IdleController {
   }
 
   start(): void {
-    this.timer = setInterval(() => this.check(), this.o.checkMs);
+    this.timer = setInterval(() => void this.check(), this.o.checkMs);
     this.timer.unref();
   }
 
@@ -69,10 +69,11 @@ export class IdleController {
     clearInterval(this.timer);
   }
 
-  /** One pass over the Ready sandboxes (the timer's; tests call it directly). */
-  check(): void {
+  /** One pass over the Ready sandboxes (the timer's; tests call it directly). Resolves when the pauses it asked for have settled. */
+  async check(): Promise<void> {
     if (!this.o.channel.isWriter()) return;
     if (this.o.defaultTimeoutMs <= 0 && this.ownTimeouts.size === 0) return;
+    const asked: Promise<void>[] = [];
     const activity = this.o.view.activity;
     const now = this.o.now();
     const keys = this.o.defaultTimeoutMs > 0 ? [...activity.idle()].map(([k]) => k) : [...this.ownTimeouts];
@@ -87,11 +88,13 @@ export class IdleController {
       if (timeout <= 0 || now - since < timeout + this.o.graceMs) continue;
       const rev = e.snapshot.revision;
       if (rev !== undefined && rev.desired !== rev.current) continue;
-      this.pauseIdle(e, now - since, timeout, now);
+      const p = this.pauseIdle(e, now - since, timeout, now);
+      if (p !== undefined) asked.push(p);
     }
+    await Promise.all(asked);
   }
 
-  private pauseIdle(e: ViewEntry, idleMs: number, timeoutMs: number, now: number): void {
+  private pauseIdle(e: ViewEntry, idleMs: number, timeoutMs: number, now: number): Promise<void> | undefined {
     const key = e.key;
     const log = this.o.log;
     const activity = this.o.view.activity;
@@ -102,12 +105,12 @@ export class IdleController {
         this.unsupported.add(e.driver);
         this.note(key, { decision: 'unsupported', reason: `idle for ${formatDuration(idleMs)}, but driver ${e.driver} cannot pause sandboxes`, at: now }, 'unsupported');
       }
-      return;
+      return undefined;
     }
     const reason = `no traffic for ${formatDuration(idleMs)} (idle timeout ${formatDuration(timeoutMs)})`;
     this.pausing.add(key);
     log.info({ sandbox: key, driver: e.driver, idleMs, idleTimeoutMs: timeoutMs }, `pausing idle sandbox ${key}: ${reason}`);
-    pause(e.namespace, e.name).then(
+    return pause(e.namespace, e.name).then(
       () => this.note(key, { decision: 'paused', reason, at: now }, 'paused'),
       (err: unknown) => {
         this.pausing.delete(key);

@@ -25,7 +25,13 @@ export function idleTimeoutFromConfig(config: Pick<Config, 'idleTimeout'>): numb
 
 type ActivitySlice = Pick<Config, 'presence' | 'presenceRedisOptions' | 'presenceKeyPrefix' | 'leaseTtlMs' | 'activityReportIntervalMs' | 'activityPatchIntervalMs'>;
 
-export async function startActivity(life: Lifecycle, config: ActivitySlice, core: Core, gatewayId: string, log: Logger): Promise<void> {
+/** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
+export interface ActivityRounds {
+  readonly reporter: ActivityReporter;
+  readonly idle: IdleController;
+}
+
+export async function startActivity(life: Lifecycle, config: ActivitySlice, core: Core, gatewayId: string, log: Logger): Promise<ActivityRounds> {
   const { view, metrics, now } = core;
   const lifecycleLog = log.child({ part: 'lifecycle' });
   const channel = lifecycleChannel(config, gatewayId, lifecycleLog);
@@ -69,6 +75,7 @@ export async function startActivity(life: Lifecycle, config: ActivitySlice, core
       await channel.close();
     },
   );
+  return { reporter, idle };
 }
 
 /** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */

@@ -223,6 +223,25 @@ describe('GrpcDriver', () => {
     expect(backend.resumeCalls.length).toBe(2);
   });
 
+  it('a driver answering Pause with UNIMPLEMENTED makes pause() reject driver_unsupported', async () => {
+    const { driver } = await setup([container('web', 'running')]);
+    await expect(driver.pause('team-a', 'web')).rejects.toSatisfy((e) => e instanceof SandgateError && e.code === 'driver_unsupported');
+  });
+
+  it('sends activity as one batched ActivityReport', async () => {
+    const { backend, driver } = await setup([container('web', 'running'), container('db', 'running', '10.0.0.3')]);
+    const t = Date.parse('2030-01-01T00:00:05.250Z');
+    await driver.reportActivity([
+      { namespace: 'team-a', name: 'web', at: t, ports: new Map([[8000, t], [49983, t - 1000]]) },
+      { namespace: 'team-a', name: 'db', at: t - 5000, ports: new Map([[5432, t - 5000]]) },
+    ]);
+    expect(backend.activityReports.length).toBe(1);
+    const [web, db] = backend.activityReports[0]!.sandboxes;
+    expect(web).toMatchObject({ namespace: 'team-a', name: 'web', last_activity: { seconds: String(t / 1000 - 0.25), nanos: 250_000_000 } });
+    expect(web!.ports.map((p) => p.port)).toEqual([8000, 49983]);
+    expect(db).toMatchObject({ name: 'db', ports: [{ port: 5432 }] });
+  });
+
   it('reads one sandbox with Get', async () => {
     const { driver } = await setup([container('web', 'running')]);
     expect(await driver.get('team-a', 'web')).toMatchObject({ name: 'web', state: 'ready', uid: 'c-web' });

@@ -7,7 +7,8 @@ import { ViewSink } from '../helpers/view-sink.js';
 
 /**
  * The RBAC the Kubernetes manifests grant (deploy/kubernetes/base/rbac.yaml) is exactly what the drivers
- * call: every request the drivers send to a (fake) API server — listing, watching and resuming, cluster-wide
+ * call: every request the drivers send to a (fake) API server — listing, watching, resuming, pausing and
+ * writing the last-activity annotation, cluster-wide
  * and per namespace — is turned into the verb the API server authorizes it as, and the ClusterRole must
  * grant those verbs and no others, on those groups and no others.
  */
@@ -61,7 +62,7 @@ afterEach(async () => {
   await api?.close();
 });
 
-/** Runs both drivers through list, watch and resume; returns every request the API server received. */
+/** Runs both drivers through list, watch, resume, pause and activity reports; returns every request the API server received. */
 async function exercise(namespaces: readonly string[]): Promise<readonly RecordedRequest[]> {
   api = await FakeKubeApi.start();
   const paused = { agent: fixture(AGENT, 'suspended'), kruise: fixture(KRUISE, 'paused') };
@@ -81,6 +82,8 @@ async function exercise(namespaces: readonly string[]): Promise<readonly Recorde
     const name = String((kind === 'agent-sandbox' ? paused.agent : paused.kruise).metadata.name);
     await d.resume('team-a', name);
     await sink.until(() => sink.events.length > 0, `${kind} saw its resume through the watch`);
+    await d.pause('team-a', name);
+    await d.reportActivity([{ namespace: 'team-a', name, at: Date.now(), ports: new Map([[8000, Date.now()]]) }]);
   }
   return api.requests;
 }

@@ -163,4 +163,16 @@ export interface SandboxDriverClient extends Client {
   WatchSandboxes(req: WireWatchRequest, metadata?: Metadata, options?: CallOptions): ClientReadableStream<WireWatchEvent>;
   Get: Unary<WireSandboxRef, WireSandbox>;
   Resume: Unary<WireSandboxRef, Record<string, never>>;
+  Pause: Unary<WireSandboxRef, Record<string, never>>;
+  ReportActivity: Unary<WireActivityReport, Record<string, never>>;
+}
+
+/** ActivityReport (driver.proto): a batch of sandboxes' last traffic. */
+export interface WireActivityReport {
+  readonly sandboxes: readonly {
+    readonly namespace: string;
+    readonly name: string;
+    readonly last_activity: WireTimestamp;
+    readonly ports: readonly { readonly port: number; readonly last_activity: WireTimestamp }[];
+  }[];
 }

@@ -1,10 +1,10 @@
 import { credentials, Metadata, status as GrpcStatus, type ServiceError, type StatusObject } from '@grpc/grpc-js';
 import { SandgateError } from '../../domain/errors.js';
-import { sandboxKey, type BackendSnapshot } from '../../domain/sandbox.js';
+import { sandboxKey, type ActivityReport, type BackendSnapshot } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 import { DriverError } from './driver-error.js';
-import { sandboxDriverClient, type SandboxDriverClient, type WireWatchEvent } from './driver-proto.js';
-import { deletionFromWire, snapshotFromWire } from './sandbox-codec.js';
+import { sandboxDriverClient, type SandboxDriverClient, type WireActivityReport, type WireWatchEvent } from './driver-proto.js';
+import { deletionFromWire, msToTimestamp, snapshotFromWire } from './sandbox-codec.js';
 import { backoffDelay, type BackoffOptions } from '../../lib/backoff.js';
 
 /**
@@ -81,6 +81,8 @@ export class GrpcDriver implements Driver {
   private call: ReturnType<SandboxDriverClient['WatchSandboxes']> | undefined;
   private loop: Promise<void> | undefined;
   private stopped = false;
+  /** The driver answered ReportActivity with UNIMPLEMENTED: reports are not sent again. */
+  private reportsRefused = false;
   private timer: NodeJS.Timeout | undefined;
   private wake: (() => void) | undefined;
   private streams = 0;
@@ -135,6 +137,43 @@ export class GrpcDriver implements Driver {
       client.Resume({ namespace, name }, new Metadata(), { deadline: Date.now() + this.opts.callTimeoutMs }, (err) =>
         err ? reject(this.callError('resume', namespace, name, err)) : resolve(),
       );
+    });
+  }
+
+  /**
+   * Asks the driver to pause a sandbox (idle pause). Throws SandgateError `driver_unsupported` when the
+   * driver answers UNIMPLEMENTED, `sandbox_not_found`, or DriverError `driver_unavailable`.
+   */
+  async pause(namespace: string, name: string): Promise<void> {
+    const client = this.ready();
+    await new Promise<void>((resolve, reject) => {
+      client.Pause({ namespace, name }, new Metadata(), { deadline: Date.now() + this.opts.callTimeoutMs }, (err) => {
+        if (err?.code === GrpcStatus.UNIMPLEMENTED) return reject(new SandgateError('driver_unsupported', `driver ${this.id} does not implement Pause`, { cause: err }));
+        return err ? reject(this.callError('pause', namespace, name, err)) : resolve();
+      });
+    });
+  }
+
+  /** Sends one ActivityReport with every sandbox in `reports`. A driver answering UNIMPLEMENTED is not sent more. */
+  async reportActivity(reports: readonly ActivityReport[]): Promise<void> {
+    if (this.reportsRefused) return;
+    const client = this.ready();
+    const report: WireActivityReport = {
+      sandboxes: reports.map((r) => ({
+        namespace: r.namespace,
+        name: r.name,
+        last_activity: msToTimestamp(r.at),
+        ports: [...r.ports].map(([port, at]) => ({ port, last_activity: msToTimestamp(at) })),
+      })),
+    };
+    await new Promise<void>((resolve, reject) => {
+      client.ReportActivity(report, new Metadata(), { deadline: Date.now() + this.opts.callTimeoutMs }, (err) => {
+        if (err?.code === GrpcStatus.UNIMPLEMENTED) {
+          this.reportsRefused = true;
+          return resolve();
+        }
+        return err ? reject(new DriverError('driver_unavailable', `driver ${this.id}: ReportActivity failed: ${GrpcStatus[err.code]} ${err.details}`, { cause: err })) : resolve();
+      });
     });
   }
 

@@ -115,7 +115,7 @@ function timestampMs(v: unknown, field: string): number {
   return ms;
 }
 
-function msToTimestamp(ms: number): WireTimestamp {
+export function msToTimestamp(ms: number): WireTimestamp {
   const whole = Math.floor(ms);
   const seconds = Math.floor(whole / 1000);
   return { seconds: String(seconds), nanos: (whole - seconds * 1000) * 1e6 };

@@ -2,14 +2,14 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { SandgateError } from '../../domain/errors.js';
 import { isDnsLabel } from '../../domain/labels.js';
-import { sandboxKey, type BackendSnapshot, type SessionModel } from '../../domain/sandbox.js';
+import { sandboxKey, type ActivityReport, type BackendSnapshot, type SessionModel } from '../../domain/sandbox.js';
 import type { Driver, DriverSink } from '../driver.js';
 import { mapAgentSandbox } from './agent-sandbox-mapping.js';
 import type { BackoffOptions } from '../../lib/backoff.js';
 import { KubeApiError, KubeClient, kubeConfigForServer, loadKubeConfig } from './kube-client.js';
 import { ListWatch, type ListWatchHandlers, type ObjectEvent } from './list-watch.js';
 import { mapOpenKruiseSandbox } from './openkruise-mapping.js';
-import { asObject, nonEmptyString, type MapOptions } from './sandbox-object.js';
+import { ANNOTATION_LAST_ACTIVITY, asObject, nonEmptyString, type MapOptions } from './sandbox-object.js';
 
 /**
  * The Kubernetes drivers: one per Sandbox kind (agent-sandbox, OpenKruise Agents). Each lists and
@@ -31,6 +31,8 @@ export interface KindSpec {
   readonly map: (obj: unknown, opts: MapOptions) => BackendSnapshot | undefined;
   /** The RFC 7386 merge patch that resumes a paused sandbox. */
   readonly resumePatch: unknown;
+  /** The RFC 7386 merge patch that pauses a running sandbox (idle pause). */
+  readonly pausePatch: unknown;
 }
 
 export const KUBE_KINDS: Readonly<Record<KubeKind, KindSpec>> = {
@@ -42,6 +44,7 @@ export const KUBE_KINDS: Readonly<Record<KubeKind, KindSpec>> = {
     map: mapAgentSandbox,
     // spec.replicas: 0 suspends (pod deleted), 1 runs.
     resumePatch: { spec: { replicas: 1 } },
+    pausePatch: { spec: { replicas: 0 } },
   },
   openkruise: {
     id: 'kubernetes/openkruise',
@@ -51,6 +54,7 @@ export const KUBE_KINDS: Readonly<Record<KubeKind, KindSpec>> = {
     map: mapOpenKruiseSandbox,
     // SandboxSpec.Paused (`json:"paused,omitempty"`).
     resumePatch: { spec: { paused: false } },
+    pausePatch: { spec: { paused: true } },
   },
 };
 
@@ -90,6 +94,8 @@ interface Scope {
 }
 
 const MAX_REMEMBERED_WARNINGS = 1000;
+/** Activity patches in flight at once (a report round of many sandboxes does not open as many connections). */
+const REPORT_CONCURRENCY = 8;
 
 export class KubernetesDriver implements Driver {
   readonly id: string;
@@ -158,6 +164,33 @@ export class KubernetesDriver implements Driver {
     if (namespace === '' || name === '') throw new KubeApiError(400, 'Invalid', 'resume needs a namespace and a name');
     await this.client.mergePatch(this.path(namespace, name), this.spec.resumePatch);
     this.log?.info({ namespace, name }, 'resume requested');
+  }
+
+  /** Pauses a running sandbox (idle pause): agent-sandbox `spec.replicas: 0`, OpenKruise `spec.paused: true`. */
+  async pause(namespace: string, name: string): Promise<void> {
+    if (namespace === '' || name === '') throw new KubeApiError(400, 'Invalid', 'pause needs a namespace and a name');
+    await this.client.mergePatch(this.path(namespace, name), this.spec.pausePatch);
+    this.log?.info({ namespace, name }, 'pause requested');
+  }
+
+  /**
+   * Writes each sandbox's last activity into its `sandgate.dev/last-activity` annotation (RFC 3339), one
+   * merge patch per sandbox, a few at a time. A sandbox deleted meanwhile (404) is skipped; any other
+   * failure rejects the round once all have been tried (the gateway retries those sandboxes).
+   */
+  async reportActivity(reports: readonly ActivityReport[]): Promise<void> {
+    const queue = [...reports];
+    const failures: unknown[] = [];
+    const worker = async (): Promise<void> => {
+      for (let r = queue.shift(); r !== undefined; r = queue.shift()) {
+        const patch = { metadata: { annotations: { [ANNOTATION_LAST_ACTIVITY]: new Date(r.at).toISOString() } } };
+        await this.client.mergePatch(this.path(r.namespace, r.name), patch).catch((err: unknown) => {
+          if (!(err instanceof KubeApiError && err.status === 404)) failures.push(err);
+        });
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(REPORT_CONCURRENCY, queue.length) }, worker));
+    if (failures.length > 0) throw failures[0];
   }
 
   private handlersFor(scope: Scope): ListWatchHandlers {

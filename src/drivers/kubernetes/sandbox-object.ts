@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import { isDnsLabel, parsePort } from '../../domain/labels.js';
+import { parseDuration } from '../../domain/duration.js';
 import { sandboxKey, type BackendSnapshot, type BackendState, type Condition, type ConditionStatus, type Endpoint, type SessionModel } from '../../domain/sandbox.js';
 
 /**
@@ -26,6 +27,12 @@ export const ANNOTATION_RUNTIME_TOKEN = 'agents.kruise.io/runtime-access-token';
 export const ANNOTATION_ACCESS_TOKEN = 'sandgate.dev/access-token';
 /** `true` / `false`: resume on traffic while paused (overrides the gateway's --auto-resume). */
 export const ANNOTATION_RESUME = 'sandgate.dev/resume-on-traffic';
+/** A duration (`30m`; `0` = never): pause after this long without traffic (overrides --idle-timeout). */
+export const ANNOTATION_IDLE_TIMEOUT = 'sandgate.dev/idle-timeout';
+/** A duration: how long a request that wakes the sandbox waits for it (overrides --readiness-wait-ms for a wake). */
+export const ANNOTATION_WAKE_TIMEOUT = 'sandgate.dev/wake-timeout';
+/** Written by the gateway (RFC 3339): the sandbox's last traffic activity. */
+export const ANNOTATION_LAST_ACTIVITY = 'sandgate.dev/last-activity';
 
 /** Condition messages longer than this are cut: they are for operators, and memory is per sandbox. */
 export const MAX_MESSAGE_LENGTH = 256;
@@ -162,6 +169,18 @@ export interface Annotated {
   /** OpenKruise's runtime (envd) token: the in-sandbox daemon's own credential, not the gateway's. */
   readonly envdAccessToken: string | undefined;
   readonly resumeOnTraffic: boolean | undefined;
+  readonly idleTimeoutMs: number | undefined;
+  readonly wakeTimeoutMs: number | undefined;
+}
+
+/** A duration annotation's value in ms; undefined (and a warning) when absent or not a duration. */
+function durationAnnotation(a: Json | undefined, name: string, where: string, opts: MapOptions): number | undefined {
+  const v = a?.[name];
+  if (v === undefined) return undefined;
+  const ms = typeof v === 'string' ? parseDuration(v) : 'not a string';
+  if (typeof ms === 'number') return ms;
+  opts.onWarning?.(`${where}: annotation ${name}=${JSON.stringify(v)} is not a duration (${ms}); ignored`);
+  return undefined;
 }
 
 /**
@@ -210,7 +229,9 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
     if (resume === 'true' || resume === 'false') resumeOnTraffic = resume === 'true';
     else opts.onWarning?.(`${where}: annotation ${ANNOTATION_RESUME}=${JSON.stringify(resume)} is not "true" or "false"; ignored`);
   }
-  return { sessionModel, ports, id: extraId, accessToken, envdAccessToken, resumeOnTraffic };
+  const idleTimeoutMs = durationAnnotation(a, ANNOTATION_IDLE_TIMEOUT, where, opts);
+  const wakeTimeoutMs = durationAnnotation(a, ANNOTATION_WAKE_TIMEOUT, where, opts);
+  return { sessionModel, ports, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
 }
 
 /** What a CRD's mapping decides; the identity and the annotations give the rest of the snapshot. */
@@ -242,6 +263,8 @@ export function snapshotOf(id: Identity, ann: Annotated, m: Mapped): BackendSnap
     accessToken: ann.accessToken,
     envdAccessToken: ann.envdAccessToken,
     resumeOnTraffic: ann.resumeOnTraffic,
+    idleTimeoutMs: ann.idleTimeoutMs,
+    wakeTimeoutMs: ann.wakeTimeoutMs,
     shutdownTime: m.shutdownTime,
     revision: m.revision,
   };
