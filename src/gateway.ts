@@ -6,7 +6,8 @@ import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { Driver } from './drivers/driver.js';
 import { startActivity, type ActivityRounds } from './gateway/activity.js';
-import { createCore, Serving, startAccessLog, startCertificates, startDrivers, startKeyStore, startServing } from './gateway/core.js';
+import { createCore, Serving, startAccessLog, startDrivers, startServing } from './gateway/core.js';
+import { readCredentials, startCertificates, startCredentialStores } from './gateway/credentials.js';
 import { startEnvoyDoor, startProxyDoor, startRelayDoor } from './gateway/doors.js';
 import { startOpsSurface } from './gateway/ops-surface.js';
 import { SessionStreams, startSessions } from './gateway/sessions.js';
@@ -75,14 +76,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const grpcLog = log.child({ part: 'grpc' });
   setLogger({ error: (...a: unknown[]) => grpcLog.debug(a.join(' ')), info: (...a: unknown[]) => grpcLog.debug(a.join(' ')), debug: (...a: unknown[]) => grpcLog.debug(a.join(' ')) });
 
-  const core = createCore(config, gatewayId, log, opts);
+  const now = opts.now ?? Date.now;
+  const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now });
   const onProblem = (p: StopProblem): void =>
     p.err === undefined ? log.warn({ component: p.component }, 'stop overran the shutdown deadline; abandoned') : log.warn({ err: p.err, component: p.component }, 'stop failed');
   const life = new Lifecycle(onProblem);
   const streams = new SessionStreams();
   try {
     await startAccessLog(life, core.accessLog);
-    await startCertificates(life, core.certificateStores);
+    await startCertificates(life, core.certificates.stores);
     // Listeners first, so they close last.
     const relay = await startRelayDoor(life, config, core, streams, log);
     const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }), { relay: relay.address });
@@ -90,7 +92,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     const serving = new Serving(core.view, envoy);
     const ops = await startOpsSurface(life, config, { gatewayId, core, presence, relayAddress: relay.address, serving, log });
     const proxy = await startProxyDoor(life, config, core, gatewayId, streams, log);
-    await startKeyStore(life, core.keyStore);
+    await startCredentialStores(life, core);
     const supervisors = await startSessions(life, config, { gatewayId, core, presence, relayAddress: relay.address, keysGiven: opts.supervisorKeys !== undefined, streams, log });
     await startDrivers(life, core, serving, log);
     const lifecycle = await startActivity(life, config, core, gatewayId, log);

@@ -5,6 +5,7 @@ import { PUBLIC_PHASES, type PublicPhase, sandboxKey } from '../domain/sandbox.j
 import type { Logger } from '../observability/logger.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 import { authorizeApi, type ApiAuth } from './api-access.js';
+import { mintLink, revokeLink, type LinkApi } from './links-api.js';
 import { sendError, sendJson } from './respond.js';
 import { sandboxJson } from './sandbox-json.js';
 import type { SandboxWatch } from './sandbox-watch.js';
@@ -32,6 +33,8 @@ export interface AdminApiDeps {
   readonly auth?: ApiAuth;
   /** The operator console under `/console` (console/console-api.ts), on the operator surface; undefined when it is off. */
   readonly console?: (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void>;
+  /** Signed links (links-api.ts); undefined when links are off. */
+  readonly links?: LinkApi | undefined;
 }
 
 /**
@@ -42,6 +45,8 @@ export interface AdminApiDeps {
 export type ApiSurface = 'all' | 'operator' | 'health';
 
 const SANDBOX_PATH = /^\/v1\/sandboxes\/([^/]+)\/([^/]+)$/;
+const LINKS_PATH = /^\/v1\/sandboxes\/([^/]+)\/([^/]+)\/links$/;
+const LINK_PATH = /^\/v1\/links\/([^/]+)$/;
 
 export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') {
   const { view, registry, readiness } = deps;
@@ -62,9 +67,23 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
     sendJson(res, 200, { items, gatewayId: deps.gatewayId, synced: view.synced });
   }
 
+  async function links(api: LinkApi, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const mint = req.method === 'POST' ? LINKS_PATH.exec(path) : null;
+    const revoke = req.method === 'DELETE' ? LINK_PATH.exec(path) : null;
+    if (mint === null && revoke === null) return sendError(res, 'method_not_allowed', undefined, { allow: 'GET, HEAD' });
+    const scope = authorizeApi(deps.auth, req.headers, res);
+    if (scope === undefined) return;
+    if (revoke !== null) return revokeLink(api, revoke[1]!, res);
+    const ns = mint![1]!;
+    const name = mint![2]!;
+    if (!isDnsLabel(ns) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
+    return mintLink(api, view, scope, ns, name, req, res);
+  }
+
   return async function handleAdmin(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://admin');
     const path = url.pathname;
+    if (surface !== 'health' && deps.links !== undefined && (req.method === 'POST' || req.method === 'DELETE')) return links(deps.links, req, res, path);
     if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 'method_not_allowed', undefined, { allow: 'GET, HEAD' });
     switch (path) {
       case '/healthz':

@@ -22,9 +22,10 @@ export interface ApiAuth {
 }
 
 /** What one caller may see: a namespace filter, or the denial it gets before anything is looked up. */
-export type ApiScope = { readonly ok: true; sees(namespace: string): boolean } | { readonly ok: false; readonly code: ErrorCode };
+export type ApiScope = { readonly ok: true; sees(namespace: string): boolean; /** The caller's team: `*` for the admin team, empty without a key. */ readonly team: string } | { readonly ok: false; readonly code: ErrorCode };
 
-const EVERYTHING: ApiScope = { ok: true, sees: () => true };
+const EVERYTHING: ApiScope = { ok: true, sees: () => true, team: '' };
+const ADMIN_SCOPE: ApiScope = { ok: true, sees: () => true, team: '*' };
 const KEY_REQUIRED: ApiScope = { ok: false, code: 'api_key_required' };
 const KEY_INVALID: ApiScope = { ok: false, code: 'api_key_invalid' };
 
@@ -38,15 +39,15 @@ export function apiScope(auth: ApiAuth | undefined, headers: IncomingHttpHeaders
     case 'invalid':
       return KEY_INVALID;
     case 'admin':
-      return EVERYTHING;
+      return ADMIN_SCOPE;
     case 'team': {
       const team = p.team;
-      return { ok: true, sees: (ns) => ns === team };
+      return { ok: true, sees: (ns) => ns === team, team };
     }
     case 'anonymous': {
       const policy = auth.policy;
       if (policy.all) return KEY_REQUIRED;
-      return { ok: true, sees: (ns) => !policy.namespaces.has(ns) };
+      return { ok: true, sees: (ns) => !policy.namespaces.has(ns), team: '' };
     }
   }
 }

@@ -3,16 +3,23 @@ import { basename, dirname, join } from 'node:path';
 import { watchFile, type FileWatch } from '../lib/file-watch.js';
 import { parse as parseYaml, stringify } from 'yaml';
 import { SandgateError } from '../domain/errors.js';
-import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js';
+import { parseRecord, parseRevokedLink, type ApiKeyRecord, type ApiKeyStore, type RevokedLink } from './api-keys.js';
+
+interface KeyFile {
+  readonly keys: ApiKeyRecord[];
+  readonly revokedLinks: RevokedLink[];
+}
 
 /**
- * API keys in a YAML file (`keys: [{id, team, hash, createdAt}]`), re-read when it changes — a revocation
+ * API keys in a YAML file (`keys: [{id, team, hash, createdAt}]`, and the revoked links
+ * `revokedLinks: [{id, expiresAt}]`), re-read when it changes — a revocation
  * by `sandgate keys revoke` on any machine sharing the file reaches every gateway that watches it. Writes
  * replace the file atomically (write a temporary file, then rename).
  */
 export class FileApiKeyStore implements ApiKeyStore {
   readonly kind = 'file' as const;
   private recordsByHash = new Map<string, ApiKeyRecord>();
+  private revoked = new Set<string>();
   private watcher: FileWatch | undefined;
   private problem: string | undefined;
 
@@ -30,21 +37,32 @@ export class FileApiKeyStore implements ApiKeyStore {
     return this.recordsByHash.get(hash);
   }
 
+  isLinkRevoked(id: string): boolean {
+    return this.revoked.has(id);
+  }
+
   async list(): Promise<ApiKeyRecord[]> {
-    return this.read();
+    return (await this.read()).keys;
   }
 
   async add(record: ApiKeyRecord): Promise<void> {
-    const records = await this.read();
-    await this.write([...records, record]);
+    const f = await this.read();
+    await this.write({ ...f, keys: [...f.keys, record] });
   }
 
   async revoke(id: string): Promise<boolean> {
-    const records = await this.read();
-    const kept = records.filter((r) => r.id !== id);
-    if (kept.length === records.length) return false;
-    await this.write(kept);
+    const f = await this.read();
+    const kept = f.keys.filter((r) => r.id !== id);
+    if (kept.length === f.keys.length) return false;
+    await this.write({ ...f, keys: kept });
     return true;
+  }
+
+  async revokeLink(id: string, expiresAt: number): Promise<void> {
+    const f = await this.read();
+    const nowS = Date.now() / 1000;
+    const live = f.revokedLinks.filter((l) => l.expiresAt > nowS && l.id !== id);
+    await this.write({ ...f, revokedLinks: [...live, { id, expiresAt }] });
   }
 
   degraded(): string[] {
@@ -55,12 +73,12 @@ export class FileApiKeyStore implements ApiKeyStore {
     this.watcher?.close();
   }
 
-  private async read(): Promise<ApiKeyRecord[]> {
+  private async read(): Promise<KeyFile> {
     let text: string;
     try {
       text = await readFile(this.path, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { keys: [], revokedLinks: [] };
       throw new SandgateError('config_invalid', `cannot read API keys file ${this.path}: ${(err as Error).message}`, { cause: err });
     }
     let doc: unknown;
@@ -70,15 +88,19 @@ export class FileApiKeyStore implements ApiKeyStore {
       throw new SandgateError('config_invalid', `API keys file ${this.path} does not parse: ${(err as Error).message}`, { cause: err });
     }
     const list = (doc as { keys?: unknown } | null)?.keys ?? [];
-    if (!Array.isArray(list)) throw new SandgateError('config_invalid', `API keys file ${this.path} must hold a "keys" list`);
-    return list.map(parseRecord).filter((r): r is ApiKeyRecord => r !== undefined);
+    const links = (doc as { revokedLinks?: unknown } | null)?.revokedLinks ?? [];
+    if (!Array.isArray(list) || !Array.isArray(links)) throw new SandgateError('config_invalid', `API keys file ${this.path} must hold a "keys" list (and "revokedLinks", if any, a list)`);
+    return {
+      keys: list.map(parseRecord).filter((r): r is ApiKeyRecord => r !== undefined),
+      revokedLinks: links.map(parseRevokedLink).filter((r): r is RevokedLink => r !== undefined),
+    };
   }
 
-  private async write(records: readonly ApiKeyRecord[]): Promise<void> {
+  private async write(f: KeyFile): Promise<void> {
     const tmp = join(dirname(this.path), `.${basename(this.path)}.${process.pid}.tmp`);
-    await writeFile(tmp, stringify({ keys: records }), { mode: 0o600 });
+    await writeFile(tmp, stringify(f.revokedLinks.length === 0 ? { keys: f.keys } : f), { mode: 0o600 });
     await rename(tmp, this.path);
-    this.index(records);
+    this.index(f);
   }
 
   private async load(): Promise<void> {
@@ -92,7 +114,8 @@ export class FileApiKeyStore implements ApiKeyStore {
     }
   }
 
-  private index(records: readonly ApiKeyRecord[]): void {
-    this.recordsByHash = new Map(records.map((r) => [r.hash, r]));
+  private index(f: KeyFile): void {
+    this.recordsByHash = new Map(f.keys.map((r) => [r.hash, r]));
+    this.revoked = new Set(f.revokedLinks.map((l) => l.id));
   }
 }

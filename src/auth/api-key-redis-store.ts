@@ -3,6 +3,7 @@ import { parseRecord, type ApiKeyRecord, type ApiKeyStore } from './api-keys.js'
 
 /**
  * API keys in Redis: one hash `{prefix}:apikeys` (field = key hash, value = JSON {id, team, createdAt}),
+ * and revoked links in `{prefix}:revoked-links` (field = link id, value = its expiry in epoch seconds),
  * mirrored in memory by every gateway. Every change is published on `{prefix}:apikeys-changes`; a gateway
  * reloads the hash on each message (revocation reaches every gateway within a round trip) and every
  * `rescanMs` to heal a missed message. Lookups read only the mirror.
@@ -16,10 +17,12 @@ export class RedisApiKeyStore implements ApiKeyStore {
   private subscriber: RedisClient | undefined;
   private readonly target: RedisTarget;
   private recordsByHash = new Map<string, ApiKeyRecord>();
+  private revoked = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private problem: string | undefined;
   private closed = false;
   private readonly hashKey: string;
+  private readonly linksKey: string;
   private readonly channel: string;
 
   /** `target`: a redis:// URL, or a target built from configuration (Sentinel, Cluster, TLS). */
@@ -30,6 +33,7 @@ export class RedisApiKeyStore implements ApiKeyStore {
     private readonly onError: (err: Error) => void = () => undefined,
   ) {
     this.hashKey = `{${prefix}}:apikeys`;
+    this.linksKey = `{${prefix}}:revoked-links`;
     this.channel = `{${prefix}}:apikeys-changes`;
     this.target = typeof target === 'string' ? redisTarget(target, '', 'apiKeys') : target;
     this.client = createRedisClient(this.target, { name: 'sandgate-api-keys', commandTimeoutMs: 2000 });
@@ -56,8 +60,23 @@ export class RedisApiKeyStore implements ApiKeyStore {
     return this.recordsByHash.get(hash);
   }
 
+  isLinkRevoked(id: string): boolean {
+    return this.revoked.has(id);
+  }
+
   async list(): Promise<ApiKeyRecord[]> {
     return this.fetch();
+  }
+
+  async revokeLink(id: string, expiresAt: number): Promise<void> {
+    await this.client.hset(this.linksKey, id, String(expiresAt));
+    // Entries past their link's expiry guard nothing: dropped as others are added.
+    const nowS = Date.now() / 1000;
+    const all = await this.client.hgetall(this.linksKey);
+    const dead = Object.entries(all).filter(([, exp]) => Number(exp) <= nowS).map(([k]) => k);
+    if (dead.length > 0) await this.client.hdel(this.linksKey, ...dead);
+    await this.client.publish(this.channel, 'revoke-link');
+    await this.reload();
   }
 
   async add(record: ApiKeyRecord): Promise<void> {
@@ -104,7 +123,9 @@ export class RedisApiKeyStore implements ApiKeyStore {
 
   private async reload(): Promise<void> {
     try {
-      this.recordsByHash = new Map((await this.fetch()).map((r) => [r.hash, r]));
+      const [records, links] = await Promise.all([this.fetch(), this.client.hkeys(this.linksKey)]);
+      this.recordsByHash = new Map(records.map((r) => [r.hash, r]));
+      this.revoked = new Set(links);
       this.problem = undefined;
     } catch (err) {
       // Keep the last mirror: a Redis outage must not lock every tenant out, nor let revoked keys back in.

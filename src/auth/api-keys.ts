@@ -29,6 +29,13 @@ export interface ApiKeyStore {
   add(record: ApiKeyRecord): Promise<void>;
   /** Removes the key with this id; false when there is none. Every gateway's mirror drops it within a second. */
   revoke(id: string): Promise<boolean>;
+  /** True when the link with this id (`jti`) is revoked, from the in-memory mirror. */
+  isLinkRevoked(id: string): boolean;
+  /**
+   * Revokes a link (and every cookie it set) until `expiresAt` (epoch seconds, the link's `exp`: past it
+   * the link is dead anyway and the entry is dropped). Every gateway's mirror has it within a second.
+   */
+  revokeLink(id: string, expiresAt: number): Promise<void>;
   /** Reasons the store is degraded (its backend unreachable); empty when healthy. */
   degraded(): string[];
   close(): Promise<void>;
@@ -46,6 +53,22 @@ export function newApiKey(pepper: Uint8Array, team: string, now = new Date()): {
   if (!isDnsLabel(team)) throw new SandgateError('invalid_request', `team ${JSON.stringify(team)} must be a DNS-1123 label (a namespace, or the admin team)`);
   const key = KEY_PREFIX + randomBytes(32).toString('base64url');
   return { key, record: { id: 'k_' + randomBytes(6).toString('hex'), team, hash: hashKey(pepper, key), createdAt: now.toISOString() } };
+}
+
+/** A revoked link: its id and when it expires anyway (epoch seconds). */
+export interface RevokedLink {
+  readonly id: string;
+  readonly expiresAt: number;
+}
+
+/** Link ids a store may hold: what `jti` is checked against (auth/link-tokens.ts). */
+export const LINK_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** Validates a revoked-link entry read from a store; undefined for anything malformed. */
+export function parseRevokedLink(raw: unknown): RevokedLink | undefined {
+  const o = raw as { id?: unknown; expiresAt?: unknown } | null;
+  if (typeof o?.id !== 'string' || !LINK_ID.test(o.id) || typeof o.expiresAt !== 'number' || !Number.isFinite(o.expiresAt)) return undefined;
+  return { id: o.id, expiresAt: o.expiresAt };
 }
 
 /** Validates a record read from a store; undefined for anything malformed (it is skipped, never trusted). */

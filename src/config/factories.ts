@@ -11,6 +11,7 @@ import { createKubernetesDrivers } from '../drivers/kubernetes/kubernetes-driver
 import type { Logger } from '../observability/logger.js';
 import { MemoryPresence } from '../sessions/presence/memory-presence.js';
 import type { PresenceStore } from '../sessions/presence/presence-store.js';
+import type { GrpcServerLimits } from '../lib/grpc-h2-connection.js';
 import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connection.js';
 import { createRedisPresence } from '../sessions/presence/redis-presence.js';
 import { CertificateStore, type ReloadEvent } from '../lib/tls/certificate-store.js';
@@ -21,6 +22,18 @@ import type { Config } from './schema.js';
  * resolved configuration names. Building an object opens nothing (Redis clients connect lazily); the
  * gateway's lifecycle starts and stops them.
  */
+
+/** The gRPC port's per-connection bounds (`--grpc-*`). */
+export function grpcLimits(c: Config): GrpcServerLimits {
+  return {
+    maxConcurrentStreams: c.grpcMaxConcurrentStreams,
+    maxStreamBufferBytes: c.grpcMaxStreamBufferBytes,
+    maxConnectionBufferBytes: c.grpcMaxConnectionBufferBytes,
+    handshakeTimeoutMs: c.grpcHandshakeTimeoutMs,
+    idleTimeoutMs: c.grpcIdleTimeoutMs,
+    goawayGraceMs: c.grpcGoawayGraceMs,
+  };
+}
 
 export function routeOptions(c: Config): RouteOptions {
   return {

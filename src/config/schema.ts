@@ -1,4 +1,5 @@
 import { ROUTE_SOURCES } from '../domain/route-key.js';
+import { GRPC_SERVER_LIMITS as GRPC } from '../lib/grpc-h2-connection.js';
 
 /**
  * The one configuration schema. Every option has a type, a default, a flag (`--kebab-case`), an
@@ -31,6 +32,55 @@ export const SCHEMA = {
   config: { kind: 'string', default: '', description: 'Optional configuration file (YAML or JSON) with any of these options.' },
   listenHost: { kind: 'string', default: '0.0.0.0', description: 'Address every listener binds.' },
   grpcPort: port(9001, 'Envoy ext_authz, ext_proc and gRPC health, on one port (0 = any free port).'),
+  grpcMaxConcurrentStreams: {
+    kind: 'int',
+    default: GRPC.maxConcurrentStreams,
+    min: 1,
+    max: 1_000_000,
+    description: 'gRPC port: streams one connection may have open (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with RST_STREAM REFUSED_STREAM.',
+  },
+  grpcMaxStreamBufferBytes: {
+    kind: 'int',
+    default: GRPC.maxStreamBufferBytes,
+    min: 1024,
+    max: 1_073_741_824,
+    description: 'gRPC port: request bytes one call may hold (a message still arriving, held at its announced length; messages being inflated; ext_proc messages queued); past it the call ends RESOURCE_EXHAUSTED.',
+  },
+  grpcMaxConnectionBufferBytes: {
+    kind: 'int',
+    default: GRPC.maxConnectionBufferBytes,
+    min: 1024,
+    max: 4_294_967_296,
+    description: 'gRPC port: the same, summed over one connection\'s calls.',
+  },
+  grpcHandshakeTimeoutMs: {
+    kind: 'int',
+    default: GRPC.handshakeTimeoutMs,
+    min: 1,
+    max: 600_000,
+    description: 'gRPC port: a connection that has not sent the HTTP/2 preface and its SETTINGS within this time is closed.',
+  },
+  grpcIdleTimeoutMs: {
+    kind: 'int',
+    default: GRPC.idleTimeoutMs,
+    min: 1,
+    max: 86_400_000,
+    description: 'gRPC port: a connection without an open stream for this long gets GOAWAY and is closed (Envoy reconnects when it needs one).',
+  },
+  grpcGoawayGraceMs: {
+    kind: 'int',
+    default: GRPC.goawayGraceMs,
+    min: 0,
+    max: 600_000,
+    description: 'gRPC port: a connection that sent or was sent GOAWAY is closed this long after, calls still open or not.',
+  },
+  extProcMaxQueued: {
+    kind: 'int',
+    default: 64,
+    min: 1,
+    max: 100_000,
+    description: 'ext_proc: messages one stream may queue behind a readiness wait (their bytes count against `--grpc-max-stream-buffer-bytes`); past either the stream ends RESOURCE_EXHAUSTED.',
+  },
   adminPort: port(9090, 'HTTP authz (/authz/…) and /healthz, /readyz; also the operator surface (sandbox API, watch, /metrics) unless `--ops-port` moves it (0 = any free port).'),
   opsPort: {
     kind: 'int',
@@ -231,6 +281,15 @@ export const SCHEMA = {
     description: 'With an API key store: the namespaces whose sandboxes require a key (`*` = all). A team key reaches only its namespace.',
   },
   adminTeam: { kind: 'string', default: 'admin', description: 'The team whose keys reach every namespace.' },
+  linkKeysFile: {
+    kind: 'string',
+    default: '',
+    description:
+      'Signed links (docs/links.md): YAML `keys: [{kid, privateKey?, publicKey?}, …]` of Ed25519 PEM keys. The first key with a private key signs, every key verifies (public keys alone suffice to verify links a control plane mints). Re-read when it changes: removing a key revokes every link it signed. Empty: links are off.',
+  },
+  linkMaxTtl: { kind: 'string', default: '24h', description: 'Longest lifetime of a link (`90s`, `15m`, `24h`, or seconds): longer ones are neither minted nor accepted.' },
+  linkScheme: { kind: 'enum', default: 'https', values: ['https', 'http'], description: 'Scheme of the URLs links are minted for (where browsers reach the data plane).' },
+  linkPort: { kind: 'int', default: 0, min: 0, max: 65535, description: 'Port of the URLs links are minted for (0: the scheme\'s default).' },
   apiKeyHeader: { kind: 'string', default: 'x-api-key', description: 'Header carrying the team API key.' },
   trafficTokenHeaders: {
     kind: 'list',

@@ -14,6 +14,8 @@ export interface RouteEntry {
   readonly key: string;
   readonly namespace: string;
   readonly name: string;
+  /** The incarnation (a sandbox deleted and re-created under the same name has another). */
+  readonly uid: string;
   readonly status: PublicStatus;
   /** Host part of the upstream (an IP, `[v6]`, or a DNS name); undefined when the sandbox has no inbound network. */
   readonly upstreamHost: string | undefined;
@@ -73,6 +75,8 @@ export interface Deny {
   readonly retryAfter?: number | undefined;
   /** True when the sandbox is in a readiness gap: a door may wait for the view to change and decide again. */
   readonly waitable: boolean;
+  /** Response headers the answer carries besides its own (a link's redirect: Location, Set-Cookie). */
+  readonly headers?: readonly (readonly [string, string])[] | undefined;
 }
 
 export type Decision = Allow | Deny;

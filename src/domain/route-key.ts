@@ -42,6 +42,10 @@ export interface RouteRequest {
   readonly host: string | undefined;
   /** The path with query (:path), as received. */
   readonly path: string | undefined;
+  /** The request method, where the door knows it (links may be limited to some methods). */
+  readonly method?: string | undefined;
+  /** The request reached the data plane over TLS (a link's cookie is then `Secure`). */
+  readonly secure?: boolean | undefined;
 }
 
 export interface RouteTarget {

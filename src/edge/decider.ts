@@ -8,6 +8,8 @@ import type { Logger } from '../observability/logger.js';
 import type { Door, GatewayMetrics, WaitOutcomeLabel } from '../observability/metrics.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 import type { ApiKeyAuth } from '../auth/api-keys.js';
+import type { LinkAuth } from '../auth/link-tokens.js';
+import { linkAccess, linkCookiePath } from '../domain/link.js';
 import { renderDenial } from './denial.js';
 import type { Resumer } from './resume.js';
 import type { ActivityRecorder } from './activity-recorder.js';
@@ -27,6 +29,8 @@ export interface RequestAuth {
   readonly envdTokenHeader: string;
   /** The port the in-sandbox daemon listens on (E2B envd: 49983). */
   readonly envdPort: number;
+  /** Signed links and their cookies (`--link-keys-file`); undefined when links are off. */
+  readonly links?: LinkAuth | undefined;
 }
 
 // A list of readonly fields, shaped like domain/decide.ts Deny by chance: nothing to share.
@@ -65,6 +69,9 @@ export class Decider {
   private readonly activity: ActivityRecorder | undefined;
   /** The log level is fixed at start: read once, not per decision. */
   private readonly debug: boolean;
+  /** Signed links (undefined when off): doors then also take sandgate's cookie out of what they forward. */
+  readonly links: LinkAuth | undefined;
+  private readonly cookiePath: ReturnType<typeof linkCookiePath>;
 
   // Copied into fields, not kept as one object: every request reads them, and own fields keep that a
   // single property load.
@@ -79,12 +86,22 @@ export class Decider {
     this.recorder = o.recorder;
     this.activity = o.activity;
     this.debug = o.log.isLevelEnabled('debug');
+    this.links = o.auth?.links;
+    this.cookiePath = linkCookiePath(o.route.pathPrefix);
   }
 
   /** The access check for one request (undefined when nothing can require one). */
   access(req: RouteRequest): Access | undefined {
     const a = this.auth;
     if (a === undefined) return undefined;
+    // A link (query token or session cookie) decides alone: it stands for the key and the traffic token.
+    const link = this.links?.presented(req);
+    if (link !== undefined) {
+      // A WebSocket: an HTTP/1.1 upgrade, or HTTP/2's extended CONNECT (RFC 8441), read as the GET it stands for.
+      const upgrade = req.headers.upgrade !== undefined || req.headers[':protocol'] !== undefined;
+      const method = upgrade && req.method === 'CONNECT' ? 'GET' : req.method;
+      return linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true }, this.links!.now(), this.links!.isRevoked, this.cookiePath);
+    }
     let token: string | undefined;
     for (const h of a.tokenHeaders) {
       token = req.headers[h];
@@ -115,6 +132,18 @@ export class Decider {
    * once instead of closures made per request.
    */
   decideAndAnswer<C>(door: Door, req: RouteRequest, ctx: C, abortOn: (ctx: C) => AbortSignal, answer: (d: Decision, req: RouteRequest, ctx: C) => void, x?: Exchange): Promise<void> | undefined {
+    // A link token not seen before is verified first (a signature check: off the common path, once per token).
+    const verifying = this.links?.pending(req);
+    if (verifying === undefined) return this.decideThenAnswer(door, req, ctx, abortOn, answer, x);
+    return verifying
+      .then(() => this.decideThenAnswer(door, req, ctx, abortOn, answer, x))
+      .catch((err: unknown) => {
+        this.log.error({ err, door }, 'link verification failed');
+        answer(deny('internal_error'), req, ctx);
+      });
+  }
+
+  private decideThenAnswer<C>(door: Door, req: RouteRequest, ctx: C, abortOn: (ctx: C) => AbortSignal, answer: (d: Decision, req: RouteRequest, ctx: C) => void, x?: Exchange): Promise<void> | undefined {
     let d: Decision;
     try {
       if (x === undefined) d = this.decide(door, req);
@@ -175,7 +204,7 @@ export class Decider {
     else if (x.door === 'proxy') return;
     else if (d.allow) x.finish(200);
     else {
-      x.bytesOut = Buffer.byteLength(renderDenial(d, req.headers.accept).body);
+      x.bytesOut = Buffer.byteLength(renderDenial(d, req.headers.accept, req.headers['sec-fetch-mode']).body);
       x.finish(d.status);
     }
   }

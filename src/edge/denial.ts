@@ -16,9 +16,9 @@ export interface RenderedDenial {
   readonly body: string;
 }
 
-/** True when the Accept header prefers an HTML page (browsers send `text/html,…`). */
-export function wantsHtml(accept: string | undefined): boolean {
-  return accept !== undefined && accept.includes('text/html');
+/** True when the client asked for a page: an Accept of `text/html,…`, or a browser's navigation (`Sec-Fetch-Mode: navigate`). */
+export function wantsHtml(accept: string | undefined, fetchMode?: string): boolean {
+  return (accept !== undefined && accept.includes('text/html')) || fetchMode === 'navigate';
 }
 
 export function denialJson(d: Deny): string {
@@ -38,13 +38,14 @@ export function denialHtml(d: Deny): string {
   );
 }
 
-export function renderDenial(d: Deny, accept: string | undefined): RenderedDenial {
-  const html = wantsHtml(accept);
+export function renderDenial(d: Deny, accept: string | undefined, fetchMode?: string): RenderedDenial {
+  const html = wantsHtml(accept, fetchMode);
   const headers: [string, string][] = [
     ['content-type', html ? 'text/html; charset=utf-8' : 'application/json'],
     [ERROR_HEADER, d.code],
   ];
   if (d.retryAfter !== undefined) headers.push(['retry-after', String(d.retryAfter)]);
+  if (d.headers !== undefined) for (const [k, v] of d.headers) headers.push([k, v]);
   return { status: d.status, headers, body: html ? denialHtml(d) : denialJson(d) };
 }
 
@@ -60,9 +61,9 @@ export interface DenialResponse {
  * Answers a denial with its length, unless the response has started (or its client left); returns the
  * body's length in bytes, or -1 when nothing was written.
  */
-export function respondDenial(res: DenialResponse, d: Deny, accept: string | undefined): number {
+export function respondDenial(res: DenialResponse, d: Deny, accept: string | undefined, fetchMode?: string): number {
   if (res.headersSent || res.destroyed) return -1;
-  const r = renderDenial(d, accept);
+  const r = renderDenial(d, accept, fetchMode);
   const length = Buffer.byteLength(r.body);
   res.writeHead(r.status, [...r.headers.flat(), 'content-length', String(length)]);
   res.end(r.body);
@@ -72,7 +73,7 @@ export function respondDenial(res: DenialResponse, d: Deny, accept: string | und
 /** Writes a denial as a raw HTTP/1.1 response on a socket that asked to upgrade; returns its body's length, or -1 when nothing was written. */
 export function writeDenial(socket: Duplex, d: Deny, route: RouteRequest): number {
   if (socket.destroyed) return -1;
-  const r = renderDenial(d, route.headers.accept);
+  const r = renderDenial(d, route.headers.accept, route.headers['sec-fetch-mode']);
   const length = Buffer.byteLength(r.body);
   let head = `HTTP/1.1 ${r.status} ${d.code}\r\n`;
   for (const [k, v] of r.headers) head += `${k}: ${v}\r\n`;

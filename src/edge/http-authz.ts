@@ -92,7 +92,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
       head.push('content-length', '0');
       return { status: 200, head, body: '' };
     }
-    const r = renderDenial(d, req.headers.accept);
+    const r = renderDenial(d, req.headers.accept, req.headers['sec-fetch-mode']);
     const head: string[] = [];
     for (const [k, v] of r.headers) head.push(k, v);
     head.push('content-length', String(Buffer.byteLength(r.body)));

@@ -1,12 +1,8 @@
 import { createHmac } from 'node:crypto';
-import type { ApiAuth } from '../api/api-access.js';
 import type { SandboxWatch } from '../api/sandbox-watch.js';
-import { ApiKeyAuth, type ApiKeyStore } from '../auth/api-keys.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, driversFromConfig, supervisorCertificatesFromConfig, keyPolicy, redisPresenceOptions, routeOptions } from '../config/factories.js';
+import { driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
-import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from '../config/secrets.js';
 import { startFailed } from '../config/start-errors.js';
-import { SandgateError } from '../domain/errors.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
 import { ActivityRecorder, ignorePattern } from '../edge/activity-recorder.js';
@@ -14,25 +10,24 @@ import { Decider } from '../edge/decider.js';
 import type { GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
 import { removedHeaders, type DoorOptions } from '../edge/headers.js';
 import { resolveRelayAddress } from '../edge/relay/relay-config.js';
-import { RelayCredentials } from '../edge/relay/relay-credential.js';
 import { Resumer } from '../edge/resume.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
-import type { CertificateStore, ReloadEvent } from '../lib/tls/certificate-store.js';
+import type { ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
 import { AccessLog, accessLogTarget } from '../observability/access-log.js';
 import { ExchangeRecorder } from '../observability/exchange.js';
 import { GatewayMetrics } from '../observability/metrics.js';
-import type { SupervisorKeys } from '../sessions/supervisor-token.js';
-import { idleTimeoutFromConfig } from './activity.js';
 import { SandboxView } from '../view/sandbox-view.js';
 import { waitersPerNamespace } from '../view/waiters.js';
+import { idleTimeoutFromConfig } from './activity.js';
+import { readCertificates, type Certificates, type Credentials } from './credentials.js';
 
 /**
- * The gateway's core: the view, the drivers that feed it, the decider every door asks, and the
- * credentials the doors and sessions check. Built before anything listens or connects, so everything a
- * configuration can get wrong fails here with nothing to undo.
+ * The gateway's core: the view, the drivers that feed it, the decider every door asks, with the
+ * credentials and certificates the doors and sessions check. Built before anything listens or connects,
+ * so everything a configuration can get wrong fails here with nothing to undo.
  */
-export interface Core {
+export interface Core extends Credentials {
   /** Clock (epoch ms). */
   readonly now: () => number;
   readonly view: SandboxView;
@@ -49,50 +44,24 @@ export interface Core {
   readonly decider: Decider;
   /** What every door strips, which header carries the upstream, and the relay hop's credentials. */
   readonly door: DoorOptions;
-  readonly relayCredentials: RelayCredentials;
-  /** True when no relay secret is configured and this process made its own (peers cannot forward to it). */
-  readonly relaySecretGenerated: boolean;
-  /** Undefined when no supervisor secret is configured (the supervisor endpoint is off). */
-  readonly supervisorKeys: SupervisorKeys | undefined;
-  /** Undefined when no API key store is configured. */
-  readonly keyStore: ApiKeyStore | undefined;
-  /** How the operator API sees principals: the same keys and policy as the doors (docs/tenancy.md). */
-  readonly apiAuth: ApiAuth | undefined;
-  /** Every certificate store once (the supervisor endpoint may share the proxy's). */
-  readonly certificateStores: readonly CertificateStore[];
-  /** The supervisor endpoint's certificates; undefined when it speaks plain WebSocket. */
-  readonly supervisorCertificates: CertificateStore | undefined;
-  /** The proxy's TLS listener; undefined without `--proxy-tls-port` (or without the proxy). */
-  readonly proxyTls: { readonly port: number; readonly store: CertificateStore } | undefined;
+  readonly certificates: Certificates;
 }
 
 export interface CoreOptions {
   /** Drivers to use instead of the ones the configuration names. */
   readonly drivers?: readonly Driver[];
   /** Clock (epoch ms). */
-  readonly now?: () => number;
-  /** Supervisor token keys to use instead of the configured secret. */
-  readonly supervisorKeys?: SupervisorKeys;
+  readonly now: () => number;
 }
 
-export function createCore(config: Config, gatewayId: string, log: Logger, opts: CoreOptions): Core {
-  const tokenSecret = secretBytes(config.trafficTokenSecret, config.trafficTokenSecretFile, 'traffic-token-secret');
-  const supervisorKeys = opts.supervisorKeys ?? supervisorKeysFromConfig(config);
-  const relaySecret = relaySecretFromConfig(config);
-  // The secret stays in this process: every relay hop carries a credential bound to one target.
-  const relayCredentials = new RelayCredentials(relaySecret.secret, config.relayCredentialTtlMs);
+export function createCore(config: Config, gatewayId: string, log: Logger, credentials: Credentials, opts: CoreOptions): Core {
   redisPresenceOptions(config);
   if (config.relayAdvertiseAddress !== '') resolveRelayAddress(config.relayAdvertiseAddress, config.listenHost, 0);
-  const authLog = log.child({ part: 'auth' });
-  const keyStore = apiKeyStoreFromConfig(config, (err) => authLog.warn({ err }, 'API key store problem'));
-  const pepper = keyStore === undefined ? undefined : secretBytes(config.keyPepper, config.keyPepperFile, 'key-pepper');
-  const apiKeys = keyStore === undefined ? undefined : new ApiKeyAuth(keyStore, requirePepper(pepper), config.adminTeam);
-  if (supervisorKeys === undefined) log.child({ part: 'sessions' }).warn('no supervisor secret configured (--supervisor-secret-file or SANDGATE_SUPERVISOR_SECRET): the supervisor endpoint is off');
-
+  const { tokenSecret, apiKeys, policy } = credentials;
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
   const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
-  const now = opts.now ?? Date.now;
+  const now = opts.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
@@ -105,19 +74,13 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const tlsLog = log.child({ part: 'tls' });
-  const onTlsReload = (e: ReloadEvent): void => {
+  const certificates = readCertificates(config, (e: ReloadEvent) => {
     metrics.tlsReloads.labels(e.result).inc();
     if (e.result === 'failed') tlsLog.warn({ err: e.error, source: e.source, code: 'tls_certificate_invalid' }, `TLS certificate ${e.source} not loaded; the last good pair keeps serving: ${e.error?.message ?? ''}`);
     else tlsLog.info({ source: e.source }, `TLS certificate ${e.source} ${e.result}`);
-  };
-  const certificates = certificateStoreFromConfig(config, onTlsReload);
-  const supervisorCertificates = supervisorCertificatesFromConfig(config, certificates, onTlsReload);
-  const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
-  if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
-  if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
+  });
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
-  const policy = keyPolicy(config.apiKeyNamespaces);
   const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
   const decider = new Decider({
     view,
@@ -132,6 +95,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
       tokenHeaders: config.trafficTokenHeaders,
       envdTokenHeader: config.envdTokenHeader,
       envdPort: config.envdPort,
+      links: credentials.links?.auth,
     },
     resumer,
     recorder,
@@ -144,6 +108,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
   });
   for (const d of drivers) view.registerDriver(d.id);
   return {
+    ...credentials,
     now,
     accessLog,
     recorder,
@@ -153,21 +118,9 @@ export function createCore(config: Config, gatewayId: string, log: Logger, opts:
     metrics,
     drivers,
     decider,
-    door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: relayCredentials },
-    relayCredentials,
-    relaySecretGenerated: relaySecret.generated,
-    supervisorKeys,
-    keyStore,
-    apiAuth: apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy },
-    certificateStores: [...new Set([certificates, supervisorCertificates])].filter((c): c is CertificateStore => c !== undefined),
-    supervisorCertificates,
-    proxyTls,
+    door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials },
+    certificates,
   };
-}
-
-function requirePepper(pepper: Uint8Array | undefined): Uint8Array {
-  if (pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
-  return pepper;
 }
 
 function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {
@@ -183,21 +136,6 @@ export async function startAccessLog(life: Lifecycle, accessLog: AccessLog | und
     'access log',
     () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
     () => accessLog.close(),
-  );
-}
-
-/** Watches the certificate files from the start; the pairs were loaded (and checked) with the configuration. */
-export async function startCertificates(life: Lifecycle, stores: readonly CertificateStore[]): Promise<void> {
-  for (const store of stores) await life.start('TLS certificates', () => store.start(), () => store.close());
-}
-
-/** Starts the API key store, when one is configured; it closes at shutdown. */
-export async function startKeyStore(life: Lifecycle, keyStore: ApiKeyStore | undefined): Promise<void> {
-  if (keyStore === undefined) return;
-  await life.start(
-    'API key store',
-    () => keyStore.start().catch((err: unknown) => Promise.reject(startFailed('--api-keys', 'the API key store', err))),
-    () => keyStore.close(),
   );
 }
 

@@ -1,3 +1,4 @@
+import { grpcLimits } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { listenFailed } from '../config/start-errors.js';
 import { startGrpcServer, type GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
@@ -61,9 +62,9 @@ export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: 
 }
 
 /** The Envoy door (ext_authz, ext_proc and gRPC health on `--grpc-port`); NOT_SERVING until the drivers sync. */
-export function startEnvoyDoor(life: Lifecycle, config: Pick<Config, 'listenHost' | 'grpcPort'>, core: Core, log: Logger): Promise<GrpcFrontDoor> {
+export function startEnvoyDoor(life: Lifecycle, config: Config, core: Core, log: Logger): Promise<GrpcFrontDoor> {
   const at = { host: config.listenHost, port: config.grpcPort };
-  return startListener(life, '--grpc-port', at, () => startGrpcServer(core.decider, { ...at, door: core.door }, log.child({ part: 'envoy' })), (grpc, ms) => grpc.close(ms));
+  return startListener(life, '--grpc-port', at, () => startGrpcServer(core.decider, { ...at, door: core.door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued }, log.child({ part: 'envoy' })), (grpc, ms) => grpc.close(ms));
 }
 
 type ProxySlice = Pick<
@@ -107,12 +108,12 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
       handlerErrors: core.metrics.handlerErrors('proxy'),
       activity: core.activity,
-      tls: core.proxyTls,
+      tls: core.certificates.proxyTls,
       redirectHttpsPort: config.proxyRedirectHttpsPort,
     },
     log.child({ part: 'proxy' }),
   );
   await startListener(life, '--proxy-port', { host, port: config.proxyPort }, () => proxy.start(), (_, ms) => proxy.close(ms));
-  const tlsPort = core.proxyTls === undefined ? undefined : await startListener(life, '--proxy-tls-port', { host, port: core.proxyTls.port }, () => proxy.startTls(), (_, ms) => proxy.closeTls(ms));
+  const tlsPort = core.certificates.proxyTls === undefined ? undefined : await startListener(life, '--proxy-tls-port', { host, port: core.certificates.proxyTls.port }, () => proxy.startTls(), (_, ms) => proxy.closeTls(ms));
   return { port: proxy.port, tlsPort };
 }

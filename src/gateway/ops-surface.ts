@@ -47,7 +47,8 @@ type OpsSlice = Pick<Config, 'listenHost' | 'adminPort' | 'opsPort' | 'opsListen
 
 export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: OpsDeps): Promise<OpsSurface> {
   const { gatewayId, core, presence, serving, log } = deps;
-  const { view, metrics, keyStore, certificateStores } = core;
+  const { view, metrics, keyStore } = core;
+  const certificateStores = core.certificates.stores;
   const readiness: Readiness = {
     notReady() {
       const reasons = view.unsyncedDrivers().map((d) => `driver ${d} has not synced`);
@@ -71,6 +72,7 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
     gatewayId,
     log: log.child({ part: 'api' }),
     auth: core.apiAuth,
+    links: core.links?.service,
     console: config.console
       ? createConsole({
           view,

@@ -65,7 +65,8 @@ export interface SessionsDeps {
 /** Starts presence (mirrored into the view), the hand-over, then the supervisor endpoint when keys are set. */
 export async function startSessions(life: Lifecycle, config: SessionsSlice, deps: SessionsDeps): Promise<SupervisorServer | undefined> {
   const { gatewayId, presence, relayAddress, log } = deps;
-  const { view, metrics, supervisorKeys: keys, supervisorCertificates: tls } = deps.core;
+  const { view, metrics, supervisorKeys: keys } = deps.core;
+  const tls = deps.core.certificates.supervisor;
   const sessionLog = log.child({ part: 'sessions' });
   await life.start(
     'presence',

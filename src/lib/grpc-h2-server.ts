@@ -1,6 +1,7 @@
 import { constants, createServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import { gunzipSync, inflateSync } from 'node:zlib';
+import { gunzip, inflate as zlibInflate } from 'node:zlib';
+import { Connection, GRPC_SERVER_LIMITS, type GrpcServerLimits } from './grpc-h2-connection.js';
 
 /**
  * A small gRPC server on node:http2 (gRPC's PROTOCOL-HTTP2.md): unary, server-streaming and bidi methods,
@@ -12,6 +13,12 @@ import { gunzipSync, inflateSync } from 'node:zlib';
  *
  * Not carried over from grpc-js: response compression (grpc-js sends none either), client-streaming
  * methods, custom metadata, keepalive pings from the server (nghttp2 answers the client's pings).
+ *
+ * Bounded per connection where grpc-js is not (GrpcServerLimits): concurrent streams, request bytes held
+ * per stream and per connection (refused with RESOURCE_EXHAUSTED), a handshake and an idle timeout, and a
+ * grace after GOAWAY. Compressed messages are inflated on libuv's thread pool, one at a time per stream,
+ * and a stream whose answers the peer does not read stops being read (HTTP/2 flow control then stops
+ * the peer).
  */
 
 /** gRPC status codes (grpc/doc/statuscodes.md). */
@@ -53,11 +60,20 @@ export interface ServerCall<Req, Res> {
   end(last?: Res): void;
   /** Ends the call with a non-OK status. */
   fail(code: number, details: string): void;
+  /**
+   * Counts `bytes` of request data the handler keeps (a queue of messages) against the stream's and the
+   * connection's buffer bounds; false, counting nothing, when either would be passed. What is still held
+   * when the call ends is returned by itself.
+   */
+  hold(bytes: number): boolean;
+  /** Returns bytes counted by `hold`. */
+  release(bytes: number): void;
 }
 
 /** What a bidi handler hands back: called per request message, and once when the client half-closes. */
 export interface BidiListener<Req> {
-  message(request: Req): void;
+  /** `bytes`: the message's size on the wire (uncompressed), for `hold`. */
+  message(request: Req, bytes: number): void;
   halfClose(): void;
 }
 
@@ -72,7 +88,11 @@ export type BidiHandler<Req, Res> = (call: ServerCall<undefined, Res>) => BidiLi
 export interface GrpcServerOptions {
   /** A handler threw (the call ends UNKNOWN, as in grpc-js); the server does not log by itself. */
   onHandlerError(err: unknown, path: string): void;
+  /** Per-connection bounds; any left out take GRPC_SERVER_LIMITS's value. */
+  readonly limits?: Partial<GrpcServerLimits>;
 }
+
+export { GRPC_SERVER_LIMITS, type GrpcServerLimits };
 
 const enum Kind {
   Unary,
@@ -107,7 +127,8 @@ const UNIT_MS: Readonly<Record<string, number>> = { H: 3_600_000, M: 60_000, S: 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 const kCall = Symbol('grpcCall');
-type GrpcStream = ServerHttp2Stream & { [kCall]?: Call };
+const kConnection = Symbol('grpcConnection');
+type GrpcStream = ServerHttp2Stream & { [kCall]?: Call; [kConnection]?: Connection };
 
 const enum State {
   Open,
@@ -115,15 +136,27 @@ const enum State {
   Ended,
 }
 
+/** Why a stream is not being read (bits): its answers wait for the peer's window, or a message is inflating. */
+const enum Paused {
+  Write = 1,
+  Inflate = 2,
+}
+
 class Call implements ServerCall<unknown, unknown> {
   request: unknown = undefined;
   listener: BidiListener<unknown> | undefined = undefined;
   state = State.Open;
   timer: NodeJS.Timeout | undefined = undefined;
-  /** A message that spans DATA frames: its chunks so far, their length, and the length it needs. */
+  /** A message that spans DATA frames: its chunks so far, their length, and the length it needs (held). */
   chunks: Buffer[] | undefined = undefined;
   have = 0;
   need = 0;
+  /** Paused bits; while a message inflates, data that still arrives waits in `rest`, and 'end' in `endPending`. */
+  paused = 0;
+  rest: Buffer | undefined = undefined;
+  endPending = false;
+  /** Request bytes counted against the stream's and the connection's bounds. */
+  private held = 0;
   private headersSent = false;
   private ac: AbortController | undefined = undefined;
   private trailers: OutgoingHttpHeaders = OK_TRAILERS;
@@ -132,6 +165,7 @@ class Call implements ServerCall<unknown, unknown> {
     readonly stream: GrpcStream,
     readonly method: Method,
     readonly encoding: string | undefined,
+    readonly conn: Connection,
   ) {}
 
   get signal(): AbortSignal {
@@ -147,7 +181,9 @@ class Call implements ServerCall<unknown, unknown> {
     const frame = this.frame(message);
     if (frame === undefined) return;
     this.sendHeaders();
-    this.stream.write(frame);
+    // The peer's window is shut (or it reads slower than we answer): stop reading its requests until the
+    // answers drain, so what it sends waits in its own flow-control window instead of our memory.
+    if (!this.stream.write(frame)) this.pause(Paused.Write);
   }
 
   end(last?: unknown): void {
@@ -165,6 +201,32 @@ class Call implements ServerCall<unknown, unknown> {
 
   fail(code: number, details: string): void {
     this.finish(code, details, undefined, false);
+  }
+
+  hold(bytes: number): boolean {
+    if (this.state !== State.Open) return false;
+    const { maxStreamBufferBytes, maxConnectionBufferBytes } = this.conn.limits;
+    if (this.held + bytes > maxStreamBufferBytes || this.conn.buffered + bytes > maxConnectionBufferBytes) return false;
+    this.held += bytes;
+    this.conn.buffered += bytes;
+    return true;
+  }
+
+  release(bytes: number): void {
+    const n = Math.min(bytes, this.held);
+    this.held -= n;
+    this.conn.buffered -= n;
+  }
+
+  pause(reason: Paused): void {
+    if (this.paused === 0) this.stream.pause();
+    if (reason === Paused.Write && (this.paused & Paused.Write) === 0) this.stream.once('drain', onDrain);
+    this.paused |= reason;
+  }
+
+  unpause(reason: Paused): void {
+    this.paused &= ~reason;
+    if (this.paused === 0 && this.state === State.Open) this.stream.resume();
   }
 
   /** Ends the call with a status: trailers-only before any message, else trailers after the messages. */
@@ -205,7 +267,14 @@ class Call implements ServerCall<unknown, unknown> {
   private close(): void {
     this.state = State.Ended;
     this.chunks = undefined;
+    this.rest = undefined;
+    this.release(this.held);
     if (this.timer !== undefined) clearTimeout(this.timer);
+    // Whatever the client still sends is read and dropped (onData ignores it), not left in its window.
+    if (this.paused !== 0) {
+      this.paused = 0;
+      this.stream.resume();
+    }
   }
 
   private sendHeaders(): void {
@@ -260,6 +329,15 @@ function onDeadline(call: Call): void {
 function onData(this: GrpcStream, chunk: Buffer): void {
   const call = this[kCall]!;
   if (call.state !== State.Open) return;
+  if ((call.paused & Paused.Inflate) !== 0) {
+    call.rest = call.rest === undefined ? chunk : Buffer.concat([call.rest, chunk]);
+    return;
+  }
+  consume(call, chunk);
+}
+
+/** Splits arriving bytes into messages: each complete one is delivered, a partial one is kept (held). */
+function consume(call: Call, chunk: Buffer): void {
   let buf = chunk;
   if (call.chunks !== undefined) {
     call.chunks.push(chunk);
@@ -267,6 +345,7 @@ function onData(this: GrpcStream, chunk: Buffer): void {
     if (call.have < call.need) return;
     buf = Buffer.concat(call.chunks, call.have);
     call.chunks = undefined;
+    call.release(call.need);
   }
   let at = 0;
   for (;;) {
@@ -279,26 +358,35 @@ function onData(this: GrpcStream, chunk: Buffer): void {
       return call.finish(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${length} vs ${MAX_RECEIVE_MESSAGE_BYTES})`, undefined, true);
     }
     if (left < 5 + length) return keep(call, buf, at, 5 + length);
-    receive(call, buf[at]!, buf.subarray(at + 5, at + 5 + length));
-    if (call.state !== State.Open) return;
+    const flag = buf[at]!;
+    const bytes = buf.subarray(at + 5, at + 5 + length);
     at += 5 + length;
+    if (flag !== 0) return inflate(call, flag, bytes, buf.subarray(at));
+    deliver(call, bytes, length);
+    if (call.state !== State.Open) return;
   }
 }
 
+/** Keeps a partial message, holding the whole length its prefix announces: refused before it is buffered. */
 function keep(call: Call, buf: Buffer, at: number, need: number): void {
+  if (!call.hold(need)) return overBuffer(call, need);
   const rest = buf.subarray(at);
   call.chunks = [rest];
   call.have = rest.length;
   call.need = need;
 }
 
-function receive(call: Call, flag: number, bytes: Buffer): void {
-  let body = bytes;
-  if (flag !== 0) {
-    const decoded = decompress(call, flag, bytes);
-    if (decoded === undefined) return;
-    body = decoded;
-  }
+function overBuffer(call: Call, bytes: number): void {
+  const { maxStreamBufferBytes, maxConnectionBufferBytes } = call.conn.limits;
+  call.finish(
+    GrpcStatus.RESOURCE_EXHAUSTED,
+    `Request buffer limit: ${bytes} more bytes would pass the stream's ${maxStreamBufferBytes} or the connection's ${maxConnectionBufferBytes}`,
+    undefined,
+    true,
+  );
+}
+
+function deliver(call: Call, body: Buffer, bytes: number): void {
   let message: unknown;
   try {
     message = call.method.deserialize(body);
@@ -308,7 +396,7 @@ function receive(call: Call, flag: number, bytes: Buffer): void {
   const method = call.method;
   if (method.kind === Kind.Bidi) {
     try {
-      call.listener!.message(message);
+      call.listener!.message(message, bytes);
     } catch (err) {
       handlerFailed(call, err);
     }
@@ -320,34 +408,55 @@ function receive(call: Call, flag: number, bytes: Buffer): void {
   call.request = message;
 }
 
+/** Deflate expands at most about 1032:1 (zlib's technical notes): what a compressed message can grow to. */
+const MAX_DEFLATE_RATIO = 1032;
+
 /**
- * The Compressed-Flag: set means "compressed with grpc-encoding". Synchronous inflation keeps messages in
- * order and is bounded by maxOutputLength (a deflate bomb stops at the receive limit).
+ * The Compressed-Flag: set means "compressed with grpc-encoding". Inflated on libuv's thread pool, bounded
+ * by maxOutputLength (a deflate bomb stops at the receive limit); the stream is not read meanwhile, so
+ * messages stay in order, and what the output may grow to is held against the buffer bounds.
  */
-function decompress(call: Call, flag: number, bytes: Buffer): Buffer | undefined {
+function inflate(call: Call, flag: number, bytes: Buffer, rest: Buffer): void {
   const encoding = call.encoding;
   if (flag !== 1 || encoding === undefined || encoding === 'identity') {
-    call.finish(GrpcStatus.INTERNAL, flag !== 1 ? `Invalid compressed flag ${flag}` : 'Compressed flag set without a grpc-encoding', undefined, true);
-    return undefined;
+    return call.finish(GrpcStatus.INTERNAL, flag !== 1 ? `Invalid compressed flag ${flag}` : 'Compressed flag set without a grpc-encoding', undefined, true);
   }
   if (encoding !== 'gzip' && encoding !== 'deflate') {
-    call.finish(
+    return call.finish(
       GrpcStatus.UNIMPLEMENTED,
       `Received message compressed with unsupported encoding "${encoding}"`,
       { 'grpc-accept-encoding': ACCEPT_ENCODING },
       true,
     );
-    return undefined;
   }
-  try {
-    const options = { maxOutputLength: MAX_RECEIVE_MESSAGE_BYTES };
-    return encoding === 'gzip' ? gunzipSync(bytes, options) : inflateSync(bytes, options);
-  } catch (err) {
+  const reserve = Math.min(MAX_RECEIVE_MESSAGE_BYTES, bytes.length * MAX_DEFLATE_RATIO);
+  if (!call.hold(reserve)) return overBuffer(call, reserve);
+  call.pause(Paused.Inflate);
+  if (rest.length > 0) call.rest = rest;
+  const done = (err: Error | null, out: Buffer): void => inflated(call, reserve, err, out);
+  const options = { maxOutputLength: MAX_RECEIVE_MESSAGE_BYTES };
+  if (encoding === 'gzip') gunzip(bytes, options, done);
+  else zlibInflate(bytes, options, done);
+}
+
+function inflated(call: Call, reserve: number, err: Error | null, out: Buffer): void {
+  call.release(reserve);
+  if (call.state !== State.Open) return;
+  if (err !== null) {
     if ((err as { code?: unknown }).code === 'ERR_BUFFER_TOO_LARGE') {
       call.finish(GrpcStatus.RESOURCE_EXHAUSTED, `Received message that decompresses to a size larger than ${MAX_RECEIVE_MESSAGE_BYTES}`, undefined, true);
     } else call.finish(GrpcStatus.INTERNAL, 'Failed to decompress message', undefined, true);
-    return undefined;
+    return;
   }
+  deliver(call, out, out.length);
+  // Then what arrived behind the message, which may hold another compressed one.
+  call.paused &= ~Paused.Inflate;
+  const rest = call.rest;
+  call.rest = undefined;
+  if (rest !== undefined && call.state === State.Open) consume(call, rest);
+  if ((call.paused & Paused.Inflate) !== 0) return;
+  if (call.endPending && call.state === State.Open) halfClosed(call);
+  if (call.paused === 0) call.stream.resume();
 }
 
 function handlerFailed(call: Call, err: unknown): void {
@@ -358,6 +467,12 @@ function handlerFailed(call: Call, err: unknown): void {
 function onEnd(this: GrpcStream): void {
   const call = this[kCall]!;
   if (call.state !== State.Open) return;
+  if ((call.paused & Paused.Inflate) !== 0) call.endPending = true;
+  else halfClosed(call);
+}
+
+function halfClosed(call: Call): void {
+  call.endPending = false;
   if (call.chunks !== undefined) {
     return call.finish(GrpcStatus.INTERNAL, 'Received a truncated message', undefined, true);
   }
@@ -376,8 +491,16 @@ function onClose(this: GrpcStream): void {
   this[kCall]!.closed();
 }
 
+function onStreamClosed(this: GrpcStream): void {
+  this[kConnection]!.closed();
+}
+
 function onWantTrailers(this: GrpcStream): void {
   this[kCall]!.sendTrailers();
+}
+
+function onDrain(this: GrpcStream): void {
+  this[kCall]!.unpause(Paused.Write);
 }
 
 function ignore(): void {}
@@ -386,16 +509,19 @@ export class GrpcH2Server {
   private readonly methods = new Map<string, Method>();
   private readonly sessions = new Set<ServerHttp2Session>();
   private readonly server: Http2Server;
+  private readonly limits: GrpcServerLimits;
 
   constructor(private readonly options: GrpcServerOptions) {
-    // grpc-js lifts node's session memory cap the same way: past it, node refuses new streams.
-    this.server = createServer({ maxSessionMemory: Number.MAX_SAFE_INTEGER, maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER });
-    this.server.on('stream', (stream: GrpcStream, headers: IncomingHttpHeaders) => this.onStream(stream, headers));
-    this.server.on('session', (session: ServerHttp2Session) => {
-      this.sessions.add(session);
-      session.on('error', ignore);
-      session.once('close', () => this.sessions.delete(session));
+    this.limits = { ...GRPC_SERVER_LIMITS, ...options.limits };
+    // grpc-js lifts node's session memory cap the same way: past it, node refuses new streams. Memory is
+    // bounded instead by the streams a connection may open and the bytes its calls may hold.
+    this.server = createServer({
+      maxSessionMemory: Number.MAX_SAFE_INTEGER,
+      maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER,
+      settings: { maxConcurrentStreams: this.limits.maxConcurrentStreams },
     });
+    this.server.on('stream', (stream: GrpcStream, headers: IncomingHttpHeaders) => this.onStream(stream, headers));
+    this.server.on('session', (session: ServerHttp2Session) => this.onSession(session));
   }
 
   addUnary<Req, Res>(def: MethodDefinition<Req, Res>, handler: UnaryHandler<Req, Res>): void {
@@ -441,6 +567,19 @@ export class GrpcH2Server {
     });
   }
 
+  private onSession(session: ServerHttp2Session): void {
+    this.sessions.add(session);
+    const conn = new Connection(session, this.limits);
+    (session as ServerHttp2Session & { [kConnection]?: Connection })[kConnection] = conn;
+    session.on('error', ignore);
+    session.once('remoteSettings', () => conn.settled());
+    session.once('goaway', () => conn.goingAway());
+    session.once('close', () => {
+      conn.ended();
+      this.sessions.delete(session);
+    });
+  }
+
   private add<Req, Res>(def: MethodDefinition<Req, Res>, requestStream: boolean, responseStream: boolean, kind: Kind, handler: unknown): void {
     if (def.requestStream !== requestStream || def.responseStream !== responseStream) {
       throw new Error(`${def.path}: requestStream=${def.requestStream} responseStream=${def.responseStream} does not fit this kind of handler`);
@@ -457,6 +596,10 @@ export class GrpcH2Server {
 
   private onStream(stream: GrpcStream, headers: IncomingHttpHeaders): void {
     stream.on('error', ignore);
+    const conn = (stream.session as ServerHttp2Session & { [kConnection]?: Connection })[kConnection]!;
+    stream[kConnection] = conn;
+    conn.opened();
+    stream.once('close', onStreamClosed);
     // PROTOCOL-HTTP2.md: gRPC is POST with content-type application/grpc[+format][;params].
     if (headers[':method'] !== 'POST') {
       refuse(stream, { ':status': 405, allow: 'POST' });
@@ -474,7 +617,7 @@ export class GrpcH2Server {
       return;
     }
     const encoding = headers['grpc-encoding'];
-    const call = new Call(stream, method, typeof encoding === 'string' ? encoding : undefined);
+    const call = new Call(stream, method, typeof encoding === 'string' ? encoding : undefined, conn);
     stream[kCall] = call;
     stream.on('data', onData);
     stream.on('end', onEnd);

@@ -445,6 +445,7 @@ export class SandboxView implements RouteTable {
       key,
       namespace: s.namespace,
       name: s.name,
+      uid: s.uid,
       status,
       // The same endpoint and ports objects (a recomposition of the held snapshot, or an update that
       // sharedWithHeld() gave the held ones: most are status heartbeats) keep the values worked out from them.

@@ -1,11 +1,11 @@
-import { connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
+import { connect, constants, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { deflateSync, gzipSync } from 'node:zlib';
 import { service as healthService } from 'grpc-health-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
 import { GrpcH2Server, GrpcStatus, MAX_RECEIVE_MESSAGE_BYTES, percentEncode, type ServerCall } from '../../src/lib/grpc-h2-server.js';
 import { HealthService } from '../../src/lib/grpc-health.js';
 import { eventually } from '../helpers/eventually.js';
+import { CHECK, CHECK_PATH, checkRequest, frame, HEALTH_PATH, messageOf, messages, open, PROCESS, PROCESS_PATH, processRequest, reply, statusOf, writeApart, type Reply } from '../helpers/grpc-wire.js';
 
 /**
  * lib/grpc-h2-server.ts against a raw node:http2 client that sends what grpc-js's client never would:
@@ -13,70 +13,6 @@ import { eventually } from '../helpers/eventually.js';
  * flags, deadlines and resets. Statuses are grpc-js Server's for the same case (server.js,
  * server-interceptors.js) unless the test says otherwise.
  */
-
-const CHECK = authorizationService().service.Check!;
-const PROCESS = externalProcessorService().service.Process!;
-const CHECK_PATH = '/envoy.service.auth.v3.Authorization/Check';
-const PROCESS_PATH = '/envoy.service.ext_proc.v3.ExternalProcessor/Process';
-const HEALTH_PATH = '/grpc.health.v1.Health/';
-
-/** A gRPC length-prefixed message. */
-function frame(body: Buffer, flag = 0): Buffer {
-  const out = Buffer.alloc(5 + body.length);
-  out[0] = flag;
-  out.writeUInt32BE(body.length, 1);
-  body.copy(out, 5);
-  return out;
-}
-
-const checkRequest = (host: string): Buffer => CHECK.requestSerialize({ attributes: { request: { http: { host, path: '/' } } } });
-const processRequest = (kind: string): Buffer => PROCESS.requestSerialize({ [kind]: {} });
-
-interface Reply {
-  headers: IncomingHttpHeaders;
-  trailers: IncomingHttpHeaders | undefined;
-  data: Buffer;
-  rstCode: number;
-}
-
-const statusOf = (r: Reply): number => Number(r.trailers?.['grpc-status'] ?? r.headers['grpc-status']);
-const messageOf = (r: Reply): string => String(r.trailers?.['grpc-message'] ?? r.headers['grpc-message']);
-
-/** The length-prefixed messages in a response body. */
-function messages(data: Buffer): Buffer[] {
-  const out: Buffer[] = [];
-  for (let at = 0; at < data.length; ) {
-    const n = data.readUInt32BE(at + 1);
-    out.push(data.subarray(at + 5, at + 5 + n));
-    at += 5 + n;
-  }
-  return out;
-}
-
-function reply(stream: ClientHttp2Stream): Promise<Reply> {
-  return new Promise((resolve) => {
-    const r: Reply = { headers: {}, trailers: undefined, data: Buffer.alloc(0), rstCode: 0 };
-    stream.on('response', (h) => (r.headers = h));
-    stream.on('trailers', (h) => (r.trailers = h));
-    stream.on('data', (d: Buffer) => (r.data = Buffer.concat([r.data, d])));
-    stream.on('error', () => {});
-    stream.on('close', () => {
-      r.rstCode = stream.rstCode ?? 0;
-      resolve(r);
-    });
-  });
-}
-
-const GRPC_HEADERS = { ':method': 'POST', 'content-type': 'application/grpc', te: 'trailers' };
-
-function open(session: ClientHttp2Session, path: string, headers: OutgoingHttpHeaders = {}): ClientHttp2Stream {
-  return session.request({ ...GRPC_HEADERS, ':path': path, ...headers });
-}
-
-/** Writes `parts` one at a time, each flushed before the next, so the server sees them as separate DATA frames. */
-async function writeApart(stream: ClientHttp2Stream, parts: Buffer[]): Promise<void> {
-  for (const p of parts) await new Promise<void>((resolve) => stream.write(p, () => resolve()));
-}
 
 describe('GrpcH2Server (raw HTTP/2 client)', () => {
   let server: GrpcH2Server;

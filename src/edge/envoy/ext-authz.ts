@@ -70,8 +70,8 @@ export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): o
   };
 }
 
-export function deniedResponse(d: Deny, accept: string | undefined): object {
-  const r = renderDenial(d, accept);
+export function deniedResponse(d: Deny, accept: string | undefined, fetchMode?: string): object {
+  const r = renderDenial(d, accept, fetchMode);
   return {
     status: { code: GRPC_STATUS.deny, message: d.code },
     denied_response: { status: { code: r.status }, headers: r.headers.map(([k, v]) => set(k, v)), body: r.body },
@@ -80,7 +80,7 @@ export function deniedResponse(d: Deny, accept: string | undefined): object {
 
 export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger): UnaryHandler<CheckRequest, object> {
   const answer = (d: Decision, r: RouteRequest, call: ServerCall<CheckRequest, object>): void =>
-    call.end(d.allow ? allowResponse(d, opts, r) : deniedResponse(d, r.headers.accept));
+    call.end(d.allow ? allowResponse(d, opts, r) : deniedResponse(d, r.headers.accept, r.headers['sec-fetch-mode']));
   return (call) => {
     let req: RouteRequest | undefined;
     try {

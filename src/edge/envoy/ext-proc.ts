@@ -1,6 +1,6 @@
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import { callSignal, type BidiHandler, type ServerCall } from '../../lib/grpc-h2-server.js';
+import { callSignal, GrpcStatus, type BidiHandler, type ServerCall } from '../../lib/grpc-h2-server.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
@@ -72,8 +72,8 @@ function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   };
 }
 
-function denyMessage(d: Deny, accept: string | undefined): object {
-  const r = renderDenial(d, accept);
+function denyMessage(d: Deny, accept: string | undefined, fetchMode?: string): object {
+  const r = renderDenial(d, accept, fetchMode);
   return {
     immediate_response: {
       status: { code: r.status },
@@ -85,15 +85,22 @@ function denyMessage(d: Deny, accept: string | undefined): object {
 }
 
 function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): object {
-  return d.allow ? allowMessage(d, opts, req) : denyMessage(d, req.headers.accept);
+  return d.allow ? allowMessage(d, opts, req) : denyMessage(d, req.headers.accept, req.headers['sec-fetch-mode']);
 }
 
-export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger): BidiHandler<ProcessingRequest, object> {
+/**
+ * `maxQueued`: messages one stream may queue behind a readiness wait; their bytes are held against the
+ * stream's and the connection's buffer bounds (`call.hold`). Past either, the stream ends
+ * RESOURCE_EXHAUSTED: Envoy sends a request's later messages only after the headers' answer, so a queue
+ * that long is not Envoy's.
+ */
+export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger, maxQueued: number): BidiHandler<ProcessingRequest, object> {
   const answer = (d: Decision, r: RouteRequest, call: ServerCall<undefined, object>): void => call.write(decisionMessage(d, opts, r));
   return (call) => {
     // Answers must leave in request order; a readiness wait holds later answers behind it. Once the call
     // has ended (Envoy reset it, the deadline passed) call.write does nothing and call.signal has aborted.
     let queue: Promise<void> | undefined;
+    let queued = 0;
     const handle = (msg: ProcessingRequest): Promise<void> | undefined => {
       if (msg.request !== 'request_headers') {
         call.write((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
@@ -117,10 +124,23 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger)
       queue = q;
     };
     return {
-      message(msg) {
-        if (queue !== undefined) return track(queue.then(() => handle(msg)));
-        const p = handle(msg);
-        if (p !== undefined) track(p);
+      message(msg, bytes) {
+        if (queue === undefined) {
+          const p = handle(msg);
+          if (p !== undefined) track(p);
+          return;
+        }
+        if (queued >= maxQueued || !call.hold(bytes)) {
+          return call.fail(GrpcStatus.RESOURCE_EXHAUSTED, `ext_proc: more than ${queued} messages or their bytes queued behind a readiness wait`);
+        }
+        queued++;
+        track(
+          queue.then(() => {
+            queued--;
+            call.release(bytes);
+            return handle(msg);
+          }),
+        );
       },
       halfClose() {
         // Envoy half-closed: answer what is in flight, then close our side.

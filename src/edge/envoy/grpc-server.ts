@@ -1,4 +1,4 @@
-import { GrpcH2Server } from '../../lib/grpc-h2-server.js';
+import { GrpcH2Server, type GrpcServerLimits } from '../../lib/grpc-h2-server.js';
 import { HealthService } from '../../lib/grpc-health.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
@@ -24,12 +24,12 @@ export interface GrpcFrontDoor {
 
 export async function startGrpcServer(
   decider: Decider,
-  opts: { host: string; port: number; door: DoorOptions },
+  opts: { host: string; port: number; door: DoorOptions; limits: GrpcServerLimits; extProcMaxQueued: number },
   log: Logger,
 ): Promise<GrpcFrontDoor> {
-  const server = new GrpcH2Server({ onHandlerError: (err, path) => log.error({ err, path }, 'gRPC handler threw') });
+  const server = new GrpcH2Server({ onHandlerError: (err, path) => log.error({ err, path }, 'gRPC handler threw'), limits: opts.limits });
   server.addUnary(authorizationService().service.Check!, extAuthzCheck(decider, opts.door, log));
-  server.addBidi(externalProcessorService().service.Process!, extProcProcess(decider, opts.door, log));
+  server.addBidi(externalProcessorService().service.Process!, extProcProcess(decider, opts.door, log, opts.extProcMaxQueued));
   const health = new HealthService(Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING'])));
   health.addTo(server);
   const port = await server.listen(opts.host, opts.port);

@@ -1,3 +1,4 @@
+import { withoutLinkCookie } from '../../domain/link.js';
 import { ROUTING_HEADERS } from '../../domain/route-key.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 
@@ -92,6 +93,21 @@ export function filterRequestHeaders(raw: readonly string[], drop: ReadonlySet<s
     out.push(name, raw[i + 1]!);
   }
   return out;
+}
+
+/**
+ * Takes sandgate's link cookie out of the `Cookie` lines of a flat header list, in place: the sandbox's
+ * own cookies stay as they were; a line left empty goes.
+ */
+export function stripLinkCookie(headers: string[]): string[] {
+  for (let i = headers.length - 2; i >= 0; i -= 2) {
+    const name = headers[i]!;
+    if (name.length !== 6 || name.toLowerCase() !== 'cookie') continue;
+    const kept = withoutLinkCookie(headers[i + 1]!);
+    if (kept === undefined) headers.splice(i, 2);
+    else headers[i + 1] = kept;
+  }
+  return headers;
 }
 
 const RESPONSE_DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);

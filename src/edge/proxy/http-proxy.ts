@@ -21,7 +21,8 @@ import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js';
 import { RecordedUpstreamExchange, UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
 import type { Exchange } from '../../observability/exchange.js';
-import { dropSet, forwardRequestHeaders, type ForwardContext } from '../forwarding/forward-headers.js';
+import { dropSet, forwardRequestHeaders, stripLinkCookie, type ForwardContext } from '../forwarding/forward-headers.js';
+import { hasLinkCookie } from '../../domain/link.js';
 import { spliceUpgrade, tcpConnect, upgradeHeaders, withoutOrigin, type Connect } from '../forwarding/websocket-tunnel.js';
 import { sandboxKey } from '../../domain/sandbox.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
@@ -188,7 +189,14 @@ export class EmbeddedProxy implements ExchangeOwner {
   /** The request as the decision reads it: absolute-form routed on its authority (request-target.ts). */
   private route(req: ClientRequest | IncomingMessage, t?: RequestTarget): RouteRequest {
     const headers = req.headers as RouteRequest['headers'];
-    return t === undefined ? { headers, host: headers.host, path: req.url } : { headers, host: t.host, path: t.path };
+    // A link's cookie is Secure when the request came over TLS (the TLS port, or HTTP/2 on it).
+    const secure = 'clientIp' in req ? req.secure === true : (req.socket as { encrypted?: boolean }).encrypted === true;
+    return t === undefined ? { headers, host: headers.host, path: req.url, method: req.method, secure } : { headers, host: t.host, path: t.path, method: req.method, secure };
+  }
+
+  /** The forwarded headers without sandgate's link cookie (when links are on and the request has it). */
+  private withoutLinkCookie(headers: string[], cookie: string | undefined): string[] {
+    return this.decider.links !== undefined && hasLinkCookie(cookie) ? stripLinkCookie(headers) : headers;
   }
 
   private context(req: ClientRequest): ForwardContext {
@@ -239,13 +247,13 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   private refuse(res: ClientResponse, d: Deny, route: RouteRequest, x?: Exchange): void {
     const a = this.decider.answer(route, d);
-    const bytes = respondDenial(res, a, route.headers.accept);
+    const bytes = respondDenial(res, a, route.headers.accept, route.headers['sec-fetch-mode']);
     x?.denied(a.status, a.code, bytes);
   }
 
   /** Carries an allowed request whose connection slot is taken: the exchange, or the relay path, gives it back on close. */
   private forward(req: ClientRequest, res: ClientResponse, d: Allow, route: RouteRequest, x: Exchange | undefined): void {
-    const headers = forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req));
+    const headers = this.withoutLinkCookie(forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req)), req.headers.cookie);
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
     if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route, x);
@@ -319,7 +327,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       if (socket.destroyed) return;
       if (!d.allow) return void refuse(socket, d, route);
       if (!this.take(d, socket)) return void refuse(socket, deny('too_many_connections', undefined, d.entry, 1), route);
-      const headers = upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade);
+      const headers = this.withoutLinkCookie(upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade), req.headers.cookie);
       const path = d.target.path ?? t.path;
       const idle = this.opts.idleTimeoutMs;
       const activity = this.tunnelActivity(d);
@@ -356,7 +364,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       if (!d.allow) return this.refuse(res, d, route);
       if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
       const raw = this.opts.stripOriginOnUpgrade ? withoutOrigin(req.rawHeaders) : req.rawHeaders;
-      const headers = forwardRequestHeaders(raw, this.drop, this.context(req));
+      const headers = this.withoutLinkCookie(forwardRequestHeaders(raw, this.drop, this.context(req)), req.headers.cookie);
       const upstream = this.tunnel(d, headers);
       if (isDeny(upstream)) return this.refuse(res, upstream, route);
       tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route), this.tunnelActivity(d));
