@@ -6,7 +6,7 @@ import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { Driver } from './drivers/driver.js';
 import { startActivity, type ActivityRounds } from './gateway/activity.js';
-import { createCore, Serving, startAccessLog, startDrivers, startServing } from './gateway/core.js';
+import { createCore, Serving, startExchangeReaders, startDrivers, startServing } from './gateway/core.js';
 import { readCredentials, startCertificates, startCredentialStores } from './gateway/credentials.js';
 import { startEnvoyDoor, startProxyDoor, startRelayDoor } from './gateway/doors.js';
 import { startOpsSurface } from './gateway/ops-surface.js';
@@ -14,6 +14,7 @@ import { SessionStreams, startSessions } from './gateway/sessions.js';
 import { deadlineIn, Lifecycle, once, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import type { GatewayMetrics } from './observability/metrics.js';
+import type { Tracing } from './observability/tracing.js';
 import type { PresenceStore } from './sessions/presence/presence-store.js';
 import type { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
@@ -45,6 +46,8 @@ export interface Gateway {
   readonly view: SandboxView;
   readonly log: Logger;
   readonly metrics: GatewayMetrics;
+  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  readonly tracing: Tracing | undefined;
   readonly drivers: readonly Driver[];
   readonly presence: PresenceStore;
   /** Undefined when no supervisor secret is configured (the endpoint is off). */
@@ -83,7 +86,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const life = new Lifecycle(onProblem);
   const streams = new SessionStreams();
   try {
-    await startAccessLog(life, core.accessLog);
+    await startExchangeReaders(life, core);
     await startCertificates(life, core.certificates.stores);
     // Listeners first, so they close last.
     const relay = await startRelayDoor(life, config, core, streams, log);
@@ -104,7 +107,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       await life.stop(deadlineIn(config.shutdownTimeoutMs));
       log.info('sandgate stopped');
     });
-    return { config, gatewayId, view: core.view, log, metrics: core.metrics, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, lifecycle, close };
+    return { config, gatewayId, view: core.view, log, metrics: core.metrics, tracing: core.tracing, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, lifecycle, close };
   } catch (err) {
     await life.stop(deadlineIn(config.shutdownTimeoutMs));
     throw err;

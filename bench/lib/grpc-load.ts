@@ -1,5 +1,5 @@
 import { blocksMeasured, warmBlocks, type AlternationResult, type Measured } from './alternation.js';
-import type { GrpcAlternationArgs, GrpcKind, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
+import type { GrpcAlternationArgs, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
 import { Histogram, summarise, type LatencySummary } from './histogram.js';
 import { benchScript } from './machine.js';
 import type { Child, ProcessGroup } from './processes.js';
@@ -9,14 +9,8 @@ import type { Child, ProcessGroup } from './processes.js';
  * in-flight count between them, and merges their counts and latency histograms.
  */
 
-export interface GrpcLoadRun {
-  readonly target: string;
-  readonly kind: GrpcKind;
-  readonly inFlight: number;
-  readonly warmupMs: number;
-  readonly durationMs: number;
-  readonly sandboxes: number;
-}
+/** One target loaded for a window: GrpcRunArgs without the seed, which each load process gets its own of. */
+export type GrpcLoadRun = Omit<GrpcRunArgs, 'seed'>;
 
 export interface LoadResult {
   readonly rps: number;

@@ -1,9 +1,8 @@
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { ProcessTreeTarget } from './proc-cpu.js';
-import { freePort, sleep, type ProcessGroup } from './processes.js';
+import { answers, freePort, sleep, type ProcessGroup } from './processes.js';
 
 /**
  * nginx as the proxy a team would put in front of sandboxes without Envoy: `auth_request` to sandgate's
@@ -83,19 +82,6 @@ export function nginxConfig(prefix: string, spec: NginxSpec, port: number): stri
   ].join('\n');
 }
 
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = createConnection({ host: '127.0.0.1', port });
-    const done = (ok: boolean): void => {
-      sock.destroy();
-      resolve(ok);
-    };
-    sock.setTimeout(500, () => done(false));
-    sock.on('error', () => done(false));
-    sock.on('connect', () => done(true));
-  });
-}
-
 /** Starts nginx in the foreground with its prefix (config, logs, temp files) in a new folder under `dir`. */
 export async function startNginx(group: ProcessGroup, dir: string, bin: string, spec: NginxSpec): Promise<ProcessTreeTarget> {
   const prefix = mkdtempSync(join(dir, 'nginx-'));
@@ -106,7 +92,7 @@ export async function startNginx(group: ProcessGroup, dir: string, bin: string, 
   // -e: the error log before the config is read (the default path may not be writable).
   const child = group.program('nginx', bin, ['-p', prefix, '-c', configPath, '-e', join(prefix, 'error.log')]);
   const deadline = Date.now() + 10_000;
-  while (!(await accepts(port))) {
+  while (!(await answers(port))) {
     if (!child.running) throw new Error(`nginx did not start: ${child.tailText() || 'it exited'}`);
     if (Date.now() > deadline) {
       await child.stop('SIGKILL');

@@ -1,5 +1,5 @@
 import { fork, spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
+import { createConnection, createServer } from 'node:net';
 import type { IpcReply } from './ipc.js';
 
 /**
@@ -169,4 +169,22 @@ export async function freePort(): Promise<number> {
 
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * Whether something on loopback `port` accepts a connection and, when `hello` is given, answers it with
+ * what `ok` accepts (within half a second).
+ */
+export function answers(port: number, hello?: string, ok: (reply: Buffer) => boolean = () => true): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = createConnection({ host: '127.0.0.1', port });
+    const done = (result: boolean): void => {
+      sock.destroy();
+      resolve(result);
+    };
+    sock.setTimeout(500, () => done(false));
+    sock.on('error', () => done(false));
+    sock.on('connect', () => (hello === undefined ? done(true) : sock.write(hello)));
+    sock.on('data', (d) => done(ok(d)));
+  });
 }

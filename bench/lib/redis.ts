@@ -1,9 +1,8 @@
 import { mkdtempSync } from 'node:fs';
-import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { freePort, sleep, type ProcessGroup } from './processes.js';
+import { answers, freePort, sleep, type ProcessGroup } from './processes.js';
 
 /**
  * A private redis-server for the presence benches (no persistence, loopback only), and command counting
@@ -29,17 +28,7 @@ export function callDelta(before: ReadonlyMap<string, number>, after: ReadonlyMa
 
 /** True when a server on `port` answers PING. */
 function pings(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = createConnection({ host: '127.0.0.1', port });
-    const done = (ok: boolean): void => {
-      sock.destroy();
-      resolve(ok);
-    };
-    sock.setTimeout(500, () => done(false));
-    sock.on('error', () => done(false));
-    sock.on('connect', () => sock.write('PING\r\n'));
-    sock.on('data', (d) => done(d.toString().startsWith('+PONG')));
-  });
+  return answers(port, 'PING\r\n', (d) => d.toString().startsWith('+PONG'));
 }
 
 export async function startRedis(group: ProcessGroup): Promise<BenchRedis> {

@@ -147,6 +147,13 @@ export const SCHEMA = {
   },
   relayMaxStreamsPerSandbox: { kind: 'int', default: 32, min: 1, max: 100_000, description: 'Relay streams (open or opening) to one sandbox on this gateway; more get 503 relay_busy.' },
   relayMaxStreams: { kind: 'int', default: 256, min: 1, max: 1_000_000, description: 'Relay streams (open or opening) on this gateway; more get 503 relay_busy.' },
+  relayMaxStreamsPerNamespace: {
+    kind: 'int',
+    default: -1,
+    min: -1,
+    max: 1_000_000,
+    description: "Relay streams (open or opening) to the sandboxes of one namespace on this gateway, so one tenant's streams held unanswered leave the others theirs; more get 503 relay_busy (-1 = a quarter of `--relay-max-streams`).",
+  },
   relayOpenTimeoutMs: { kind: 'int', default: 10_000, min: 1, max: 600_000, description: 'Wait for a supervisor to open a relay stream (past it: 504 upstream_timeout).' },
   sandboxes: { kind: 'string', default: '', description: 'File driver: a YAML or JSON file of sandboxes, reloaded when it changes.' },
   drivers: {

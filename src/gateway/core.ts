@@ -3,6 +3,7 @@ import type { SandboxWatch } from '../api/sandbox-watch.js';
 import { driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { startFailed } from '../config/start-errors.js';
+import { namespaceShare } from '../domain/namespace-share.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
 import { ActivityRecorder, ignorePattern } from '../edge/activity-recorder.js';
@@ -17,8 +18,8 @@ import type { Logger } from '../observability/logger.js';
 import { AccessLog, accessLogTarget } from '../observability/access-log.js';
 import { ExchangeRecorder } from '../observability/exchange.js';
 import { GatewayMetrics } from '../observability/metrics.js';
+import { tracingFromEnv, type Tracing } from '../observability/tracing.js';
 import { SandboxView } from '../view/sandbox-view.js';
-import { waitersPerNamespace } from '../view/waiters.js';
 import { idleTimeoutFromConfig } from './activity.js';
 import { readCertificates, type Certificates, type Credentials } from './credentials.js';
 
@@ -33,7 +34,9 @@ export interface Core extends Credentials {
   readonly view: SandboxView;
   /** `--access-log`; undefined when off. */
   readonly accessLog: AccessLog | undefined;
-  /** The doors' exchange records; undefined (none made at all) unless the access log is on. */
+  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  readonly tracing: Tracing | undefined;
+  /** The doors' exchange records; undefined (none made at all) unless the access log or tracing is on. */
   readonly recorder: ExchangeRecorder | undefined;
   /** What every door records traffic into (per sandbox and port). */
   readonly activity: ActivityRecorder;
@@ -60,14 +63,15 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   const { tokenSecret, apiKeys, policy } = credentials;
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
-  const recorder = accessLog === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, undefined);
+  const tracing = tracingFromEnv(process.env, gatewayId);
+  const recorder = accessLog === undefined && tracing === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, tracing);
   const now = opts.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
     tombstoneTtlMs: config.tombstoneTtlMs,
-    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: waitersPerNamespace(config.waitersPerNamespace, config.waitersTotal) },
+    waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: namespaceShare(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
@@ -111,6 +115,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     ...credentials,
     now,
     accessLog,
+    tracing,
     recorder,
     view,
     activity,
@@ -129,14 +134,19 @@ function resumeVia(drivers: readonly Driver[], driverId: string, namespace: stri
   return d.resume(namespace, name);
 }
 
-/** First to start and last to stop: every listener has closed before the access log's last flush. */
-export async function startAccessLog(life: Lifecycle, accessLog: AccessLog | undefined): Promise<void> {
-  if (accessLog === undefined) return;
-  await life.start(
-    'access log',
-    () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
-    () => accessLog.close(),
-  );
+/**
+ * First to start and last to stop: every listener has closed before the access log's last flush and
+ * before the spans of the last requests are exported.
+ */
+export async function startExchangeReaders(life: Lifecycle, { accessLog, tracing }: Pick<Core, 'accessLog' | 'tracing'>): Promise<void> {
+  if (accessLog !== undefined) {
+    await life.start(
+      'access log',
+      () => accessLog.ready().catch((err: unknown) => Promise.reject(startFailed('--access-log', 'the access log', err))),
+      () => accessLog.close(),
+    );
+  }
+  if (tracing !== undefined) await life.start('tracing', () => undefined, () => tracing.close());
 }
 
 /** Starts every driver, each feeding the view; a driver's full list may make the gateway serving. */

@@ -1,5 +1,6 @@
 import type { Config } from '../config/schema.js';
 import { startFailed } from '../config/start-errors.js';
+import { namespaceShare } from '../domain/namespace-share.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { Logger } from '../observability/logger.js';
@@ -45,6 +46,7 @@ type SessionsSlice = Pick<
   | 'maxSessionsPerSource'
   | 'relayMaxStreamsPerSandbox'
   | 'relayMaxStreams'
+  | 'relayMaxStreamsPerNamespace'
   | 'relayOpenTimeoutMs'
   | 'handoverTimeoutMs'
   | 'shutdownTimeoutMs'
@@ -114,7 +116,12 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
           maxSessionsPerSource: config.maxSessionsPerSource,
           // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
           keysFile: !deps.keysGiven && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
-          relay: { maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox, maxStreams: config.relayMaxStreams, openTimeoutMs: config.relayOpenTimeoutMs },
+          relay: {
+            maxStreamsPerSandbox: config.relayMaxStreamsPerSandbox,
+            maxStreamsPerNamespace: namespaceShare(config.relayMaxStreamsPerNamespace, config.relayMaxStreams),
+            maxStreams: config.relayMaxStreams,
+            openTimeoutMs: config.relayOpenTimeoutMs,
+          },
           tls: tls === undefined ? undefined : { options: tls.serverOptions(), attach: (s) => tls.attach(s) },
         },
         presence,

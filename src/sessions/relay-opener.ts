@@ -4,21 +4,26 @@ import { sandboxKey } from '../domain/sandbox.js';
 
 /**
  * The gateway side of the relay: opens streams over this gateway's local supervisor sessions, with caps
- * on streams per sandbox and overall (open and still opening, as the reference gateway capped pending
- * relays at 32 per sandbox and 256 overall) and a bound on the wait for OPEN_OK (its 10 s claim limit).
+ * on streams per sandbox, per namespace and overall (open and still opening, as the reference gateway
+ * capped pending relays at 32 per sandbox and 256 overall; a namespace gets a quarter by default) and a bound on the wait for OPEN_OK (its 10 s claim limit).
  * A stream holds its place under the caps until it closes.
  */
 
 export interface RelayLimits {
   /** Streams (open or opening) to one sandbox; more fail with `busy`. */
   readonly maxStreamsPerSandbox: number;
+  /**
+   * Streams (open or opening) to the sandboxes of one namespace: one tenant's streams held unanswered
+   * (until the headers timeout, and again) leave every other tenant theirs. More fail with `busy`.
+   */
+  readonly maxStreamsPerNamespace: number;
   /** Streams (open or opening) on this gateway; more fail with `busy`. */
   readonly maxStreams: number;
   /** Wait for the supervisor's OPEN_OK; past it the open fails with `timeout`. */
   readonly openTimeoutMs: number;
 }
 
-export const DEFAULT_RELAY_LIMITS: RelayLimits = { maxStreamsPerSandbox: 32, maxStreams: 256, openTimeoutMs: 10_000 };
+export const DEFAULT_RELAY_LIMITS: RelayLimits = { maxStreamsPerSandbox: 32, maxStreamsPerNamespace: 64, maxStreams: 256, openTimeoutMs: 10_000 };
 
 /** Opens a byte stream to `127.0.0.1:<port>` inside a sandbox, over the sandbox's session on this gateway. */
 export interface RelayOpener {
@@ -29,6 +34,7 @@ export interface RelayOpener {
 export class LimitedRelayOpener implements RelayOpener {
   private total = 0;
   private readonly perSandbox = new Map<string, number>();
+  private readonly perNamespace = new Map<string, number>();
 
   constructor(
     private readonly lookup: (namespace: string, name: string) => RelayMux | undefined,
@@ -51,6 +57,8 @@ export class LimitedRelayOpener implements RelayOpener {
     const key = sandboxKey(namespace, name);
     const mine = this.perSandbox.get(key) ?? 0;
     if (mine >= this.limits.maxStreamsPerSandbox) return Promise.reject(new RelayError('busy', `${sandboxKey(namespace, name)} already has ${mine} relay streams`));
+    const ours = this.perNamespace.get(namespace) ?? 0;
+    if (ours >= this.limits.maxStreamsPerNamespace) return Promise.reject(new RelayError('busy', `namespace ${namespace} already has ${ours} relay streams on this gateway`));
     if (this.total >= this.limits.maxStreams) return Promise.reject(new RelayError('busy', `this gateway already carries ${this.total} relay streams`));
     let s: RelayStream;
     try {
@@ -60,7 +68,8 @@ export class LimitedRelayOpener implements RelayOpener {
     }
     this.total++;
     this.perSandbox.set(key, mine + 1);
-    s.once('close', () => this.release(key));
+    this.perNamespace.set(namespace, ours + 1);
+    s.once('close', () => this.release(key, namespace));
     return new Promise<RelayStream>((resolve, reject) => {
       const timer = setTimeout(() => s.destroy(new RelayError('timeout', `the supervisor did not open port ${port} within ${this.limits.openTimeoutMs} ms`)), this.limits.openTimeoutMs);
       timer.unref();
@@ -93,10 +102,15 @@ export class LimitedRelayOpener implements RelayOpener {
     });
   }
 
-  private release(key: string): void {
+  private release(key: string, namespace: string): void {
     this.total--;
-    const n = (this.perSandbox.get(key) ?? 1) - 1;
-    if (n <= 0) this.perSandbox.delete(key);
-    else this.perSandbox.set(key, n);
+    decrement(this.perSandbox, key);
+    decrement(this.perNamespace, namespace);
   }
+}
+
+function decrement(counts: Map<string, number>, key: string): void {
+  const n = (counts.get(key) ?? 1) - 1;
+  if (n <= 0) counts.delete(key);
+  else counts.set(key, n);
 }

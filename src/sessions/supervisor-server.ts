@@ -49,7 +49,7 @@ export interface SupervisorServerOptions {
   readonly now?: () => number;
   /** Run the heartbeat sweep on a timer (tests turn it off and call sweep()). */
   readonly autoSweep?: boolean;
-  /** Relay caps and open timeout (default 32 per sandbox, 256 overall, 10 s). */
+  /** Relay caps and open timeout (default 32 per sandbox, 64 per namespace, 256 overall, 10 s). */
   readonly relay?: Partial<RelayLimits>;
   /** Receive window per relay stream (default 256 KiB). */
   readonly relayWindowBytes?: number;

@@ -94,8 +94,3 @@ export class ChangeWaiters {
     for (const set of [...this.byKey.values()]) for (const release of [...set]) release('closed');
   }
 }
-
-/** `--waiters-per-namespace` as configured: -1 is a quarter of the total (docs/configuration.md). */
-export function waitersPerNamespace(configured: number, total: number): number {
-  return configured < 0 ? Math.ceil(total / 4) : configured;
-}

@@ -150,11 +150,11 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
   };
 }
 
-/** A reference supervisor for team-a/`name`, connected to `gateway`; resolves once accepted. */
-export async function startSupervisor(gateway: string, name: string, relay?: RelayClientOptions | false, windowBytes?: number): Promise<SupervisorClient> {
-  const token = await mintSupervisorToken(KEYS, 'team-a', name, 3600);
+/** A reference supervisor for `namespace`/`name` (team-a unless given), connected to `gateway`; resolves once accepted. */
+export async function startSupervisor(gateway: string, name: string, relay?: RelayClientOptions | false, windowBytes?: number, namespace = 'team-a'): Promise<SupervisorClient> {
+  const token = await mintSupervisorToken(KEYS, namespace, name, 3600);
   const relayOpts = relay === false ? false : { ...relay, ...(windowBytes === undefined ? {} : { windowBytes }) };
-  const c = new SupervisorClient({ gateway, token, namespace: 'team-a', name, instanceId: 'inst-1', backoff: { initialMs: 20, maxMs: 200 }, relay: relayOpts });
+  const c = new SupervisorClient({ gateway, token, namespace, name, instanceId: 'inst-1', backoff: { initialMs: 20, maxMs: 200 }, relay: relayOpts });
   await new Promise((resolve) => c.once('accepted', resolve).start());
   return c;
 }

@@ -55,7 +55,7 @@ function pair(onOpen: (s: RelayStream) => void = (s) => s.accept(), highWaterByt
   const sup = new RelayMux({ role: 'supervisor', transport: down, windowBytes: WINDOW, maxChunkBytes: CHUNK, highWaterBytes, onOpen });
   box.gw = gw;
   box.sup = sup;
-  const streams = new LimitedRelayOpener((ns) => (ns === 'ns' ? gw : undefined), { maxStreamsPerSandbox: 4, maxStreams: 8, openTimeoutMs: 200 });
+  const streams = new LimitedRelayOpener((ns) => (ns === 'ns' ? gw : undefined), { maxStreamsPerSandbox: 4, maxStreamsPerNamespace: 8, maxStreams: 8, openTimeoutMs: 200 });
   return { gw, sup, up, down, errors, streams };
 }
 
