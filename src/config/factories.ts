@@ -2,6 +2,8 @@ import type { ApiKeyStore } from '../auth/api-keys.js';
 import { FileApiKeyStore } from '../auth/api-key-file-store.js';
 import { RedisApiKeyStore } from '../auth/api-key-redis-store.js';
 import type { KeyPolicy } from '../domain/access.js';
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { SandgateError } from '../domain/errors.js';
 import type { RouteOptions, RouteSource } from '../domain/route-key.js';
 import type { Driver } from '../drivers/driver.js';
@@ -134,4 +136,31 @@ export function supervisorCertificatesFromConfig(c: Config, shared: CertificateS
   if (!c.supervisorTls) return undefined;
   if (shared === undefined) throw new SandgateError('config_invalid', '--supervisor-tls needs certificates: set --tls-cert-file and --tls-key-file (or --tls-dir), or --supervisor-tls-cert-file and --supervisor-tls-key-file');
   return shared;
+}
+
+/**
+ * The certificates of the doors Envoy calls and of the ops port (`--doors-tls-cert-file` + key), with
+ * `--doors-client-ca-file` for mutual TLS; undefined when the doors speak plain HTTP.
+ */
+export function doorsCertificatesFromConfig(c: Config, onReload: (e: ReloadEvent) => void): CertificateStore | undefined {
+  const pair = c.doorsTlsCertFile !== '' || c.doorsTlsKeyFile !== '';
+  if (pair && (c.doorsTlsCertFile === '' || c.doorsTlsKeyFile === '')) throw new SandgateError('config_invalid', '--doors-tls-cert-file and --doors-tls-key-file go together');
+  if (!pair) {
+    if (c.doorsClientCaFile !== '') throw new SandgateError('config_invalid', '--doors-client-ca-file needs --doors-tls-cert-file and --doors-tls-key-file');
+    return undefined;
+  }
+  const clientCa = c.doorsClientCaFile === '' ? undefined : readCa(c.doorsClientCaFile, '--doors-client-ca-file');
+  return new CertificateStore({ certFile: c.doorsTlsCertFile, keyFile: c.doorsTlsKeyFile }, { onReload, clientCa });
+}
+
+/** A CA file: read and checked to hold a PEM certificate, so a wrong path fails at start. */
+function readCa(path: string, flag: string): Buffer {
+  let pem: Buffer;
+  try {
+    pem = readFileSync(path);
+    new X509Certificate(pem);
+  } catch (err) {
+    throw new SandgateError('config_invalid', `${flag} ${path} is not a readable PEM certificate: ${(err as Error).message}`, { cause: err });
+  }
+  return pem;
 }

@@ -226,6 +226,17 @@ export const SCHEMA = {
   },
   supervisorTlsCertFile: { kind: 'string', default: '', description: 'PEM certificate chain of the supervisor endpoint, when it is not the proxy\'s; with `--supervisor-tls-key-file`. Re-read when it changes.' },
   supervisorTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--supervisor-tls-cert-file`.' },
+  doorsTlsCertFile: {
+    kind: 'string',
+    default: '',
+    description: 'PEM certificate chain the doors Envoy calls (gRPC ext_authz/ext_proc, HTTP authz on the admin port) and the ops port serve TLS with, with `--doors-tls-key-file`. Re-read when it changes.',
+  },
+  doorsTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--doors-tls-cert-file`.' },
+  doorsClientCaFile: {
+    kind: 'string',
+    default: '',
+    description: 'Mutual TLS on the doors and the ops port: only clients presenting a certificate this CA (PEM) issued complete the handshake. Needs `--doors-tls-cert-file`.',
+  },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
     kind: 'int',

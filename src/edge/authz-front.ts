@@ -55,7 +55,8 @@ class AuthzAnswer implements AuthzSink {
 
 /** Installs the front on the admin server (before it listens). */
 export class AuthzFront extends HttpFront<AuthzAnswer> {
-  constructor(server: Server, authz: HttpAuthz, log: Logger) {
+  /** `event`: 'secureConnection' when the admin port speaks TLS (an https.Server). */
+  constructor(server: Server, authz: HttpAuthz, log: Logger, event: 'connection' | 'secureConnection' = 'connection') {
     const handler: FrontHandler<AuthzAnswer> = {
       accepts: acceptsAuthz,
       connect: (conn) => new AuthzAnswer(conn),
@@ -64,6 +65,6 @@ export class AuthzFront extends HttpFront<AuthzAnswer> {
         authz.handleParsed(req.url, req.headers, answer);
       },
     };
-    super(server, handler, log);
+    super(server, handler, log, event);
   }
 }

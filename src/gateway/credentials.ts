@@ -3,7 +3,7 @@ import { ApiKeyAuth, type ApiKeyStore } from '../auth/api-keys.js';
 import { LinkKeyFile, readLinkKeys } from '../auth/link-keys.js';
 import { LinkService } from '../auth/link-service.js';
 import { LinkAuth } from '../auth/link-tokens.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, keyPolicy, routeOptions, supervisorCertificatesFromConfig } from '../config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, doorsCertificatesFromConfig, keyPolicy, routeOptions, supervisorCertificatesFromConfig } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from '../config/secrets.js';
 import { startFailed } from '../config/start-errors.js';
@@ -11,6 +11,7 @@ import type { KeyPolicy } from '../domain/access.js';
 import { parseDuration } from '../domain/duration.js';
 import { SandgateError } from '../domain/errors.js';
 import { RelayCredentials } from '../edge/relay/relay-credential.js';
+import type { ServerTls } from '../lib/http-listen.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { CertificateStore, ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
@@ -109,8 +110,15 @@ export async function startCredentialStores(life: Lifecycle, credentials: Creden
 export interface Certificates {
   /** Every certificate store once (the supervisor endpoint may share the proxy's). */
   readonly stores: readonly CertificateStore[];
-  /** The supervisor endpoint's certificates; undefined when it speaks plain WebSocket. */
-  readonly supervisor: CertificateStore | undefined;
+  /** The supervisor endpoint's TLS; undefined when it speaks plain WebSocket. */
+  readonly supervisor: ServerTls | undefined;
+  /** The doors' TLS (the gRPC and admin ports, client certificates checked); undefined: plain. */
+  readonly doors: ServerTls | undefined;
+  /**
+   * The ops port: TLS with the doors' pair, no client certificate (kubelet probes cannot present one;
+   * the operator API has its API keys).
+   */
+  readonly ops: ServerTls | undefined;
   /** The proxy's TLS listener; undefined without `--proxy-tls-port` (or without the proxy). */
   readonly proxyTls: { readonly port: number; readonly store: CertificateStore } | undefined;
 }
@@ -119,10 +127,22 @@ export interface Certificates {
 export function readCertificates(config: Config, onReload: (e: ReloadEvent) => void): Certificates {
   const certificates = certificateStoreFromConfig(config, onReload);
   const supervisor = supervisorCertificatesFromConfig(config, certificates, onReload);
+  const doors = doorsCertificatesFromConfig(config, onReload);
   const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
   if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
   if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
-  return { stores: [...new Set([certificates, supervisor])].filter((c): c is CertificateStore => c !== undefined), supervisor, proxyTls };
+  return {
+    stores: [...new Set([certificates, supervisor, doors])].filter((c): c is CertificateStore => c !== undefined),
+    supervisor: serverTls(supervisor),
+    doors: serverTls(doors),
+    ops: serverTls(doors, false),
+    proxyTls,
+  };
+}
+
+/** A store's certificates as a listener's TLS (undefined: plain). */
+function serverTls(store: CertificateStore | undefined, clientAuth = true): ServerTls | undefined {
+  return store === undefined ? undefined : { options: store.serverOptions(clientAuth), attach: (s) => store.attach(s) };
 }
 
 /** Watches the certificate files from the start; the pairs were loaded (and checked) with the configuration. */

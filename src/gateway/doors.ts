@@ -64,7 +64,7 @@ export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: 
 /** The Envoy door (ext_authz, ext_proc and gRPC health on `--grpc-port`); NOT_SERVING until the drivers sync. */
 export function startEnvoyDoor(life: Lifecycle, config: Config, core: Core, log: Logger): Promise<GrpcFrontDoor> {
   const at = { host: config.listenHost, port: config.grpcPort };
-  return startListener(life, '--grpc-port', at, () => startGrpcServer(core.decider, { ...at, door: core.door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued }, log.child({ part: 'envoy' })), (grpc, ms) => grpc.close(ms));
+  return startListener(life, '--grpc-port', at, () => startGrpcServer(core.decider, { ...at, door: core.door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued, tls: core.certificates.doors }, log.child({ part: 'envoy' })), (grpc, ms) => grpc.close(ms));
 }
 
 type ProxySlice = Pick<

@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { join } from 'node:path';
 import { createAdminApi, type Readiness } from '../api/admin-api.js';
 import { ConsoleAssets } from '../api/console/console-assets.js';
@@ -7,7 +8,7 @@ import { SandboxWatch } from '../api/sandbox-watch.js';
 import type { Config } from '../config/schema.js';
 import { AuthzFront } from '../edge/authz-front.js';
 import { createHttpAuthz, isAuthzPath, type HttpAuthz } from '../edge/http-authz.js';
-import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect } from '../lib/http-listen.js';
+import { closeGracefully, listenOn, PROXIED_METHODS, refuseConnect, type ServerTls } from '../lib/http-listen.js';
 import { RequestGuard } from '../lib/request-guard.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import { packageRoot } from '../lib/package-root.js';
@@ -87,12 +88,12 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
   };
   const separateOps = config.opsPort >= 0;
   const httpAuthz = createHttpAuthz(core.decider, core.door);
-  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')));
-  const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }));
+  const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')), core.certificates.doors);
+  const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }), core.certificates.doors === undefined ? 'connection' : 'secureConnection');
   const adminAt = { host: config.listenHost, port: config.adminPort };
   const adminPort = await startListener(life, '--admin-port', adminAt, () => listenOn(admin, adminAt.host, adminAt.port), (_, ms) => closeGracefully(admin, ms, adminFront));
   if (!separateOps) return { adminPort, opsPort: undefined, watch };
-  const ops = adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops')));
+  const ops = adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops')), core.certificates.ops);
   const opsAt = { host: config.opsListenHost !== '' ? config.opsListenHost : config.listenHost, port: config.opsPort };
   const opsPort = await startListener(life, '--ops-port', opsAt, () => listenOn(ops, opsAt.host, opsAt.port), (_, ms) => closeGracefully(ops, ms));
   return { adminPort, opsPort, watch };
@@ -102,14 +103,15 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
  * The admin port's server (HTTP authz under /authz/ when `authz` is given, then `api`) or the ops port's
  * (`api` only). CONNECT gets a typed 405 rather than a closed socket.
  */
-function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, guard: RequestGuard): Server {
-  const server = createServer((req, res) =>
+function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise<void>, authz: HttpAuthz | undefined, guard: RequestGuard, tls: ServerTls | undefined): Server {
+  const handler = (req: IncomingMessage, res: ServerResponse): void =>
     guard.run(req, res, () => {
       const url = req.url ?? '/';
       if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
       api(req, res).catch((err: unknown) => guard.fail(err, req, res));
-    }),
-  );
+    });
+  const server = tls === undefined ? createServer(handler) : createHttpsServer(tls.options, handler);
+  if (tls !== undefined) tls.attach(server);
   server.keepAliveTimeout = 65_000;
   refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
   return server;

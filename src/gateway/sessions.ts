@@ -68,7 +68,6 @@ export interface SessionsDeps {
 export async function startSessions(life: Lifecycle, config: SessionsSlice, deps: SessionsDeps): Promise<SupervisorServer | undefined> {
   const { gatewayId, presence, relayAddress, log } = deps;
   const { view, metrics, supervisorKeys: keys } = deps.core;
-  const tls = deps.core.certificates.supervisor;
   const sessionLog = log.child({ part: 'sessions' });
   await life.start(
     'presence',
@@ -122,7 +121,7 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
             maxStreams: config.relayMaxStreams,
             openTimeoutMs: config.relayOpenTimeoutMs,
           },
-          tls: tls === undefined ? undefined : { options: tls.serverOptions(), attach: (s) => tls.attach(s) },
+          tls: deps.core.certificates.supervisor,
         },
         presence,
         sessionLog,

@@ -1,5 +1,6 @@
-import { constants, createServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import { constants, createSecureServer, createServer, type Http2SecureServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo } from 'node:net';
+import type { ServerTls } from './http-listen.js';
 import { gunzip, inflate as zlibInflate } from 'node:zlib';
 import { Connection, GRPC_SERVER_LIMITS, type GrpcServerLimits } from './grpc-h2-connection.js';
 
@@ -90,6 +91,8 @@ export interface GrpcServerOptions {
   onHandlerError(err: unknown, path: string): void;
   /** Per-connection bounds; any left out take GRPC_SERVER_LIMITS's value. */
   readonly limits?: Partial<GrpcServerLimits>;
+  /** TLS (ALPN h2) with these server options; `attach` gets the server (a certificate store keeps it current). */
+  readonly tls?: ServerTls;
 }
 
 export { GRPC_SERVER_LIMITS, type GrpcServerLimits };
@@ -508,18 +511,24 @@ function ignore(): void {}
 export class GrpcH2Server {
   private readonly methods = new Map<string, Method>();
   private readonly sessions = new Set<ServerHttp2Session>();
-  private readonly server: Http2Server;
+  private readonly server: Http2Server | Http2SecureServer;
   private readonly limits: GrpcServerLimits;
 
   constructor(private readonly options: GrpcServerOptions) {
     this.limits = { ...GRPC_SERVER_LIMITS, ...options.limits };
     // grpc-js lifts node's session memory cap the same way: past it, node refuses new streams. Memory is
     // bounded instead by the streams a connection may open and the bytes its calls may hold.
-    this.server = createServer({
+    const http2Options = {
       maxSessionMemory: Number.MAX_SAFE_INTEGER,
       maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER,
       settings: { maxConcurrentStreams: this.limits.maxConcurrentStreams },
-    });
+    };
+    if (options.tls === undefined) this.server = createServer(http2Options);
+    else {
+      const secure = createSecureServer({ ...options.tls.options, ...http2Options, ALPNProtocols: ['h2'] });
+      options.tls.attach(secure);
+      this.server = secure;
+    }
     this.server.on('stream', (stream: GrpcStream, headers: IncomingHttpHeaders) => this.onStream(stream, headers));
     this.server.on('session', (session: ServerHttp2Session) => this.onSession(session));
   }

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { TlsOptions } from 'node:tls';
+import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import { ERROR_CODES } from '../domain/errors.js';
 import type { RequestGuard } from './request-guard.js';
 
@@ -12,6 +12,12 @@ import type { RequestGuard } from './request-guard.js';
  * accepting, close idle keep-alive connections at once, let requests in flight finish for up to
  * `graceMs`, then cut what is left.
  */
+
+/** A TLS listener's server options, and the hook that keeps its default certificate current (a certificate store's attach). */
+export interface ServerTls {
+  readonly options: TlsOptions;
+  attach(server: TlsServer): void;
+}
 
 export function listenOn(server: Server, host: string, port: number): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
@@ -10,7 +9,7 @@ import type { PresenceRecord, PresenceStore } from './presence/presence-store.js
 import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW_BYTES, RelayMux, wsTransport } from './relay-mux.js';
 import type { RelayStream } from './relay-stream.js';
 import { DEFAULT_RELAY_LIMITS, LimitedRelayOpener, type RelayLimits, type RelayOpener } from './relay-opener.js';
-import { listenOn } from '../lib/http-listen.js';
+import { listenOn, type ServerTls } from '../lib/http-listen.js';
 import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
@@ -60,7 +59,7 @@ export interface SupervisorServerOptions {
    * gets the server so a reloaded fallback pair reaches it). The bearer token then never crosses the
    * network in the clear.
    */
-  readonly tls?: { readonly options: TlsOptions; attach(server: TlsServer): void };
+  readonly tls?: ServerTls;
 }
 
 type State = 'hello' | 'claiming' | 'active' | 'closed';

@@ -1,4 +1,4 @@
-import { credentials, type Client } from '@grpc/grpc-js';
+import { credentials, type ChannelCredentials, type Client } from '@grpc/grpc-js';
 import { resolveConfig } from '../../src/config/load.js';
 import type { Driver } from '../../src/drivers/driver.js';
 import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
@@ -23,9 +23,9 @@ export async function startTestGateway(drivers: Driver[], overrides: Record<stri
   return { gw, logs, admin: `http://127.0.0.1:${gw.adminPort}`, grpcTarget: `127.0.0.1:${gw.grpcPort}`, close: () => gw.close() };
 }
 
-export function authzClient(target: string): Client & Record<string, (...a: unknown[]) => unknown> {
+export function authzClient(target: string, creds: ChannelCredentials = credentials.createInsecure(), options: Record<string, unknown> = {}): Client & Record<string, (...a: unknown[]) => unknown> {
   const Ctor = authorizationService();
-  return new Ctor(target, credentials.createInsecure()) as never;
+  return new Ctor(target, creds, options) as never;
 }
 
 export function extProcClient(target: string): Client & Record<string, (...a: unknown[]) => unknown> {

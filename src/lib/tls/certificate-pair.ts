@@ -39,9 +39,9 @@ export interface CertificatePair {
 
 /**
  * Checks and builds a pair: the chain must parse as PEM certificates, the key as a PEM private key, and the
- * key must be the leaf's. Throws an Error saying which of these failed (the caller keeps its last good pair).
+ * key must be the leaf's. `clientCa`: the CA client certificates are verified against (mutual TLS). Throws an Error saying which of these failed (the caller keeps its last good pair).
  */
-export function loadPair(source: string, cert: Buffer, key: Buffer): CertificatePair {
+export function loadPair(source: string, cert: Buffer, key: Buffer, clientCa?: Buffer): CertificatePair {
   let leaf: X509Certificate;
   try {
     leaf = new X509Certificate(cert);
@@ -57,7 +57,8 @@ export function loadPair(source: string, cert: Buffer, key: Buffer): Certificate
   if (!leaf.checkPrivateKey(privateKey)) throw new Error(`the private key does not match the certificate`);
   let context: SecureContext;
   try {
-    context = createSecureContext({ ...TLS_DEFAULTS, cert, key });
+    // The client CA goes into every context: the one SNI selects is the one that verifies a client certificate.
+    context = createSecureContext({ ...TLS_DEFAULTS, cert, key, ca: clientCa });
   } catch (err) {
     throw new Error(`the pair cannot be served (${(err as Error).message})`);
   }

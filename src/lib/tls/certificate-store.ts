@@ -35,6 +35,8 @@ export interface CertificateStoreOptions {
   readonly onReload?: (e: ReloadEvent) => void;
   /** Clock (epoch ms), for expiry. */
   readonly now?: () => number;
+  /** Mutual TLS: only clients with a certificate this CA (PEM) issued complete the handshake. */
+  readonly clientCa?: Buffer;
 }
 
 interface PairFiles {
@@ -108,12 +110,22 @@ export class CertificateStore {
   }
 
   /**
-   * Options for a TLS (or HTTP/2 secure) server: the modern defaults, the fallback pair, SNI selection.
-   * Pass the server to `attach` so a reloaded fallback reaches it.
+   * Options for a TLS (or HTTP/2 secure) server: the modern defaults, the fallback pair, SNI selection, and
+   * with a client CA the client certificate requirement (unless `clientAuth` is false). Pass the server
+   * to `attach` so a reloaded fallback reaches it.
    */
-  serverOptions(): TlsOptions {
+  serverOptions(clientAuth = true): TlsOptions {
     const f = this.fallback;
-    return { ...TLS_DEFAULTS, cert: f.cert, key: f.key, SNICallback: (name, cb) => cb(null, this.contextFor(name)) };
+    return { ...this.contextOptions(f), ...(clientAuth ? this.clientAuth() : {}), SNICallback: (name, cb) => cb(null, this.contextFor(name)) };
+  }
+
+  private contextOptions(p: CertificatePair): TlsOptions {
+    return { ...TLS_DEFAULTS, cert: p.cert, key: p.key, ca: this.opts.clientCa };
+  }
+
+  /** With a client CA: a certificate is requested, and a handshake without a valid one fails. */
+  private clientAuth(): TlsOptions {
+    return this.opts.clientCa === undefined ? {} : { requestCert: true, rejectUnauthorized: true };
   }
 
   /** Keeps `server`'s fallback pair current across reloads (its SNI selection reads the store directly). */
@@ -161,7 +173,7 @@ export class CertificateStore {
         continue;
       }
       try {
-        next.push(loadPair(f.source, cert, key));
+        next.push(loadPair(f.source, cert, key, this.opts.clientCa));
         this.failing.delete(f.source);
         this.opts.onReload?.({ source: f.source, result: 'loaded' });
       } catch (err) {
@@ -180,7 +192,7 @@ export class CertificateStore {
     for (const source of old.keys()) if (!seen.has(source)) this.opts.onReload?.({ source, result: 'removed' });
     const fallbackBefore = this.pairs.length > 0 ? this.fallback : undefined;
     this.pairs = next;
-    if (this.fallback !== fallbackBefore) for (const s of this.servers) s.setSecureContext({ ...TLS_DEFAULTS, cert: this.fallback.cert, key: this.fallback.key });
+    if (this.fallback !== fallbackBefore) for (const s of this.servers) s.setSecureContext(this.contextOptions(this.fallback));
     if (this.started) this.rewatch();
   }
 
