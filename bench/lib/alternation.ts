@@ -89,7 +89,8 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   const load: number[] = [];
 
   let slice = -1;
-  let issued = 0;
+  /** Requests sent (or given up) by each side in the current block. */
+  let issued = { a: 0, b: 0 };
   let sliceStart = 0;
   let over = false;
   const send = (arm: 'a' | 'b', tally: Tally | undefined): void => {
@@ -110,18 +111,26 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
       if (plan.rate === undefined) fill();
     });
   };
-  /** Sends what the current slice's side is due (at the limit: up to maxInFlight open). */
+  /**
+   * Sends what the current slice's side is due (at the limit: up to maxInFlight open). What is due counts
+   * the side's earlier slices of the block too, so a slice a busy machine gave no tick near its end is made
+   * up in the side's next slice of the block: the offered rate holds per block, and load still goes to a
+   * side only in its own slices. What maxInFlight keeps from being sent is given up (the rate was not
+   * sustained).
+   */
   const fill = (): void => {
     if (over || slice < 0) return;
-    const arm = SLICES[slice % SLICES.length]!;
+    const inBlock = slice % SLICES.length;
+    const arm = SLICES[inBlock]!;
     const block = Math.floor(slice / SLICES.length) - warm;
     const tally = block < 0 ? undefined : (tallies[block] ??= { a: fresh(), b: fresh() })[arm];
-    const due = plan.rate === undefined ? Infinity : Math.floor(((performance.now() - sliceStart) / 1000) * plan.rate);
-    while (issued < due && inFlight[arm] < plan.maxInFlight) {
-      issued++;
+    const ownBefore = SLICES.slice(0, inBlock).filter((s) => s === arm).length;
+    const due = plan.rate === undefined ? Infinity : Math.floor(((ownBefore * sliceMs + performance.now() - sliceStart) / 1000) * plan.rate);
+    while (issued[arm] < due && inFlight[arm] < plan.maxInFlight) {
+      issued[arm]++;
       send(arm, tally);
     }
-    if (issued < due && plan.rate !== undefined) issued = due;
+    if (issued[arm] < due && plan.rate !== undefined) issued[arm] = due;
   };
 
   const schedule = new Promise<void>((resolve, reject) => {
@@ -153,8 +162,8 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
           resolve();
           return;
         }
+        if (Math.floor(k / SLICES.length) !== Math.floor(slice / SLICES.length)) issued = { a: 0, b: 0 };
         slice = k;
-        issued = 0;
         sliceStart = t0 + k * sliceMs;
       }
       fill();

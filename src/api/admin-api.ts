@@ -107,7 +107,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
       case '/v1/sandboxes/watch': {
         const scope = authorizeApi(deps.auth, req.headers, res);
         if (scope === undefined) return;
-        return path === '/v1/sandboxes' ? list(url, res, scope.sees) : deps.watch.serve(req, res, url, scope.sees);
+        return path === '/v1/sandboxes' ? list(url, res, scope.sees) : deps.watch.serve(req, res, url, scope.sees, scope.team === '' ? undefined : 'team:' + scope.team);
       }
     }
     const m = SANDBOX_PATH.exec(path);

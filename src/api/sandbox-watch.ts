@@ -17,18 +17,25 @@ interface Change {
   readonly version: number;
   readonly key: string;
   readonly entry: ViewEntry | undefined;
+  /** Its SSE text, made the first time a watcher needs it and shared by every watcher after. */
+  text: string | undefined;
 }
 
-/** One event still to be written; produced lazily so a queued watcher costs a closure, not a JSON string. */
-type Pending = () => string | undefined;
+/** The full state still to be written to a new watcher: the view's entries, then `synced`. */
+interface Dump {
+  readonly entries: Iterator<ViewEntry>;
+  readonly version: number;
+}
 
 interface Client {
   readonly res: ServerResponse;
   readonly namespace: string | null;
   /** The caller's tenancy scope (api-access.ts): changes of namespaces it may not see are never sent. */
   readonly sees: (namespace: string) => boolean;
-  /** Events waiting for the socket to drain (undefined while the socket keeps up). */
-  queue: Pending[] | undefined;
+  readonly principal: string;
+  /** What waits for the socket to drain, in order (undefined while the socket keeps up), and its bytes. */
+  queue: (string | Dump)[] | undefined;
+  queuedBytes: number;
 }
 
 export interface WatchOptions {
@@ -38,6 +45,12 @@ export interface WatchOptions {
   readonly heartbeatMs?: number;
   /** How long after the last watcher leaves changes are still kept for its reconnect. Default 5 minutes. */
   readonly historyGraceMs?: number;
+  /** Watch streams open at once on this gateway (`--watch-max-total`). Default 1000. */
+  readonly maxTotal?: number;
+  /** Watch streams one principal may have open (`--watch-max-per-principal`). Default 32. */
+  readonly maxPerPrincipal?: number;
+  /** Bytes a watcher may be behind (unsent in its socket and queued) before it is dropped (`--watch-max-buffer-bytes`). Default 16 MiB. */
+  readonly maxBufferBytes?: number;
   /** Local clock (ms). Default Date.now. */
   readonly now?: () => number;
 }
@@ -45,12 +58,19 @@ export interface WatchOptions {
 export class SandboxWatch {
   private readonly ring: Change[] = [];
   private readonly clients = new Set<Client>();
+  private readonly perPrincipal = new Map<string, number>();
   private readonly heartbeat: NodeJS.Timeout;
   private readonly historySize: number;
   private readonly historyGraceMs: number;
+  private readonly maxTotal: number;
+  private readonly maxPerPrincipal: number;
+  private readonly maxBufferBytes: number;
   private readonly now: () => number;
   /** Changes are recorded while a watcher is connected and until this time after the last one left. */
   private recordUntil = Number.NEGATIVE_INFINITY;
+  /** Changes serialized (each once, whatever the number of watchers) and watchers dropped for not reading. */
+  serialized = 0;
+  dropped = 0;
 
   constructor(
     private readonly view: SandboxView,
@@ -58,6 +78,9 @@ export class SandboxWatch {
   ) {
     this.historySize = opts.historySize ?? 10_000;
     this.historyGraceMs = opts.historyGraceMs ?? 300_000;
+    this.maxTotal = opts.maxTotal ?? 1000;
+    this.maxPerPrincipal = opts.maxPerPrincipal ?? 32;
+    this.maxBufferBytes = opts.maxBufferBytes ?? 16 * 1024 * 1024;
     this.now = opts.now ?? Date.now;
     view.onChange((key, entry, version) => {
       // With nobody watching or about to reconnect, keeping changes costs the busiest path (every driver
@@ -68,11 +91,11 @@ export class SandboxWatch {
         if (this.ring.length > 0) this.ring.length = 0;
         return;
       }
-      this.ring.push({ version, key, entry });
+      const change: Change = { version, key, entry, text: undefined };
+      this.ring.push(change);
       // Trimmed in batches so a busy view pays O(1) per change, not a shift of the whole ring.
       if (this.ring.length >= 2 * this.historySize) this.ring.splice(0, this.ring.length - this.historySize);
-      if (this.clients.size === 0) return;
-      for (const c of this.clients) this.send(c, { version, key, entry });
+      for (const c of this.clients) this.sendChange(c, change);
     });
     this.heartbeat = setInterval(() => {
       for (const c of this.clients) if (c.queue === undefined) c.res.write(': ping\n\n');
@@ -84,32 +107,35 @@ export class SandboxWatch {
     return this.clients.size;
   }
 
-  /** Serves one watcher; `sees` is the caller's scope, applied to the full state and every change. */
-  serve(req: IncomingMessage, res: ServerResponse, url: URL, sees: (namespace: string) => boolean = () => true): void {
+  /**
+   * Serves one watcher; `sees` is the caller's scope, applied to the full state and every change, and
+   * `principal` whom its streams count against (a team, or a source address without a key).
+   */
+  serve(req: IncomingMessage, res: ServerResponse, url: URL, sees: (namespace: string) => boolean = () => true, principal = req.socket.remoteAddress ?? ''): void {
     const namespace = url.searchParams.get('namespace');
     if (namespace !== null && !isDnsLabel(namespace)) return sendError(res, 'invalid_request', 'namespace must be a DNS-1123 label');
+    const open = this.perPrincipal.get(principal) ?? 0;
+    if (this.clients.size >= this.maxTotal || open >= this.maxPerPrincipal) {
+      const which = open >= this.maxPerPrincipal ? `${this.maxPerPrincipal} for this caller` : `${this.maxTotal} on this gateway`;
+      return sendError(res, 'too_many_watches', `Too many watch streams open (${which}); close one or retry later`, { 'retry-after': '5' });
+    }
     const header = req.headers['last-event-id'];
     const lastHeader = (typeof header === 'string' ? header : undefined) ?? url.searchParams.get('lastEventId') ?? undefined;
     const last = lastHeader === undefined || !/^\d+$/.test(lastHeader) ? undefined : Number(lastHeader);
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-    const client: Client = { res, namespace, sees, queue: undefined };
+    const client: Client = { res, namespace, sees, principal, queue: undefined, queuedBytes: 0 };
     this.clients.add(client);
-    res.once('close', () => {
-      this.clients.delete(client);
-      if (this.clients.size === 0) this.recordUntil = this.now() + this.historyGraceMs;
-    });
+    this.perPrincipal.set(principal, open + 1);
+    res.once('close', () => this.leave(client));
     const first = this.ring[0];
     const current = this.view.version;
     const replayable = last !== undefined && last <= current && (last === current || (first !== undefined && first.version <= last + 1));
     // Replays and full states go through the same backpressure as live changes.
     if (replayable) {
-      for (const c of this.ring) if (c.version > last) this.enqueue(client, () => this.format(client, c));
+      for (const c of this.ring) if (c.version > last) this.sendChange(client, c);
     } else {
-      this.enqueue(client, () => 'event: reset\ndata: {}\n\n');
-      for (const e of [...this.view.list()]) {
-        if ((namespace === null || e.namespace === namespace) && sees(e.namespace)) this.enqueue(client, () => `event: upsert\ndata: ${JSON.stringify(sandboxJson(e, this.view.activity))}\n\n`);
-      }
-      this.enqueue(client, () => `id: ${current}\nevent: synced\ndata: {"version":${current}}\n\n`);
+      this.send(client, 'event: reset\ndata: {}\n\n');
+      this.send(client, { entries: this.view.list(), version: current });
     }
   }
 
@@ -118,49 +144,79 @@ export class SandboxWatch {
     clearInterval(this.heartbeat);
     for (const c of this.clients) c.res.end();
     this.clients.clear();
+    this.perPrincipal.clear();
   }
 
-  private send(c: Client, change: Change): void {
-    this.enqueue(c, () => this.format(c, change));
+  private leave(c: Client): void {
+    if (!this.clients.delete(c)) return;
+    const n = (this.perPrincipal.get(c.principal) ?? 1) - 1;
+    if (n === 0) this.perPrincipal.delete(c.principal);
+    else this.perPrincipal.set(c.principal, n);
+    if (this.clients.size === 0) this.recordUntil = this.now() + this.historyGraceMs;
   }
 
-  /** The SSE text of a change for this watcher, or undefined when its namespace filter or scope skips it. */
-  private format(c: Client, change: Change): string | undefined {
+  private sendChange(c: Client, change: Change): void {
     const slash = change.key.indexOf('/');
     const ns = change.key.slice(0, slash);
-    if ((c.namespace !== null && c.namespace !== ns) || !c.sees(ns)) return undefined;
-    const data = change.entry !== undefined ? sandboxJson(change.entry, this.view.activity) : { namespace: ns, name: change.key.slice(slash + 1) };
-    return `id: ${change.version}\nevent: ${change.entry !== undefined ? 'upsert' : 'delete'}\ndata: ${JSON.stringify(data)}\n\n`;
+    if ((c.namespace !== null && c.namespace !== ns) || !c.sees(ns)) return;
+    if (change.text === undefined) {
+      const data = change.entry !== undefined ? this.upsertData(change.entry) : JSON.stringify({ namespace: ns, name: change.key.slice(slash + 1) });
+      change.text = `id: ${change.version}\nevent: ${change.entry !== undefined ? 'upsert' : 'delete'}\ndata: ${data}\n\n`;
+      this.serialized++;
+    }
+    this.send(c, change.text);
+  }
+
+  private upsertData(e: ViewEntry): string {
+    return JSON.stringify(sandboxJson(e, this.view.activity));
   }
 
   /**
-   * Writes now while the socket keeps up; once it pushes back, queues until 'drain'. A watcher that falls
-   * further behind than the history ring is dropped — it reconnects with Last-Event-ID (or gets a reset).
+   * Writes now while the socket keeps up; once it pushes back, queues until 'drain' (shared texts: a queued
+   * change costs a reference). A watcher behind by more than the bound is dropped — it reconnects with
+   * Last-Event-ID and gets what it missed from the history ring, or a reset.
    */
-  private enqueue(c: Client, event: Pending): void {
-    if (c.queue !== undefined) {
-      c.queue.push(event);
-      if (c.queue.length > Math.max(this.historySize, this.view.size + 2)) {
-        this.clients.delete(c);
-        c.res.destroy();
+  private send(c: Client, item: string | Dump): void {
+    if (c.queue === undefined) {
+      if (typeof item === 'string' ? !c.res.write(item) : !this.writeDump(c, item)) {
+        c.queue = typeof item === 'string' ? [] : [item];
+        c.res.once('drain', () => this.flush(c));
       }
       return;
     }
-    const text = event();
-    if (text !== undefined && !c.res.write(text)) {
-      c.queue = [];
-      c.res.once('drain', () => this.flush(c));
+    c.queue.push(item);
+    if (typeof item === 'string') c.queuedBytes += item.length;
+    // Behind by more bytes than the bound, or by more changes than the ring replays: reconnecting is cheaper.
+    if (c.queuedBytes + c.res.writableLength > this.maxBufferBytes || c.queue.length > this.historySize) {
+      this.dropped++;
+      this.leave(c);
+      c.res.destroy();
+    }
+  }
+
+  /** Writes a dump's entries until the socket pushes back (false: the dump is not done). */
+  private writeDump(c: Client, dump: Dump): boolean {
+    for (;;) {
+      const next = dump.entries.next();
+      if (next.done === true) return c.res.write(`id: ${dump.version}\nevent: synced\ndata: {"version":${dump.version}}\n\n`);
+      const e = next.value;
+      if ((c.namespace !== null && e.namespace !== c.namespace) || !c.sees(e.namespace)) continue;
+      if (!c.res.write(`event: upsert\ndata: ${this.upsertData(e)}\n\n`)) return false;
     }
   }
 
   private flush(c: Client): void {
     const queue = c.queue ?? [];
     c.queue = undefined;
+    c.queuedBytes = 0;
     for (let i = 0; i < queue.length; i++) {
       if (c.res.destroyed) return;
-      const text = queue[i]!();
-      if (text !== undefined && !c.res.write(text)) {
-        c.queue = queue.slice(i + 1);
+      const item = queue[i]!;
+      const more = typeof item === 'string' ? c.res.write(item) : this.writeDump(c, item);
+      if (!more) {
+        // A dump that pushed back is not done: it stays first in the queue.
+        c.queue = typeof item === 'string' ? queue.slice(i + 1) : queue.slice(i);
+        for (const q of c.queue) if (typeof q === 'string') c.queuedBytes += q.length;
         c.res.once('drain', () => this.flush(c));
         return;
       }

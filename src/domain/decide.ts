@@ -75,6 +75,11 @@ export interface Deny {
   readonly retryAfter?: number | undefined;
   /** True when the sandbox is in a readiness gap: a door may wait for the view to change and decide again. */
   readonly waitable: boolean;
+  /**
+   * Set for a browser navigation to a sandbox that is still starting (a wake past its budget): the HTML
+   * answer is a "starting…" page that reloads itself after `retryAfter` seconds.
+   */
+  readonly starting?: boolean | undefined;
   /** Response headers the answer carries besides its own (a link's redirect: Location, Set-Cookie). */
   readonly headers?: readonly (readonly [string, string])[] | undefined;
 }

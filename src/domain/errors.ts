@@ -19,6 +19,7 @@ export const ERROR_CODES = {
   sandbox_not_found: { status: 404, message: 'No such sandbox' },
   sandbox_paused: { status: 409, message: 'The sandbox is paused' },
   too_many_connections: { status: 429, message: 'Too many concurrent connections to this sandbox' },
+  namespace_quota_exceeded: { status: 429, message: 'The namespace already runs its maximum of sandboxes: this one cannot be woken now' },
   sandbox_gone: { status: 410, message: 'The sandbox is being deleted or has expired' },
   sandbox_failed: { status: 502, message: 'The sandbox has failed' },
   sandbox_unreachable: { status: 502, message: 'The sandbox has no network route from this gateway' },
@@ -48,6 +49,7 @@ export const ERROR_CODES = {
   not_found: { status: 404, message: 'No such resource' },
   invalid_request: { status: 400, message: 'The request is malformed' },
   method_not_allowed: { status: 405, message: 'Method not allowed' },
+  too_many_watches: { status: 429, message: 'Too many watch streams open for this caller or on this gateway' },
   // Drivers (reported to operators through the driver sink and logs, never to clients).
   driver_message_invalid: { status: 502, message: 'The driver sent an invalid message; it was dropped' },
   driver_unavailable: { status: 503, message: 'The driver cannot be reached' },

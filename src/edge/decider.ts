@@ -3,6 +3,7 @@ import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED, type KeyPolicy } from '../domai
 import { answerFor, decide, deny, type Access, type Decision, type Deny } from '../domain/decide.js';
 import { parseRoute, type RouteOptions, type RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
+import { SandgateError } from '../domain/errors.js';
 import { CLIENT_CLOSED, type Exchange, type ExchangeRecorder } from '../observability/exchange.js';
 import type { Logger } from '../observability/logger.js';
 import type { Door, GatewayMetrics, WaitOutcomeLabel } from '../observability/metrics.js';
@@ -10,7 +11,7 @@ import type { SandboxView } from '../view/sandbox-view.js';
 import type { ApiKeyAuth } from '../auth/api-keys.js';
 import type { LinkAuth } from '../auth/link-tokens.js';
 import { linkAccess, linkCookiePath } from '../domain/link.js';
-import { renderDenial } from './denial.js';
+import { renderDenial, wantsHtml } from './denial.js';
 import type { Resumer } from './resume.js';
 import type { ActivityRecorder } from './activity-recorder.js';
 
@@ -234,17 +235,25 @@ export class Decider {
    */
   async wait(door: Door, req: RouteRequest, first: Deny, signal?: AbortSignal, x?: Exchange): Promise<Decision> {
     const key = sandboxKey(first.namespace!, first.name!);
-    const deadline = performance.now() + this.readinessWaitMs;
+    let budget = this.readinessWaitMs;
     let resuming: Promise<void> | undefined;
     let resumeError: unknown;
     if (first.code === 'sandbox_paused') {
       const entry = this.view.get(first.namespace!, first.name!);
       if (entry !== undefined && this.resumer !== undefined) {
+        // A wake waits for the sandbox's own budget (sandgate.dev/wake-timeout) when it has one.
+        budget = entry.snapshot.wakeTimeoutMs ?? budget;
         resuming = this.resumer.trigger(entry);
         resuming.catch((err: unknown) => (resumeError = err ?? new Error('resume failed')));
       }
     }
-    const resumeFailed = (why: string): Deny => deny('sandbox_resume_failed', `The sandbox could not be resumed: ${why}`, this.view.get(first.namespace!, first.name!), 1);
+    const deadline = performance.now() + budget;
+    const resumeFailed = (err: unknown): Deny => {
+      const entry = this.view.get(first.namespace!, first.name!);
+      // Refused before any resume (gone, namespace at its limit): that typed answer, not a failure.
+      if (err instanceof SandgateError && (err.code === 'sandbox_gone' || err.code === 'namespace_quota_exceeded')) return deny(err.code, err.message, entry, err.code === 'namespace_quota_exceeded' ? RETRY_AFTER_QUOTA : undefined);
+      return deny('sandbox_resume_failed', `The sandbox could not be resumed: ${err instanceof Error ? err.message : String(err)}`, entry, 1);
+    };
     let d: Decision = first;
     let outcome: WaitOutcomeLabel = 'timeout';
     // A driver may report the resumed sandbox before its resume call even returns: look again first.
@@ -259,8 +268,8 @@ export class Decider {
       if (left <= 0) break;
       const r = await this.view.waiters.wait(key, left, signal);
       if (resumeError !== undefined) {
-        d = resumeFailed(resumeError instanceof Error ? resumeError.message : String(resumeError));
-        outcome = 'resume_failed';
+        d = resumeFailed(resumeError);
+        outcome = d.code === 'sandbox_resume_failed' ? 'resume_failed' : 'final';
         break;
       }
       if (r === 'busy') {
@@ -282,10 +291,13 @@ export class Decider {
       }
     }
     if (outcome === 'timeout' && !d.allow && d.code === 'sandbox_paused' && resuming !== undefined) {
-      d = resumeFailed(`still paused after ${this.readinessWaitMs} ms`);
+      // Past the wake budget the wake goes on: the client is told to come back, not that it failed.
+      d = deny('sandbox_not_ready', `The sandbox is waking up (not Ready within ${budget} ms); retry shortly`, this.view.get(first.namespace!, first.name!), RETRY_AFTER_WAKE);
     }
     this.metrics.wait(outcome);
     x?.waitEnded(outcome);
+    // A browser navigation gets a page that reloads itself (denial.ts) instead of an error to read.
+    if (!d.allow && d.code === 'sandbox_not_ready' && isNavigation(req)) d = { ...d, starting: true, retryAfter: d.retryAfter ?? RETRY_AFTER_WAKE };
     // Denials made here (busy, resume failed) read to an E2B client as the ones decide() makes.
     if (!d.allow) d = this.answer(req, d);
     this.recordDecision(door, d, req, undefined);
@@ -316,6 +328,16 @@ export class Decider {
       this.log.debug({ door, requestId: req.headers['x-request-id'], code: d.code, status: d.status, sandbox: d.namespace && sandboxKey(d.namespace, d.name ?? '') }, d.message);
     }
   }
+}
+
+/** Seconds a client is told to wait before retrying a wake past its budget (the starting page's refresh). */
+const RETRY_AFTER_WAKE = 2;
+/** Seconds before retrying a wake its namespace's limit refused. */
+const RETRY_AFTER_QUOTA = 30;
+
+/** A browser loading a page (Fetch metadata `Sec-Fetch-Mode: navigate`, or an Accept that asks for HTML). */
+export function isNavigation(req: RouteRequest): boolean {
+  return wantsHtml(req.headers.accept, req.headers['sec-fetch-mode']);
 }
 
 /** A signal that fires when `source` (the client's response or socket) closes: the client went away. */

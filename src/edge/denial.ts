@@ -38,15 +38,30 @@ export function denialHtml(d: Deny): string {
   );
 }
 
+/**
+ * The page a browser gets while its sandbox is still starting: it reloads itself after `Retry-After`
+ * seconds through `<meta http-equiv="refresh">` (no JavaScript), so the app appears once it is up.
+ */
+export function startingHtml(d: Deny): string {
+  const seconds = d.retryAfter ?? 2;
+  const name = d.namespace !== undefined ? ` <code>${escapeHtml(d.namespace)}/${escapeHtml(d.name ?? '')}</code>` : '';
+  return (
+    `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="${seconds}"><title>Starting…</title></head>` +
+    `<body><h1>Starting…</h1><p>The sandbox${name} is waking up. This page reloads itself in ${seconds} s.</p>` +
+    `<p><small>sandgate: ${escapeHtml(d.code)}</small></p></body></html>\n`
+  );
+}
+
 export function renderDenial(d: Deny, accept: string | undefined, fetchMode?: string): RenderedDenial {
-  const html = wantsHtml(accept, fetchMode);
+  // `starting` is set only for a browser navigation (edge/decider.ts), whatever its Accept.
+  const html = d.starting === true || wantsHtml(accept, fetchMode);
   const headers: [string, string][] = [
     ['content-type', html ? 'text/html; charset=utf-8' : 'application/json'],
     [ERROR_HEADER, d.code],
   ];
   if (d.retryAfter !== undefined) headers.push(['retry-after', String(d.retryAfter)]);
   if (d.headers !== undefined) for (const [k, v] of d.headers) headers.push([k, v]);
-  return { status: d.status, headers, body: html ? denialHtml(d) : denialJson(d) };
+  return { status: d.status, headers, body: !html ? denialJson(d) : d.starting === true ? startingHtml(d) : denialHtml(d) };
 }
 
 /** A response not yet started: node:http's ServerResponse, or the proxy front's. */

@@ -1,3 +1,4 @@
+import { hasLinkCookie, withoutLinkCookie } from '../domain/link.js';
 import { ROUTING_HEADERS, type HeaderMap } from '../domain/route-key.js';
 import type { RelayCredentials } from './relay/relay-credential.js';
 
@@ -44,6 +45,19 @@ export interface DoorOptions {
   readonly removeHeaders: ReadonlySet<string>;
   /** Mints the target-bound credential a relay decision carries to a relay listener (docs/relay.md). */
   readonly relay: RelayCredentials;
+  /** Signed links are on: sandgate's session cookie is taken out of the `Cookie` the sandbox gets. */
+  readonly linkCookie?: boolean | undefined;
+}
+
+/**
+ * The `Cookie` header an allowed request must reach the sandbox with, when it carries sandgate's link
+ * cookie: the sandbox's own cookies (`''`: none left, remove the header); undefined when nothing changes.
+ */
+export function cookieForSandbox(opts: DoorOptions, headers: HeaderMap): string | undefined {
+  if (opts.linkCookie !== true) return undefined;
+  const cookie = headers.cookie;
+  if (!hasLinkCookie(cookie)) return undefined;
+  return withoutLinkCookie(cookie!) ?? '';
 }
 
 /** The routing headers, plus `credentials`: what a door removes before a request reaches the sandbox. */

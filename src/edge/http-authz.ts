@@ -4,7 +4,7 @@ import type { Decision, Deny } from '../domain/decide.js';
 import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
 import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
-import { forwardedClient, headersToRemove, type DoorOptions } from './headers.js';
+import { cookieForSandbox, forwardedClient, headersToRemove, type DoorOptions } from './headers.js';
 import { relayHeaders } from './relay/relay-headers.js';
 import { isDeny, originForm, singleHost } from './request-target.js';
 
@@ -30,10 +30,12 @@ export function isAuthzPath(url: string): boolean {
 }
 
 /** The route of an HTTP authz request: its target (the request line's) and lower-case headers. */
-export function authzRoute(url: string, headers: HeaderMap): RouteRequest {
+export function authzRoute(url: string, headers: HeaderMap, method?: string): RouteRequest {
   const original = headers['x-original-uri'];
   const path = original !== undefined ? original : url.length > AUTHZ_PREFIX.length ? url.slice(AUTHZ_PREFIX.length) : '/';
-  return { headers, host: headers['x-forwarded-host'] ?? headers.host, path };
+  // Envoy's http_service asks with the original method; nginx's auth_request always GETs, and passes the
+  // original in X-Original-Method. The scheme the client used is X-Forwarded-Proto (Envoy sets it).
+  return { headers, host: headers['x-forwarded-host'] ?? headers.host, path, method: headers['x-original-method'] ?? method, secure: headers['x-forwarded-proto'] === 'https' };
 }
 
 /**
@@ -87,7 +89,12 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
       // The headers this answer sets are overwritten upstream (allowed_upstream_headers); every other
       // client-sent x-sandgate-* header is removed. `head` serves as the list of names set here: its
       // values (an address, ns/name, a path, a credential, a target) never start with x-sandgate-.
-      const remove = headersToRemove(req.headers, opts.removeHeaders, head);
+      let remove = headersToRemove(req.headers, opts.removeHeaders, head);
+      // The sandbox's own cookies replace the Cookie header (allowed_upstream_headers); added after the
+      // names-set list was read, so a cookie's text never counts as a header name set here.
+      const cookie = cookieForSandbox(opts, req.headers);
+      if (cookie === '') (remove ??= []).push('cookie');
+      else if (cookie !== undefined) head.push('cookie', cookie);
       if (remove !== undefined) head.push(ENVOY_REMOVE_HEADER, remove.join(','));
       head.push('content-length', '0');
       return { status: 200, head, body: '' };
@@ -109,7 +116,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
   const refused = (x: Exchange | undefined, d: Deny, req: RouteRequest): void => x?.denied(d.status, d.code, Buffer.byteLength(renderDenial(d, req.headers.accept).body));
   return {
     handle(req, res) {
-      const parsed = authzRoute(req.url ?? '/', req.headers as HeaderMap);
+      const parsed = authzRoute(req.url ?? '/', req.headers as HeaderMap, req.method);
       const route = checkedRoute(singleHost(req.rawHeaders), parsed);
       const x = decider.recorder?.begin('http_authz', { method: req.method ?? 'GET', target: parsed.path ?? '/', headers: parsed.headers, client: forwardedClient(parsed.headers, req.socket.remoteAddress ?? '') });
       if (isDeny(route)) {
@@ -119,7 +126,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
       void decider.decideAndAnswer('http_authz', route, res, abortOnClose, answerResponse, x);
     },
     handleParsed(url, headers, to) {
-      const parsed = authzRoute(url, headers);
+      const parsed = authzRoute(url, headers, to.method);
       // The front takes no request with a repeated header: its Host is single.
       const route = checkedRoute(headers.host, parsed);
       const x = decider.recorder?.begin('http_authz', { method: to.method, target: parsed.path ?? '/', headers, client: forwardedClient(headers, to.peer()) });

@@ -85,7 +85,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   });
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
-  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }));
+  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }), config.maxRunningPerNamespace);
   const decider = new Decider({
     view,
     route: routeOptions(config),
@@ -123,7 +123,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     metrics,
     drivers,
     decider,
-    door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials },
+    door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
     certificates,
   };
 }

@@ -81,6 +81,7 @@ type ProxySlice = Pick<
   | 'proxyIdleTimeoutMs'
   | 'maxConnectionsPerSandbox'
   | 'proxyRedirectHttpsPort'
+  | 'upstreamConnectRetryMs'
 >;
 
 export interface ProxyDoor {
@@ -108,6 +109,7 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
       handlerErrors: core.metrics.handlerErrors('proxy'),
       activity: core.activity,
+      connectRetry: { ms: config.upstreamConnectRetryMs, now: core.now },
       tls: core.certificates.proxyTls,
       redirectHttpsPort: config.proxyRedirectHttpsPort,
     },

@@ -44,7 +44,7 @@ export interface OpsDeps {
   readonly log: Logger;
 }
 
-type OpsSlice = Pick<Config, 'listenHost' | 'adminPort' | 'opsPort' | 'opsListenHost' | 'console' | 'apiKeyHeader' | 'presence'>;
+type OpsSlice = Pick<Config, 'watchMaxTotal' | 'watchMaxPerPrincipal' | 'watchMaxBufferBytes' | 'listenHost' | 'adminPort' | 'opsPort' | 'opsListenHost' | 'console' | 'apiKeyHeader' | 'presence'>;
 
 export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: OpsDeps): Promise<OpsSurface> {
   const { gatewayId, core, presence, serving, log } = deps;
@@ -64,7 +64,8 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
     keysDegraded: () => keyStore?.degraded() ?? [],
     tlsDegraded: () => certificateStores.flatMap((c) => c.problems()),
   });
-  const watch = new SandboxWatch(view);
+  const watch = new SandboxWatch(view, { maxTotal: config.watchMaxTotal, maxPerPrincipal: config.watchMaxPerPrincipal, maxBufferBytes: config.watchMaxBufferBytes });
+  metrics.watchWatchers(watch);
   const apiDeps = {
     view,
     registry: metrics.registry,
@@ -110,10 +111,15 @@ function adminServer(api: (req: IncomingMessage, res: ServerResponse) => Promise
       if (authz !== undefined && isAuthzPath(url)) return authz.handle(req, res);
       api(req, res).catch((err: unknown) => guard.fail(err, req, res));
     });
-  const server = tls === undefined ? createServer(handler) : createHttpsServer(tls.options, handler);
-  if (tls !== undefined) tls.attach(server);
+  const server = tls === undefined ? createServer(handler) : secureServer(tls, handler);
   server.keepAliveTimeout = 65_000;
   refuseConnect(server, authz !== undefined ? PROXIED_METHODS : 'GET, HEAD');
+  return server;
+}
+
+function secureServer(tls: ServerTls, handler: (req: IncomingMessage, res: ServerResponse) => void): Server {
+  const server = createHttpsServer(tls.options, handler);
+  tls.attach(server);
   return server;
 }
 

@@ -142,6 +142,37 @@ export class GatewayMetrics {
     });
   }
 
+  /** Exposes the watch streams' counts (read at scrape time). */
+  watchWatchers(source: { readonly watchers: number; readonly serialized: number; readonly dropped: number }): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'sandgate_api_watchers',
+      help: 'Watch streams (/v1/sandboxes/watch) open on this gateway',
+      registers,
+      collect() {
+        this.set(source.watchers);
+      },
+    });
+    new Counter({
+      name: 'sandgate_api_watch_changes_serialized_total',
+      help: 'View changes serialized for watch streams: once per change, shared by every watcher that may see it',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(source.serialized);
+      },
+    });
+    new Counter({
+      name: 'sandgate_api_watchers_dropped_total',
+      help: 'Watch streams dropped for falling more than --watch-max-buffer-bytes behind',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(source.dropped);
+      },
+    });
+  }
+
   /** Exposes supervisor session counts (read at scrape time; sessions know nothing of metrics). */
   watchSessions(source: {
     readonly size: number;

@@ -93,6 +93,11 @@ export class ActivityLog {
     else if (!this.ready.has(key)) this.ready.set(key, now);
   }
 
+  /** Epoch ms a Ready sandbox became Ready (as this gateway saw it); undefined when not Ready. */
+  readySince(key: string): number | undefined {
+    return this.ready.get(key);
+  }
+
   /** Epoch ms since which a Ready sandbox has been idle (its last activity or becoming Ready); undefined when not Ready. */
   idleSince(key: string): number | undefined {
     const since = this.ready.get(key);

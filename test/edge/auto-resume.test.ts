@@ -43,11 +43,17 @@ describe('auto-resume on traffic', () => {
     expect(body.message).toContain('quota exceeded in zone a');
   });
 
-  it('a resume that does not finish within the readiness wait answers 503 sandbox_resume_failed', async () => {
+  it('a resume that does not finish within the readiness wait answers 503 sandbox_not_ready with Retry-After: the wake goes on', async () => {
     const { driver, client } = await setup({ readinessWaitMs: 300 });
     driver.onResume = () => new Promise(() => undefined);
     const res = await check(client, envoyCheckRequest({ host: '8000-sleepy.team-a.localhost' }));
-    expect(JSON.parse(res.denied_response.body)).toMatchObject({ code: 'sandbox_resume_failed' });
+    expect(res.denied_response.status.code).toBe('ServiceUnavailable');
+    expect(JSON.parse(res.denied_response.body)).toMatchObject({ code: 'sandbox_not_ready', phase: 'Paused' });
+    expect(res.denied_response.headers.map((h: { header: { key: string; value: string } }) => [h.header.key, h.header.value])).toContainEqual(['retry-after', '2']);
+    // A browser navigation through Envoy gets the page that reloads itself.
+    const page = await check(client, envoyCheckRequest({ host: '8000-sleepy.team-a.localhost', headers: { 'sec-fetch-mode': 'navigate' } }));
+    expect(page.denied_response.body).toContain('<meta http-equiv="refresh" content="2">');
+    expect(driver.resumed).toEqual(['team-a/sleepy']);
   });
 
   it('without a resume policy a paused sandbox answers 409 sandbox_paused and no resume is made', async () => {

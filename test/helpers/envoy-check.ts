@@ -356,9 +356,10 @@ export function contractProblems(file: string, doc: unknown): string[] {
     need(service.path_prefix === AUTHZ_PREFIX, `http_service.path_prefix must be ${AUTHZ_PREFIX}`);
     const allowed = exactPatterns(decision.allowed_headers);
     need([...ROUTING_HEADERS, 'accept'].every((h) => allowed.includes(h)), 'HTTP ext_authz must forward the route-key headers and accept');
-    need(['x-api-key', 'e2b-traffic-access-token', 'x-access-token'].every((h) => allowed.includes(h)), 'HTTP ext_authz must forward the credentials sandgate checks');
+    need(['x-api-key', 'e2b-traffic-access-token', 'x-access-token', 'cookie'].every((h) => allowed.includes(h)), 'HTTP ext_authz must forward the credentials sandgate checks (signed links: the cookie)');
     const upstream = exactPatterns(obj(service.authorization_response).allowed_upstream_headers);
     need(GATEWAY_HEADERS.every((h) => upstream.includes(h)), 'HTTP ext_authz must copy sandgate’s headers onto the request');
+    need(upstream.includes('cookie'), 'HTTP ext_authz must let sandgate replace the cookie header (its link cookie taken out)');
   } else {
     need(decision.allowed_headers === undefined, 'gRPC ext_authz must forward every header (the route keys among them)');
     need(decision.with_request_body === undefined, 'ext_authz must not buffer bodies (breaks streaming and upgrades)');

@@ -5,7 +5,7 @@ import { callSignal, type ServerCall, type UnaryHandler } from '../../lib/grpc-h
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { headersToRemove, lowerCaseHeaders, type DoorOptions } from '../headers.js';
+import { cookieForSandbox, headersToRemove, lowerCaseHeaders, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
@@ -30,6 +30,7 @@ interface CheckRequest {
         host?: string;
         path?: string;
         method?: string;
+        scheme?: string;
       };
     };
   };
@@ -55,14 +56,18 @@ export function checkRequestToRoute(req: CheckRequest): RouteRequest {
     }
   }
   const lower = lowerCaseHeaders(headers);
-  return { headers: lower, host: http?.host || lower[':authority'] || lower.host, path: http?.path || lower[':path'] };
+  const scheme = http?.scheme || lower[':scheme'];
+  return { headers: lower, host: http?.host || lower[':authority'] || lower.host, path: http?.path || lower[':path'], method: http?.method || lower[':method'], secure: scheme === 'https' };
 }
 
 export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   const headers = [set(opts.upstreamHeader, d.upstream)];
   if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
   for (const [k, v] of relayHeaders(d, opts.relay)) headers.push(set(k, v));
-  const remove = headersToRemove(req.headers, opts.removeHeaders, headers.map((h) => h.header.key));
+  const cookie = cookieForSandbox(opts, req.headers);
+  if (cookie !== undefined && cookie !== '') headers.push(set('cookie', cookie));
+  let remove = headersToRemove(req.headers, opts.removeHeaders, headers.map((h) => h.header.key));
+  if (cookie === '') (remove ??= []).push('cookie');
   return {
     status: { code: GRPC_STATUS.allow },
     ok_response: { headers, headers_to_remove: remove ?? [] },

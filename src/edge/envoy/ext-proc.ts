@@ -4,7 +4,7 @@ import { callSignal, GrpcStatus, type BidiHandler, type ServerCall } from '../..
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { addHeader, forwardedClient, headersToRemove, type DoorOptions } from '../headers.js';
+import { addHeader, cookieForSandbox, forwardedClient, headersToRemove, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
@@ -52,7 +52,7 @@ export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteR
       addHeader(headers, h.key.toLowerCase(), v);
     }
   }
-  return { headers, host: headers[':authority'] ?? headers.host, path: headers[':path'] };
+  return { headers, host: headers[':authority'] ?? headers.host, path: headers[':path'], method: headers[':method'], secure: headers[':scheme'] === 'https' };
 }
 
 function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
@@ -60,7 +60,10 @@ function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
   const relay = relayHeaders(d, opts.relay);
   for (const [k, v] of relay) set_headers.push(rawSet(k, v));
-  const remove = headersToRemove(req.headers, opts.removeHeaders, relay.length === 0 ? [opts.upstreamHeader] : [opts.upstreamHeader, ...relay.map(([k]) => k)]);
+  let remove = headersToRemove(req.headers, opts.removeHeaders, relay.length === 0 ? [opts.upstreamHeader] : [opts.upstreamHeader, ...relay.map(([k]) => k)]);
+  const cookie = cookieForSandbox(opts, req.headers);
+  if (cookie === '') (remove ??= []).push('cookie');
+  else if (cookie !== undefined) set_headers.push(rawSet('cookie', cookie));
   return {
     request_headers: {
       response: {

@@ -76,6 +76,12 @@ export interface ProxyOptions {
   readonly maxConnectionsPerSandbox?: number;
   /** Records bytes on open streams as activity (the request itself is recorded by the decider). */
   readonly activity?: ActivityRecorder;
+  /**
+   * `--upstream-connect-retry-ms`: for this long after a sandbox became Ready, a bodyless request whose
+   * connection is refused is sent again (its app often listens a moment after the sandbox is Ready);
+   * `now` is the view's clock.
+   */
+  readonly connectRetry?: { readonly ms: number; readonly now: () => number };
   /** The TLS listener: its port and the certificates it serves. */
   readonly tls?: { readonly port: number; readonly store: CertificateStore };
   /** The plain port answers every request with a 308 to `https://<host>:<port>` (443: no port in the URL; 0: the TLS listener's port). */
@@ -94,6 +100,9 @@ interface SecureListener {
 
 /** HTTP/2 limits of the TLS listener: the HTTP/1.1 head limit (http-front.ts), nginx's stream cap. */
 const H2_LIMITS = { maxConcurrentStreams: 128, maxHeaderListSize: 16 * 1024 };
+
+/** Pause between two connection attempts to a sandbox whose app is not listening yet. */
+const CONNECT_RETRY_STEP_MS = 100;
 
 /** `OPTIONS *` asks about the server itself: the proxy is not the sandbox's server, and forwards none. */
 const TRACEPARENT = 'traceparent';
@@ -293,10 +302,12 @@ export class EmbeddedProxy implements ExchangeOwner {
       injectTraceparent(headers, x, d.upstream);
       handler = new RecordedUpstreamExchange(this, req, res, d, route, hop, x);
     }
-    this.agent.dispatch({ origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body }, handler);
+    handler.options = { origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body };
+    this.agent.dispatch(handler.options, handler);
   }
 
   upstreamFailed(x: UpstreamExchange, err: Error): void {
+    if (this.retryRefused(x, err)) return;
     const code = forwardFailure(x.hop, err);
     this.log.debug({ err, upstream: x.decision.upstream, code }, 'upstream failed before the response');
     this.refuse(x.res, deny(code, undefined, x.decision.entry), x.route, x instanceof RecordedUpstreamExchange ? x.record : undefined);
@@ -304,6 +315,24 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   closed(x: UpstreamExchange): void {
     this.connections.release(x.decision.entry.key);
+  }
+
+  /**
+   * Sends a bodyless request again, a moment later, when the sandbox refused the connection within
+   * `--upstream-connect-retry-ms` of becoming Ready. True when it will be retried.
+   */
+  private retryRefused(x: UpstreamExchange, err: Error): boolean {
+    const retry = this.opts.connectRetry;
+    if (retry === undefined || retry.ms <= 0 || x.hop !== 'sandbox' || x.req.body !== null || x.options === undefined || x.res.destroyed) return false;
+    if ((err as { code?: unknown }).code !== 'ECONNREFUSED') return false;
+    const since = this.decider.view.activity.readySince(x.decision.entry.key);
+    const left = since === undefined ? 0 : since + retry.ms - retry.now();
+    if (left <= 0) return false;
+    const options = x.options;
+    setTimeout(() => {
+      if (!x.res.destroyed) this.agent.dispatch(options, x);
+    }, Math.min(CONNECT_RETRY_STEP_MS, left));
+    return true;
   }
 
   streamed(x: UpstreamExchange): void {

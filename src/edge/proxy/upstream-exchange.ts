@@ -29,6 +29,8 @@ export interface ExchangeOwner {
 }
 
 export class UpstreamExchange implements Dispatcher.DispatchHandler {
+  /** What the proxy dispatched (set by it), so a refused connection can be dispatched again. */
+  options: Dispatcher.DispatchOptions | undefined;
   private abort: ((err?: Error) => void) | undefined;
   private resume: (() => void) | undefined;
   /** The first chunk rides on the request's own activity; later ones (a download, an event stream) add theirs. */
