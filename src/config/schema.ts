@@ -262,7 +262,7 @@ export const SCHEMA = {
   },
   helloTimeoutMs: { kind: 'int', default: 10_000, min: 50, max: 300_000, description: 'A supervisor socket that sends no hello within this time is closed (4408).' },
   maxSessions: { kind: 'int', default: 100_000, min: 1, max: 10_000_000, description: 'Supervisor connections this gateway accepts in all.' },
-  maxSessionsPerSource: { kind: 'int', default: 1000, min: 1, max: 10_000_000, description: 'Supervisor connections accepted from one source address.' },
+  maxSessionsPerSource: { kind: 'int', default: 1000, min: 1, max: 10_000_000, description: 'Supervisor connections with a valid token accepted from one source: an IPv4 address, or an IPv6 /64.' },
   supervisorMaxFrameBytes: { kind: 'int', default: 1_048_576, min: 1024, max: 67_108_864, description: 'Largest supervisor frame (larger closes with 1009).' },
   presence: {
     kind: 'string',

@@ -38,8 +38,8 @@ export const ERROR_CODES = {
   // Supervisor sessions: sent in a `rejected` frame before the WebSocket close code (docs/supervisor-protocol.md).
   session_expired: { status: 401, message: 'The session token expired and was not refreshed (close 4440)' },
   signing_key_revoked: { status: 401, message: 'The key that signed the session token was removed (close 4441)' },
-  token_missing: { status: 401, message: 'An Authorization: Bearer supervisor token is required (close 4401)' },
-  token_expired: { status: 401, message: 'The supervisor token has expired (close 4401)' },
+  token_missing: { status: 401, message: 'An Authorization: Bearer supervisor token is required' },
+  token_expired: { status: 401, message: 'The supervisor token has expired' },
   sandbox_mismatch: { status: 403, message: 'The token names another sandbox (close 4403)' },
   upgrade_required: { status: 426, message: 'The supervisor endpoint speaks WebSocket only' },
   unsupported_subprotocol: { status: 400, message: 'The supervisor must offer the sandgate subprotocol' },

@@ -113,6 +113,7 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
           maxFrameBytes: config.supervisorMaxFrameBytes,
           maxSessions: config.maxSessions,
           maxSessionsPerSource: config.maxSessionsPerSource,
+          handlerErrors: metrics.handlerErrors('supervisor'),
           // Rotation at runtime: a key removed from the file closes the sessions it signed within one heartbeat interval.
           keysFile: !deps.keysGiven && config.supervisorSecretFile !== '' ? config.supervisorSecretFile : undefined,
           relay: {

@@ -82,6 +82,11 @@ export class RequestGuard {
     this.fault(err, req, { res });
   }
 
+  /** A fault met outside runUpgrade() (an upgrade handler's rejected promise): cuts the socket. */
+  failUpgrade(err: unknown, req: GuardedRequest, socket: Duplex): void {
+    this.fault(err, req, { socket });
+  }
+
   private fault(err: unknown, req: GuardedRequest, end: Ender): void {
     this.counter?.inc();
     const url = req.url ?? '';

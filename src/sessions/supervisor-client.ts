@@ -206,6 +206,16 @@ export class SupervisorClient extends EventEmitter {
         this.emit('refreshed', { expiresAt: m.expiresAt });
       }
     });
+    // The gateway authenticates before the upgrade: a token it refuses is answered 401 on the HTTP
+    // request, read here as the session's 4401 would be (docs/supervisor-protocol.md).
+    ws.on('unexpected-response', (req, res) => {
+      const status = res.statusCode ?? 0;
+      res.resume();
+      req.destroy();
+      ws.terminate();
+      if (status === 401) this.closed(ws, CLOSE.unauthorized, 'the gateway refused the token (401)');
+      else this.closed(ws, 1006, `the gateway answered the upgrade with ${status}`);
+    });
     // Connection errors surface as a close; without this listener ws would throw.
     ws.on('error', () => {});
     ws.on('close', (code, reason) => this.closed(ws, code, reason.toString()));

@@ -10,6 +10,8 @@ import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW
 import type { RelayStream } from './relay-stream.js';
 import { DEFAULT_RELAY_LIMITS, LimitedRelayOpener, type RelayLimits, type RelayOpener } from './relay-opener.js';
 import { listenOn, type ServerTls } from '../lib/http-listen.js';
+import { RequestGuard } from '../lib/request-guard.js';
+import { sourceGroup } from '../lib/source-address.js';
 import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
 import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
@@ -50,6 +52,8 @@ export interface SupervisorServerOptions {
   readonly autoSweep?: boolean;
   /** Relay caps and open timeout (default 32 per sandbox, 64 per namespace, 256 overall, 10 s). */
   readonly relay?: Partial<RelayLimits>;
+  /** Counts faults in the endpoint's handlers (sandgate_http_handler_errors_total{listener="supervisor"}). */
+  readonly handlerErrors?: { inc(): void };
   /** Receive window per relay stream (default 256 KiB). */
   readonly relayWindowBytes?: number;
   /** WebSocket bytes not yet written out above which relay streams stop sending (default 1 MiB). */
@@ -144,7 +148,10 @@ export class SupervisorServer implements RelayOpener {
       maxPayload: opts.maxFrameBytes,
       handleProtocols: (protocols) => (protocols.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
     });
-    this.http.on('upgrade', (req, socket, head) => void this.upgrade(req, socket, head));
+    const guard = new RequestGuard('supervisor', log, opts.handlerErrors);
+    this.http.on('upgrade', (req, socket, head) => {
+      this.upgrade(req, socket, head).catch((err: unknown) => guard.failUpgrade(err, req, socket));
+    });
     this.unsubscribe.push(
       store.onChange((ns, name, record) => this.onPresenceChange(ns, name, record)),
       store.onLost((record) => this.onPresenceLost(record)),
@@ -262,8 +269,13 @@ export class SupervisorServer implements RelayOpener {
     });
   }
 
+  /**
+   * Answers the upgrade request with a typed HTTP error and closes the socket once the answer is written:
+   * a peer that never reads it or never closes its side keeps nothing of the gateway's.
+   */
   private reject(socket: Duplex, status: number, code: ErrorCode, message: string): void {
     const body = JSON.stringify({ code, message });
+    socket.once('finish', () => socket.destroy());
     socket.end(
       `HTTP/1.1 ${status} ${code}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
     );
@@ -277,28 +289,36 @@ export class SupervisorServer implements RelayOpener {
     const offered = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim());
     if (!offered.includes(SUBPROTOCOL)) return this.reject(socket, 400, 'unsupported_subprotocol', `offer the subprotocol ${SUBPROTOCOL}`);
     if (this.shuttingDown) return this.reject(socket, 503, 'service_restart', 'the gateway is shutting down');
-    const source = (socket as Socket).remoteAddress ?? 'unknown';
+    // Authenticated before anything is counted or upgraded: a socket without a valid token is answered
+    // 401 on its HTTP request and closed, so it never holds a session slot (docs/supervisor-protocol.md).
+    const auth = req.headers.authorization;
+    const token = auth !== undefined && /^Bearer /i.test(auth) ? auth.slice(7).trim() : undefined;
+    const subject = await this.verify(token);
+    if (socket.destroyed) return;
+    if (isTokenRejection(subject)) {
+      this.log.debug({ code: subject.code, source: (socket as Socket).remoteAddress }, 'supervisor upgrade refused: no valid token');
+      return this.reject(socket, 401, subject.code, subject.message);
+    }
+    const source = sourceGroup((socket as Socket).remoteAddress ?? 'unknown');
     const fromSource = this.perSource.get(source) ?? 0;
     if (this.open.size + this.pending >= this.opts.maxSessions) return this.reject(socket, 503, 'too_many_sessions', 'the gateway holds its maximum of supervisor sessions');
     if (fromSource >= this.opts.maxSessionsPerSource) return this.reject(socket, 429, 'too_many_sessions', 'too many supervisor sessions from this address');
     this.perSource.set(source, fromSource + 1);
     this.pending++;
     let upgraded = false;
-    // ws aborts a malformed handshake without calling back: the source's count must not leak then.
+    // ws aborts a malformed handshake without calling back: the counts must not leak then.
     socket.once('close', () => {
-      if (!upgraded) this.releaseSource(source);
+      if (upgraded) return;
+      this.pending--;
+      this.releaseSource(source);
     });
-    const auth = req.headers.authorization;
-    const token = auth !== undefined && /^Bearer /i.test(auth) ? auth.slice(7).trim() : undefined;
-    const subject = await this.verify(token);
-    this.pending--;
-    if (socket.destroyed) return;
     this.wss.handleUpgrade(req, socket, head, (ws) => {
+      this.pending--;
       upgraded = true;
       const s: LocalSession = {
         sessionId: randomUUID(),
-        namespace: isTokenRejection(subject) ? '' : subject.namespace,
-        name: isTokenRejection(subject) ? '' : subject.name,
+        namespace: subject.namespace,
+        name: subject.name,
         source,
         ws,
         openedAt: this.now(),
@@ -309,17 +329,13 @@ export class SupervisorServer implements RelayOpener {
         lastSeen: this.now(),
         mux: undefined,
         token: token ?? '',
-        kid: isTokenRejection(subject) ? '' : subject.kid,
-        expiresAt: isTokenRejection(subject) ? 0 : subject.expiresAt,
+        kid: subject.kid,
+        expiresAt: subject.expiresAt,
         refreshing: false,
       };
       this.open.add(s);
       ws.on('close', (code: number) => this.closed(s, code));
       ws.on('error', (err) => this.log.debug({ err, sessionId: s.sessionId }, 'supervisor socket error'));
-      if (isTokenRejection(subject)) {
-        this.send(s, { type: 'rejected', code: subject.code, message: subject.message });
-        return this.closeSession(s, CLOSE.unauthorized, subject.message);
-      }
       ws.on('message', (data, isBinary) => this.frame(s, subject, data, isBinary));
     });
   }

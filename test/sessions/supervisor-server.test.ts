@@ -7,6 +7,7 @@ import { CLOSE, SUBPROTOCOL } from '../../src/sessions/supervisor-protocol.js';
 import { SupervisorServer, type SupervisorServerOptions } from '../../src/sessions/supervisor-server.js';
 import { mintSupervisorToken, parseSupervisorKeys, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { eventually } from '../helpers/eventually.js';
+import { RawClient } from '../helpers/raw-http-client.js';
 
 const SECRET_A = 'a'.repeat(40);
 const SECRET_B = 'b'.repeat(40);
@@ -80,7 +81,12 @@ function connect(url: string, token: string | undefined, protocol: string | unde
         next: () => (messages.length > 0 ? Promise.resolve(messages.shift()) : new Promise((r) => waiters.push(r))),
       }),
     );
-    ws.once('unexpected-response', (_req, res) => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode })));
+    ws.once('unexpected-response', (_req, res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode, body: body === '' ? undefined : JSON.parse(body) })));
+    });
     ws.once('error', reject);
   });
 }
@@ -161,19 +167,21 @@ describe('supervisor endpoint: hostile input closes with a specific code and cha
     expect(h.server.size).toBe(0);
   }
 
-  const cases: [string, (h: Harness) => Promise<string>, number][] = [
-    ['no token', async () => '', CLOSE.unauthorized],
-    ['expired token', async (h) => mintSupervisorToken(keys, 'team-a', 'web', 60, h.clock.t - 120_000), CLOSE.unauthorized],
-    ['wrong audience', async (h) => mintSupervisorToken({ ...keys, audience: 'other' }, 'team-a', 'web', 60, h.clock.t), CLOSE.unauthorized],
-    ['unknown key id', async (h) => mintSupervisorToken({ keys: [{ kid: 'gone', secret: new TextEncoder().encode('c'.repeat(40)) }], audience: keys.audience }, 'team-a', 'web', 60, h.clock.t), CLOSE.unauthorized],
-    ['wrong signature', async (h) => mintSupervisorToken({ keys: [{ kid: 'new', secret: new TextEncoder().encode('c'.repeat(40)) }], audience: keys.audience }, 'team-a', 'web', 60, h.clock.t), CLOSE.unauthorized],
+  // No valid token: refused on the HTTP upgrade request itself (401 with the typed body), before any
+  // session slot is taken; only a valid token naming another sandbox meets the session's 4403 at hello.
+  const cases: [string, (h: Harness) => Promise<string>, number | string][] = [
+    ['no token', async () => '', 'token_missing'],
+    ['expired token', async (h) => mintSupervisorToken(keys, 'team-a', 'web', 60, h.clock.t - 120_000), 'token_expired'],
+    ['wrong audience', async (h) => mintSupervisorToken({ ...keys, audience: 'other' }, 'team-a', 'web', 60, h.clock.t), 'token_invalid'],
+    ['unknown key id', async (h) => mintSupervisorToken({ keys: [{ kid: 'gone', secret: new TextEncoder().encode('c'.repeat(40)) }], audience: keys.audience }, 'team-a', 'web', 60, h.clock.t), 'token_invalid'],
+    ['wrong signature', async (h) => mintSupervisorToken({ keys: [{ kid: 'new', secret: new TextEncoder().encode('c'.repeat(40)) }], audience: keys.audience }, 'team-a', 'web', 60, h.clock.t), 'token_invalid'],
     [
       'alg none',
       async (h) => {
         const b64 = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
         return `${b64({ alg: 'none', typ: 'JWT', kid: 'new' })}.${b64({ sub: 'team-a/web', aud: 'sandgate-supervisor', exp: Math.floor(h.clock.t / 1000) + 60 })}.`;
       },
-      CLOSE.unauthorized,
+      'token_invalid',
     ],
     [
       'HS512 instead of HS256',
@@ -184,18 +192,23 @@ describe('supervisor endpoint: hostile input closes with a specific code and cha
           .setAudience('sandgate-supervisor')
           .setExpirationTime(Math.floor(h.clock.t / 1000) + 60)
           .sign(new TextEncoder().encode(SECRET_B)),
-      CLOSE.unauthorized,
+      'token_invalid',
     ],
     ['token for another sandbox', async (h) => mintSupervisorToken(keys, 'team-a', 'other', 60, h.clock.t), CLOSE.forbidden],
   ];
 
-  it.each(cases)('%s', async (_n, token, code) => {
+  it.each(cases)('%s', async (_n, token, expected) => {
     const h = await harness();
     const t = await token(h);
-    const c = await connect(h.url, t === '' ? undefined : t);
+    if (typeof expected === 'string') {
+      await expect(connect(h.url, t === '' ? undefined : t)).rejects.toMatchObject({ status: 401, body: { code: expected } });
+      expect(h.server.connections).toBe(0);
+      expect(h.store.get('team-a', 'web')).toBeUndefined();
+      return;
+    }
+    const c = await connect(h.url, t);
     c.ws.send(hello());
-    if (code === CLOSE.unauthorized) expect((await c.next()).type).toBe('rejected');
-    await expectClose(h, c, code);
+    await expectClose(h, c, expected);
   });
 
   const frames: [string, (ws: WebSocket) => void, number][] = [
@@ -238,6 +251,32 @@ describe('supervisor endpoint: hostile input closes with a specific code and cha
     const token = await mintSupervisorToken(keys, 'team-a', 'web', 60, h.clock.t);
     await connect(h.url, token);
     await expect(connect(h.url, token)).rejects.toMatchObject({ status: 503 });
+  });
+});
+
+describe('supervisor endpoint: sockets without a valid token hold no slot', () => {
+  it('many unauthenticated upgrade requests, never reading their answer: each is answered 401 and closed, and a legitimate supervisor is accepted', async () => {
+    const h = await harness({ maxSessions: 1, maxSessionsPerSource: 1 });
+    const port = Number(new URL(h.url).port);
+    const peers: RawClient[] = [];
+    for (let i = 0; i < 20; i++) {
+      const c = new RawClient(port);
+      c.socket.pause();
+      c.write(`GET /v1/supervisor HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-protocol: ${SUBPROTOCOL}\r\nauthorization: Bearer not.a.jwt${i}\r\n\r\n`);
+      peers.push(c);
+      open.push(async () => c.close());
+    }
+    // The legitimate supervisor: the only slot (overall and for its source address) is still its.
+    const ok = await accepted(h);
+    expect(h.server.size).toBe(1);
+    for (const c of peers) {
+      c.socket.resume();
+      const a = await c.read();
+      expect([a?.status, a === undefined ? undefined : JSON.parse(a.body).code]).toEqual([401, 'token_invalid']);
+      await c.closedByServer();
+    }
+    expect(h.server.connections).toBe(1);
+    ok.ws.close();
   });
 });
 
