@@ -98,7 +98,11 @@ export async function serve(argv: readonly string[]): Promise<number> {
   if (demo !== undefined) {
     if (gateway.supervisorPort !== undefined) await demo.startSupervisors(gateway.supervisorPort);
     gateway.log.info(
-      { upstreams: demo.upstreams, try: `curl -i -H 'Host: 8000-web.team-a.${config.baseDomain}' http://127.0.0.1:${gateway.adminPort}/authz/` },
+      {
+        upstreams: demo.upstreams,
+        try: `curl -i -H 'Host: 8000-web.team-a.${config.baseDomain}' http://127.0.0.1:${gateway.adminPort}/authz/`,
+        idle: `team-b/napper pauses after 30 s without traffic; the next request wakes it: curl -s -H 'Host: 8000-napper.team-b.${config.baseDomain}' http://127.0.0.1:${gateway.proxyPort ?? config.proxyPort}/`,
+      },
       'demo mode: example sandboxes from examples/demo-sandboxes.yaml',
     );
   }

@@ -55,6 +55,10 @@ describe('sandgate serve', () => {
       expect(JSON.parse(byId.body)).toMatchObject({ sandbox: 'team-a/web' });
       const paused = await get(proxy, '8000-sleepy.team-b.localhost');
       expect([paused.status, JSON.parse(paused.body).code]).toEqual([409, 'sandbox_paused']);
+      // The sandbox with a 30 s idle timeout (test/lifecycle/demo-lifecycle.test.ts pauses and wakes it).
+      const napper = JSON.parse((await get(proxy, '8000-napper.team-b.localhost')).body);
+      expect(napper).toMatchObject({ sandbox: 'team-b/napper', upstream: '127.0.0.6:8000' });
+      expect(JSON.parse((await get(admin, 'x', '/v1/sandboxes/team-b/napper')).body).idle).toMatchObject({ timeoutMs: 30_000 });
       const decision = await get(admin, '8000-web.team-a.localhost', '/authz/');
       expect(decision.status).toBe(200);
       const notebook = JSON.parse((await get(admin, 'x', '/v1/sandboxes/team-a/notebook')).body);

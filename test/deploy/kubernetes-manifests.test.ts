@@ -189,8 +189,8 @@ const EXAMPLE_SECRET = parse(readFileSync(join(DEPLOY, 'sandgate-secrets.example
 const ENVOY_FILES = readdirSync(join(ROOT, 'envoy')).filter((f) => f.endsWith('.yaml')).sort();
 
 describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/kubernetes' : `deploy/kubernetes (skipped: ${UNAVAILABLE})`, () => {
-  it('has the edge, sidecar and dev overlays', () => {
-    expect(OVERLAYS).toEqual(['dev', 'edge', 'sidecar']);
+  it('has the edge, sidecar, dev and mtls overlays', () => {
+    expect(OVERLAYS).toEqual(['dev', 'edge', 'mtls', 'sidecar']);
   });
 
   describe.each(BUILDS)('%s', (dir) => {
@@ -317,8 +317,10 @@ describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/k
     it('reads its secrets from files of the Secret, whose keys the example Secret has', () => {
       const g = gw();
       const example = Object.keys(obj(EXAMPLE_SECRET.stringData)).sort();
+      // TLS Secrets a cert-manager Certificate of the same build writes are the other Secrets mounted.
+      const issued = new Set(ofKind(objectsOf(dir), 'Certificate').map((c) => str(obj(c.spec).secretName)));
       for (const v of list(podSpec(g.deployment).volumes).map(obj)) {
-        if (v.secret === undefined) continue;
+        if (v.secret === undefined || issued.has(str(obj(v.secret).secretName))) continue;
         expect(obj(v.secret).secretName).toBe(EXAMPLE_SECRET.metadata.name);
         expect(list(obj(v.secret).items).map((i) => str(obj(i).key)).sort()).toEqual(example);
       }
@@ -433,6 +435,51 @@ describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/k
       const g = gatewayOf(objs());
       expect(portIn(g.container, port?.targetPort)).toBe(opsListener(g.config));
       expect(endpoint.path).toBe('/metrics');
+    });
+  });
+
+  describe('overlays/mtls', () => {
+    const objs = (): K8sObject[] => objectsOf('overlays/mtls');
+    /** The cert-manager Certificate writing Secret `secretName`. */
+    const certificateFor = (secretName: string): Obj => obj(ofKind(objs(), 'Certificate').find((c) => obj(c.spec).secretName === secretName)?.spec);
+
+    it("serves sandgate's doors with the files of the Secret a server Certificate writes, admitting that CA's clients", () => {
+      const g = gatewayOf(objs());
+      const files = { cert: g.config.doorsTlsCertFile, key: g.config.doorsTlsKeyFile, ca: g.config.doorsClientCaFile };
+      const mounted = Object.fromEntries(Object.entries(files).map(([k, path]) => [k, g.mounted(path)]));
+      expect(mounted).toMatchObject({ cert: { kind: 'secret', key: 'tls.crt' }, key: { kind: 'secret', key: 'tls.key' }, ca: { kind: 'secret', key: 'ca.crt' } });
+      expect(new Set(Object.values(mounted).map((m) => m!.name)).size).toBe(1);
+      expect(list(certificateFor(mounted.cert!.name).usages)).toContain('server auth');
+    });
+
+    it('runs Envoy on envoy/edge-ext-authz-mtls.yaml with a client Certificate of the same CA, checking the name the doors certificate holds', () => {
+      const w = named(objs(), 'Deployment', 'sandgate-envoy')!;
+      const envoy = container(w, 'envoy');
+      const args = list(envoy.args).map(String);
+      expect(args[args.indexOf('-c') + 1]).toBe('/etc/envoy/edge-ext-authz-mtls.yaml');
+      const doc = parse(readFileSync(join(ROOT, 'envoy', 'edge-ext-authz-mtls.yaml'), 'utf8')) as Obj;
+      const cluster = list(obj(doc.static_resources).clusters).map(obj).find((c) => c.name === 'sandgate_grpc')!;
+      const tls = obj(obj(obj(cluster.transport_socket).typed_config).common_tls_context);
+      const paths = [str(obj(obj(list(tls.tls_certificates)[0]).certificate_chain).filename), str(obj(obj(list(tls.tls_certificates)[0]).private_key).filename), str(obj(obj(tls.validation_context).trusted_ca).filename)];
+      const volumes = list(podSpec(w).volumes).map(obj);
+      const secrets = paths.map((p) => {
+        const m = list(envoy.volumeMounts).map(obj).find((x) => dirname(p) === str(x.mountPath));
+        return { secret: str(obj(volumes.find((v) => v.name === m?.name)?.secret).secretName), key: basename(p) };
+      });
+      expect(secrets.map((s) => s.key)).toEqual(['tls.crt', 'tls.key', 'ca.crt']);
+      const client = certificateFor(secrets[0]!.secret);
+      expect(list(client.usages)).toContain('client auth');
+      const g = gatewayOf(objs());
+      const server = certificateFor(g.mounted(g.config.doorsTlsCertFile)!.name);
+      expect(obj(client.issuerRef)).toEqual(obj(server.issuerRef));
+      const sni = str(obj(obj(cluster.transport_socket).typed_config).sni);
+      expect(list(server.dnsNames)).toContain(sni);
+      expect(list(obj(tls.validation_context).match_typed_subject_alt_names).map((m) => obj(obj(m).matcher).exact)).toEqual([sni]);
+    });
+
+    it('probes the ops port over HTTPS (it asks for no client certificate)', () => {
+      const c = gatewayOf(objs()).container;
+      expect([obj(obj(c.livenessProbe).httpGet).scheme, obj(obj(c.readinessProbe).httpGet).scheme]).toEqual(['HTTPS', 'HTTPS']);
     });
   });
 

@@ -1,3 +1,4 @@
+import * as certManagerV1 from '@kubernetes-models/cert-manager/cert-manager.io/v1';
 import * as monitoringV1 from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import * as appsV1 from 'kubernetes-models/apps/v1';
 import * as autoscalingV2 from 'kubernetes-models/autoscaling/v2';
@@ -27,6 +28,7 @@ const GROUPS: Readonly<Record<string, Readonly<Record<string, unknown>>>> = {
   'policy/v1': policyV1,
   'rbac.authorization.k8s.io/v1': rbacV1,
   'monitoring.coreos.com/v1': monitoringV1,
+  'cert-manager.io/v1': certManagerV1,
 };
 
 interface Visit {
