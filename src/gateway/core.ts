@@ -16,7 +16,8 @@ import type { Lifecycle } from '../lib/lifecycle.js';
 import type { ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
 import { AccessLog, accessLogTarget } from '../observability/access-log.js';
-import { ExchangeRecorder } from '../observability/exchange.js';
+import { ExchangeRecorder, type ExchangeSink } from '../observability/exchange.js';
+import { metricsNamespaces, NamespaceFigures } from '../observability/namespace-figures.js';
 import { GatewayMetrics } from '../observability/metrics.js';
 import { tracingFromEnv, type Tracing } from '../observability/tracing.js';
 import { SandboxView } from '../view/sandbox-view.js';
@@ -36,7 +37,7 @@ export interface Core extends Credentials {
   readonly accessLog: AccessLog | undefined;
   /** Undefined unless the `OTEL_*` environment turns tracing on. */
   readonly tracing: Tracing | undefined;
-  /** The doors' exchange records; undefined (none made at all) unless the access log or tracing is on. */
+  /** The doors' exchange records; undefined (none made at all) unless one of their readers is on. */
   readonly recorder: ExchangeRecorder | undefined;
   /** What every door records traffic into (per sandbox and port). */
   readonly activity: ActivityRecorder;
@@ -64,7 +65,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
   const tracing = tracingFromEnv(process.env, gatewayId);
-  const recorder = accessLog === undefined && tracing === undefined ? undefined : new ExchangeRecorder(gatewayId, accessLog, tracing);
+  const namespaces = metricsNamespaces(config.metricsNamespaces);
   const now = opts.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
@@ -77,6 +78,11 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
+  const sinks: ExchangeSink[] = [];
+  if (accessLog !== undefined) sinks.push(accessLog);
+  if (namespaces.length > 0) sinks.push(new NamespaceFigures(metrics.registry, namespaces));
+  // Absent unless one of its readers is on: the doors then make no exchange records at all.
+  const recorder = sinks.length === 0 && tracing === undefined ? undefined : new ExchangeRecorder(sinks, tracing);
   const tlsLog = log.child({ part: 'tls' });
   const certificates = readCertificates(config, (e: ReloadEvent) => {
     metrics.tlsReloads.labels(e.result).inc();

@@ -3,12 +3,11 @@ import { ApiKeyAuth, type ApiKeyStore } from '../auth/api-keys.js';
 import { LinkKeyFile, readLinkKeys } from '../auth/link-keys.js';
 import { LinkService } from '../auth/link-service.js';
 import { LinkAuth } from '../auth/link-tokens.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, doorsCertificatesFromConfig, keyPolicy, routeOptions, supervisorCertificatesFromConfig } from '../config/factories.js';
+import { apiKeyStoreFromConfig, certificateStoreFromConfig, linkMaxTtlFromConfig, doorsCertificatesFromConfig, keyPolicy, routeOptions, supervisorCertificatesFromConfig } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from '../config/secrets.js';
 import { startFailed } from '../config/start-errors.js';
 import type { KeyPolicy } from '../domain/access.js';
-import { parseDuration } from '../domain/duration.js';
 import { SandgateError } from '../domain/errors.js';
 import { RelayCredentials } from '../edge/relay/relay-credential.js';
 import type { ServerTls } from '../lib/http-listen.js';
@@ -85,13 +84,6 @@ export async function readCredentials(config: Config, log: Logger, opts: Credent
 function requirePepper(pepper: Uint8Array | undefined): Uint8Array {
   if (pepper === undefined) throw new SandgateError('config_invalid', 'an API key store needs a pepper: set --key-pepper-file or SANDGATE_KEY_PEPPER');
   return pepper;
-}
-
-/** `--link-max-ttl` in seconds. Throws `config_invalid`. */
-function linkMaxTtlFromConfig(config: Pick<Config, 'linkMaxTtl'>): number {
-  const ms = parseDuration(config.linkMaxTtl);
-  if (typeof ms === 'string' || ms < 1000) throw new SandgateError('config_invalid', `link-max-ttl: ${typeof ms === 'string' ? ms : 'must be at least 1s'}`);
-  return Math.floor(ms / 1000);
 }
 
 /** Starts the API key store and then the link key file's watch, when configured; they close at shutdown. */

@@ -126,7 +126,7 @@ export function createConsole(deps: ConsoleDeps) {
       case '/console/api/gateways':
         return sendJson(res, 200, gateways(scope.sees));
       case '/console/api/stats':
-        return sendJson(res, 200, await statsSnapshot(deps.registry, now()));
+        return sendJson(res, 200, await statsSnapshot(deps.registry, now(), scope.sees, deps.auth === undefined || scope.team === '*'));
       case '/console/api/phase-changes':
         return phaseChanges(url, res, scope.sees);
     }
