@@ -1,5 +1,6 @@
 // Small live charts from the gateway's own counters (/console/api/stats, the numbers /metrics exposes):
-// decisions per second by code, decision latency p50/p99 and readiness waits per second by outcome. The
+// decisions per second by code, decision latency p50/p99, readiness waits per second by outcome and, with
+// --metrics-namespaces, requests per second by tenant namespace (its figure shown only then). The
 // server sends cumulative totals; rates and quantiles come from the difference between two samples.
 
 const WINDOW = 120; // samples kept (one per second: two minutes)
@@ -77,11 +78,15 @@ export class Charts {
     this.decisions = new LiveChart(els.decisions, '/s', ['ok']);
     this.latency = new LiveChart(els.latency, 'µs', ['p50', 'p99']);
     this.waits = new LiveChart(els.waits, '/s', ['ready']);
+    this.namespacesFigure = els.namespaces.closest('figure');
+    this.namespaces = new LiveChart(els.namespaces, '/s', []);
     this.prev = undefined;
   }
 
   /** Adds one stats sample (the first only sets the baseline). */
   add(s) {
+    // A team key gets its namespaces' figures only: the gateway-wide charts are hidden, not drawn flat.
+    for (const chart of [this.decisions, this.latency, this.waits]) chart.el.closest('figure').hidden = !s.gatewayWide;
     const p = this.prev;
     this.prev = s;
     if (p === undefined || s.t <= p.t) return;
@@ -95,5 +100,9 @@ export class Charts {
       p99: us(quantile(0.99, s.latency.le, p.latency.counts, s.latency.counts)),
     });
     this.waits.push(t, rates(p.waits, s.waits));
+    if (Object.keys(s.namespaces).length > 0) {
+      this.namespacesFigure.hidden = false;
+      this.namespaces.push(t, rates(p.namespaces, s.namespaces));
+    }
   }
 }

@@ -201,7 +201,7 @@ async function start() {
 // Charts need uPlot; without it (a blocked script) the rest of the console still works.
 let charts;
 try {
-  charts = new Charts({ decisions: $('chart-decisions'), latency: $('chart-latency'), waits: $('chart-waits') });
+  charts = new Charts({ decisions: $('chart-decisions'), latency: $('chart-latency'), waits: $('chart-waits'), namespaces: $('chart-namespaces') });
 } catch (err) {
   console.error('charts unavailable', err);
 }

@@ -404,6 +404,11 @@ export const SCHEMA = {
     max: 10_000_000,
     description: 'Embedded proxy: concurrent requests and WebSockets per sandbox (past it: 429 too_many_connections; 0 = no cap).',
   },
+  metricsNamespaces: {
+    kind: 'list',
+    default: [],
+    description: 'Per-namespace figures in /metrics and the console (decisions, bytes, readiness waits by `sandbox_namespace`) for these namespaces; every other namespace counts as `other`. Empty: none.',
+  },
   accessLog: {
     kind: 'string',
     default: 'off',

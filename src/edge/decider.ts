@@ -189,6 +189,7 @@ export class Decider {
    */
   private settle(x: Exchange, d: Decision, req: RouteRequest, gone: boolean): void {
     x.tenant = this.tenantOf(req);
+    x.allowed = d.allow;
     if (d.allow) {
       x.namespace = d.entry.namespace;
       x.name = d.entry.name;

@@ -75,6 +75,8 @@ export class Exchange {
   port: number | undefined;
   /** 0 until an answer is written (and when none ever is). */
   status = 0;
+  /** The decision's outcome; undefined where the door decides nothing (the relay listener) or before it. */
+  allowed: boolean | undefined;
   /** `ok`, a denial's error code (docs/errors.md), `client_closed` or `incomplete`. */
   code = 'ok';
   bytesIn = 0;
@@ -176,15 +178,17 @@ export class Exchange {
     this.status = status;
     if (code !== undefined) this.code = code;
     this.trace?.end(this);
-    this.recorder.sink?.write(this);
+    for (const sink of this.recorder.sinks) sink.write(this);
   }
 }
 
-/** Makes records at the doors; absent (undefined) when neither the access log nor tracing is on. */
+/**
+ * Makes records at the doors; absent (undefined) when none of its readers is on: the access log, tracing,
+ * per-namespace figures.
+ */
 export class ExchangeRecorder {
   constructor(
-    readonly gatewayId: string,
-    readonly sink: ExchangeSink | undefined,
+    readonly sinks: readonly ExchangeSink[],
     readonly tracer: ExchangeTracer | undefined,
   ) {}
 

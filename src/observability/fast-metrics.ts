@@ -35,6 +35,10 @@ export class SlotCounter {
     this.counts[slot]!++;
   }
 
+  add(slot: number, n: number): void {
+    this.counts[slot]! += n;
+  }
+
   private values(): Sample[] {
     return this.slots.map((labels, i) => ({ value: this.counts[i]!, labels }));
   }

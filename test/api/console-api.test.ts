@@ -37,7 +37,7 @@ describe('console routes', () => {
       snapshot({ name: 'notebook', uid: 'u2' }),
       snapshot({ namespace: 'team-b', name: 'agent', uid: 'u3' }),
     ]);
-    t = await startTestGateway([driver], { apiKeys: join(dir, 'keys.yaml'), keyPepperFile: join(dir, 'pepper') });
+    t = await startTestGateway([driver], { apiKeys: join(dir, 'keys.yaml'), keyPepperFile: join(dir, 'pepper'), metricsNamespaces: ['team-a', 'team-b'] });
     port = t.gw.adminPort;
     // Sessions held by a peer gateway with no live lease here, in both teams.
     t.gw.view.setPresence('team-a', 'notebook', presence({ gatewayId: 'gw-peer', since: Date.parse('2026-01-01T00:00:00Z') }));
@@ -86,7 +86,7 @@ describe('console routes', () => {
   it('the static table: all for admin, only its namespace for a team, escaped, bounded, with typed errors for bad parameters', async () => {
     const all = await raw(port, '/console/table', admin);
     expect(all.status).toBe(200);
-    expect(all.headers['content-security-policy']).toBe("default-src 'none'");
+    expect(all.headers['content-security-policy']).toBe("default-src 'none'; frame-ancestors 'none'");
     expect(all.body).toContain('<td>team-b</td>');
     expect(all.body).toContain('&lt;script&gt;alert(1)&lt;/script&gt;');
     expect(all.body).not.toContain('<script>');
@@ -127,6 +127,12 @@ describe('console routes', () => {
     expect(after.decisions.sandbox_not_found - before.decisions.sandbox_not_found).toBe(1);
     expect(after.latency.counts.at(-1) - before.latency.counts.at(-1)).toBe(2);
     expect(after.t).toBeGreaterThanOrEqual(before.t);
+    // Decisions by tenant namespace (--metrics-namespaces): the admin sees every listed one and `other`; a
+    // team sees its own namespace only.
+    expect(after.namespaces['team-a'] - (before.namespaces['team-a'] ?? 0)).toBe(2);
+    expect(Object.keys(after.namespaces).sort()).toEqual(['other', 'team-a', 'team-b']);
+    const team = JSON.parse((await raw(port, '/console/api/stats', teamA)).body);
+    expect(Object.keys(team.namespaces)).toEqual(['team-a']);
     const overview = JSON.parse((await raw(port, '/console/api/overview', teamA)).body);
     expect(overview).toMatchObject({ gatewayId: 'gw-test', synced: true });
     expect(overview.rules.find((r: any) => r.name === 'supervisor-not-connected')).toMatchObject({ phase: 'Provisioning' });

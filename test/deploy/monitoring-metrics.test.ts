@@ -50,7 +50,7 @@ function readExposition(text: string): Exposition {
       labels?.get(m[1]!)?.add(m[2]!);
     }
   }
-  return { series, complete: new Set(['sandgate_edge_decisions_total', 'sandgate_readiness_state', 'sandgate_view_sandboxes_by_phase']) };
+  return { series, complete: new Set(['sandgate_edge_decisions_total', 'sandgate_readiness_state', 'sandgate_view_sandboxes_by_phase', 'sandgate_edge_namespace_decisions_total']) };
 }
 
 /** Every sandgate, process and Node.js metric a PromQL expression names, with its label matchers; and the labels it groups by. */
@@ -109,7 +109,7 @@ beforeAll(async () => {
   // The supervisor endpoint on (a secret), so the session metrics are registered as in production; a
   // sandbox whose supervisor never connects, so a request for it waits (briefly) and times out.
   const driver = new TestDriver([snapshot()]);
-  gateway = await startTestGateway([driver], { supervisorSecret: SECRET, readinessWaitMs: 1 });
+  gateway = await startTestGateway([driver], { supervisorSecret: SECRET, readinessWaitMs: 1, metricsNamespaces: ['team-a'] });
   driver.sink!.error(new Error('a bad object'));
   // node:http, not fetch: fetch does not send a Host header of the caller's choosing.
   const status = await new Promise<number | undefined>((resolve, reject) =>
@@ -135,7 +135,7 @@ afterAll(async () => {
 describe('deploy/kubernetes/monitoring against a live /metrics', () => {
   it('covers the dashboard panels the operators need', () => {
     const titles = DASHBOARD.panels.map((p) => p.title);
-    for (const t of ['Decisions by code', 'Decision latency', 'Readiness waits', 'Supervisor sessions', 'Presence degradation', 'Redis errors']) expect(titles).toContain(t);
+    for (const t of ['Decisions by code', 'Decision latency', 'Readiness waits', 'Supervisor sessions', 'Presence degradation', 'Redis errors', 'Decisions by tenant namespace']) expect(titles).toContain(t);
   });
 
   it.each(ALERTS)('alert %s queries what /metrics exposes', (_alert, expr) => {

@@ -202,7 +202,7 @@ describe('access log at the relay listener: a request carried over a supervisor 
 
   beforeAll(async () => {
     up = await startUpstream((req, res) => res.end('relayed ' + req.url));
-    g = await startRelayStack({ gatewayId: 'gw-a', sandboxes: [relaySandbox('box')], recorder: new ExchangeRecorder('gw-a', { write: (x) => written.push(x) }, undefined) });
+    g = await startRelayStack({ gatewayId: 'gw-a', sandboxes: [relaySandbox('box')], recorder: new ExchangeRecorder([{ write: (x: Exchange) => written.push(x) }], undefined) });
     sup = await startSupervisor(g.supervisorUrl, 'box');
     await eventually(() => g.decider.decide('ext_authz', { headers: {}, host: `${up.port}-box.team-a.localhost`, path: '/' }).allow);
   });

@@ -39,7 +39,7 @@ describe('/metrics matches the table in docs/operations.md', () => {
   let t: TestGateway;
   let metrics: Map<string, { labels: Set<string>; help: string }>;
   beforeAll(async () => {
-    t = await startTestGateway([new TestDriver()], { supervisorSecret: 'metrics-doc-test-supervisor-secret-0123456789' });
+    t = await startTestGateway([new TestDriver()], { supervisorSecret: 'metrics-doc-test-supervisor-secret-0123456789', metricsNamespaces: ['team-a'] });
     metrics = exposed(await (await fetch(`${t.admin}/metrics`)).text());
   });
   afterAll(() => t.close());

@@ -1,4 +1,5 @@
 import type { MetricValue, Registry } from 'prom-client';
+import { OTHER_NAMESPACE } from '../../observability/namespace-figures.js';
 
 /** A sample as histograms report it: prom-client's value plus the series name (`_bucket`, `_sum`, `_count`). */
 type Sample = MetricValue<string> & { readonly metricName?: string };
@@ -19,6 +20,17 @@ export interface StatsSnapshot {
   readonly latency: { readonly le: (number | null)[]; readonly counts: number[] };
   /** Readiness waits by outcome. */
   readonly waits: Record<string, number>;
+  /**
+   * Whether `decisions`, `latency` and `waits` are filled: they are gateway-wide, every tenant's traffic
+   * together, so only a caller who sees every namespace gets them (a team key gets its namespaces'
+   * figures alone, and empty gateway-wide ones).
+   */
+  readonly gatewayWide: boolean;
+  /**
+   * Final decisions by sandbox namespace (`--metrics-namespaces`; empty without it), only the namespaces
+   * the caller sees — `other` too only for a caller who sees every namespace.
+   */
+  readonly namespaces: Record<string, number>;
 }
 
 async function values(registry: Registry, name: string): Promise<Sample[]> {
@@ -27,7 +39,8 @@ async function values(registry: Registry, name: string): Promise<Sample[]> {
   return (await metric.get()).values;
 }
 
-export async function statsSnapshot(registry: Registry, now: number): Promise<StatsSnapshot> {
+/** `sees`: the namespaces the caller may see; `seesAll`: every one (no key store, or the admin team). */
+export async function statsSnapshot(registry: Registry, now: number, sees: (namespace: string) => boolean, seesAll: boolean): Promise<StatsSnapshot> {
   const decisions: Record<string, number> = {};
   for (const v of await values(registry, 'sandgate_edge_decisions_total')) {
     const code = String(v.labels.code ?? 'unknown');
@@ -45,9 +58,19 @@ export async function statsSnapshot(registry: Registry, now: number): Promise<St
     const outcome = String(v.labels.outcome ?? 'unknown');
     waits[outcome] = (waits[outcome] ?? 0) + v.value;
   }
+  const namespaces: Record<string, number> = {};
+  for (const v of await values(registry, 'sandgate_edge_namespace_decisions_total')) {
+    const ns = String(v.labels.sandbox_namespace);
+    // `other` holds every unlisted namespace: only a caller who sees them all may read it.
+    if (!(ns === OTHER_NAMESPACE ? seesAll : sees(ns))) continue;
+    namespaces[ns] = (namespaces[ns] ?? 0) + v.value;
+  }
+  if (!seesAll) return { t: now, gatewayWide: false, decisions: {}, namespaces, latency: { le: [], counts: [] }, waits: {} };
   return {
     t: now,
+    gatewayWide: true,
     decisions,
+    namespaces,
     latency: { le: bounds.map((b) => (b === '+Inf' ? null : Number(b))), counts: bounds.map((b) => buckets.get(b)!) },
     waits,
   };
