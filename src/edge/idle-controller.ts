@@ -39,8 +39,8 @@ export interface IdleControllerOptions {
 }
 
 export class IdleController {
-  /** Sandboxes asked to pause and not yet out of Ready. */
-  private readonly pausing = new Set<string>();
+  /** Sandboxes asked to pause and not yet out of Ready, with the pause call (settled or not). */
+  private readonly pausing = new Map<string, Promise<void>>();
   /** Drivers that cannot pause. */
   private readonly unsupported = new Set<string>();
   /** Sandboxes with an idle timeout of their own (checked even when `--idle-timeout` is off). */
@@ -48,6 +48,8 @@ export class IdleController {
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: IdleControllerOptions) {
+    // The view may hold sandboxes already (the controller may start after the drivers).
+    for (const e of o.view.list()) if ((e.snapshot.idleTimeoutMs ?? 0) > 0) this.ownTimeouts.add(e.key);
     o.view.onChange((key, entry) => {
       if (entry === undefined || entry.status.phase !== 'Ready') this.pausing.delete(key);
       if (entry !== undefined && (entry.snapshot.idleTimeoutMs ?? 0) > 0) this.ownTimeouts.add(key);
@@ -78,7 +80,12 @@ export class IdleController {
     const now = this.o.now();
     const keys = this.o.defaultTimeoutMs > 0 ? [...activity.idle()].map(([k]) => k) : [...this.ownTimeouts];
     for (const key of keys) {
-      if (this.pausing.has(key)) continue;
+      const asking = this.pausing.get(key);
+      if (asking !== undefined) {
+        // Asked already (by an earlier check): this pass settles with it too.
+        asked.push(asking);
+        continue;
+      }
       const since = activity.idleSince(key);
       if (since === undefined) continue;
       const slash = key.indexOf('/');
@@ -108,9 +115,12 @@ export class IdleController {
       return undefined;
     }
     const reason = `no traffic for ${formatDuration(idleMs)} (idle timeout ${formatDuration(timeoutMs)})`;
-    this.pausing.add(key);
     log.info({ sandbox: key, driver: e.driver, idleMs, idleTimeoutMs: timeoutMs }, `pausing idle sandbox ${key}: ${reason}`);
-    return pause(e.namespace, e.name).then(
+    // Called a microtask later, so the mark below is in place before a driver that reports the pause at
+    // once makes the sandbox leave Ready (which clears the mark).
+    const asking = Promise.resolve()
+      .then(() => pause(e.namespace, e.name))
+      .then(
       () => this.note(key, { decision: 'paused', reason, at: now }, 'paused'),
       (err: unknown) => {
         this.pausing.delete(key);
@@ -126,6 +136,8 @@ export class IdleController {
         this.note(key, { decision: 'failed', reason: `pause failed: ${err instanceof Error ? err.message : String(err)}`, at: now }, 'failed');
       },
     );
+    this.pausing.set(key, asking);
+    return asking;
   }
 
   private note(key: string, n: IdleNote, result: PauseResult): void {
