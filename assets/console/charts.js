@@ -85,6 +85,8 @@ export class Charts {
 
   /** Adds one stats sample (the first only sets the baseline). */
   add(s) {
+    // A team key gets its namespaces' figures only: the gateway-wide charts are hidden, not drawn flat.
+    for (const chart of [this.decisions, this.latency, this.waits]) chart.el.closest('figure').hidden = !s.gatewayWide;
     const p = this.prev;
     this.prev = s;
     if (p === undefined || s.t <= p.t) return;

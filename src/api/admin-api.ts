@@ -6,7 +6,7 @@ import type { Logger } from '../observability/logger.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 import { authorizeApi, type ApiAuth } from './api-access.js';
 import { mintLink, revokeLink, type LinkApi } from './links-api.js';
-import { sendError, sendJson } from './respond.js';
+import { refuseFraming, sendError, sendJson } from './respond.js';
 import { sandboxJson } from './sandbox-json.js';
 import type { SandboxWatch } from './sandbox-watch.js';
 
@@ -83,6 +83,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
   return async function handleAdmin(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://admin');
     const path = url.pathname;
+    refuseFraming(res);
     if (surface !== 'health' && deps.links !== undefined && (req.method === 'POST' || req.method === 'DELETE')) return links(deps.links, req, res, path);
     if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 'method_not_allowed', undefined, { allow: 'GET, HEAD' });
     switch (path) {

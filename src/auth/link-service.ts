@@ -1,7 +1,7 @@
 import { SandgateError } from '../domain/errors.js';
 import { LINK_PARAM, type LinkOrder } from '../domain/link.js';
 import type { RouteOptions } from '../domain/route-key.js';
-import type { ApiKeyStore } from './api-keys.js';
+import { LINK_ID, type ApiKeyStore } from './api-keys.js';
 import type { LinkKeySet } from './link-keys.js';
 import { mintLinkToken } from './link-tokens.js';
 
@@ -44,12 +44,18 @@ export class LinkService {
     return { url: linkUrl(this.url, o.namespace, o.name, o.port, path, m.token), expiresAt: new Date(m.exp * 1000).toISOString(), id: m.id };
   }
 
-  /**
-   * Revokes a link by id on every gateway sharing the store. Its expiry is not known from the id: the
-   * entry is kept for the longest a link may live, after which the link is dead anyway.
-   */
+  /** Revokes a link by id on every gateway sharing the store. */
   async revoke(id: string): Promise<void> {
     if (this.store === undefined) throw new SandgateError('invalid_request', 'revoking links needs a shared store: set --api-keys FILE|redis://…');
-    await this.store.revokeLink(id, Math.ceil(this.now() / 1000) + this.maxTtlSeconds + 60);
+    await revokeLinkIn(this.store, id, this.maxTtlSeconds, this.now());
   }
+}
+
+/**
+ * Revokes a link by id in a store every gateway mirrors. Its expiry is not known from the id: the entry
+ * is kept for the longest a link may live (plus clock skew), after which the link is dead anyway.
+ */
+export function revokeLinkIn(store: ApiKeyStore, id: string, maxTtlSeconds: number, now = Date.now()): Promise<void> {
+  if (!LINK_ID.test(id)) throw new SandgateError('invalid_request', 'a link id is 1-128 of [A-Za-z0-9_-]');
+  return store.revokeLink(id, Math.ceil(now / 1000) + maxTtlSeconds + 60);
 }

@@ -15,6 +15,10 @@ Usage:
                                run the reference supervisor
   sandgate keys create --team T | revoke --id ID | list   [--api-keys FILE|redis://…]
                                manage team API keys
+  sandgate link --namespace NS --name NAME --port P [--path /p] [--methods GET,HEAD] [--ttl 15m] [--websocket]
+                               print a signed URL opening a sandbox port in a browser (docs/links.md)
+  sandgate link revoke --id ID [--api-keys FILE|redis://…]
+                               revoke a link and its cookies on every gateway
   sandgate config [options]    print the resolved configuration (--markdown: the option table)
   sandgate version             print the version
   sandgate help                this text
@@ -37,6 +41,8 @@ export async function runCli(argv: readonly string[]): Promise<number> {
         return await (await import('./supervisor-commands.js')).supervisorCommand(rest);
       case 'keys':
         return await (await import('./keys-commands.js')).keysCommand(rest);
+      case 'link':
+        return await (await import('./link-commands.js')).linkCommand(rest);
       case 'config': {
         if (rest.includes('--markdown')) {
           process.stdout.write(configMarkdown());

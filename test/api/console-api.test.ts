@@ -86,7 +86,7 @@ describe('console routes', () => {
   it('the static table: all for admin, only its namespace for a team, escaped, bounded, with typed errors for bad parameters', async () => {
     const all = await raw(port, '/console/table', admin);
     expect(all.status).toBe(200);
-    expect(all.headers['content-security-policy']).toBe("default-src 'none'");
+    expect(all.headers['content-security-policy']).toBe("default-src 'none'; frame-ancestors 'none'");
     expect(all.body).toContain('<td>team-b</td>');
     expect(all.body).toContain('&lt;script&gt;alert(1)&lt;/script&gt;');
     expect(all.body).not.toContain('<script>');

@@ -168,6 +168,8 @@ describe('GrpcDriver', () => {
       { name: 'no backend state', event: { upserted: { ...good, state: 'BACKEND_STATE_UNSPECIFIED' } }, field: 'upserted.state' },
       { name: 'a backend state number the proto does not define', event: { upserted: { ...good, state: 42 } }, field: 'upserted.state' },
       { name: 'no uid', event: { upserted: { ...good, uid: '' } }, field: 'upserted.uid' },
+      { name: 'a negative idle timeout', event: { upserted: { ...good, idle_timeout: { seconds: '-5', nanos: 0 } } }, field: 'upserted.idle_timeout' },
+      { name: 'a wake timeout over a year', event: { upserted: { ...good, wake_timeout: { seconds: '40000000', nanos: 0 } } }, field: 'upserted.wake_timeout' },
       { name: 'no resource_version', event: { upserted: { ...good, resource_version: '' } }, field: 'upserted.resource_version' },
       { name: 'an oversized uid', event: { upserted: { ...good, uid: 'x'.repeat(300) } }, field: 'upserted.uid' },
       { name: 'a condition without status', event: { upserted: { ...good, conditions: [{ type: 'Ready' }] } }, field: 'upserted.conditions[0].status' },
@@ -304,8 +306,13 @@ describe('sandbox codec', () => {
       revision: { desired: 'r2', current: 'r1' },
       createdAt: Date.parse('2030-01-01T00:00:00.125Z'),
       envdAccessToken: 'envd-token-1',
+      idleTimeoutMs: 1_800_000,
+      wakeTimeoutMs: 20_500,
     };
     expect(snapshotFromWire(snapshotToWire(s))).toEqual(s);
+    // An idle timeout of zero (never) is not the same as none (the gateway's default).
+    expect(snapshotFromWire(snapshotToWire({ ...s, idleTimeoutMs: 0 })).idleTimeoutMs).toBe(0);
+    expect(snapshotFromWire(snapshotToWire({ ...s, idleTimeoutMs: undefined, wakeTimeoutMs: undefined }))).toMatchObject({ idleTimeoutMs: undefined, wakeTimeoutMs: undefined });
     for (const endpoint of [{ kind: 'relay' }, { kind: 'address', addresses: ['fd00::7', '10.0.0.7'] }] as const) {
       expect(snapshotFromWire(snapshotToWire({ ...s, endpoint, ports: undefined, shutdownTime: undefined, revision: undefined, createdAt: undefined }))).toEqual({
         ...s,

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { resolveConfig } from '../../src/config/load.js';
 import type { Driver } from '../../src/drivers/driver.js';
 import { startGateway } from '../../src/gateway.js';
-import { deadlineIn, startAll, stopAll, type Component, type StopProblem } from '../../src/lib/lifecycle.js';
+import { deadlineIn, Lifecycle, stopAll, type Started, type StopProblem } from '../../src/lib/lifecycle.js';
 import { MemoryLogSink } from '../../src/observability/logger.js';
 import { eventually } from '../helpers/eventually.js';
 import { freePort, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -24,22 +24,35 @@ const close = (s: Server): Promise<void> => new Promise((r) => s.close(() => r()
 describe('lifecycle: components start in order, stop in reverse', () => {
   const recorder = () => {
     const events: string[] = [];
-    const comp = (name: string, fail = false): Component => ({
+    const comp = (name: string): Started => ({
       name,
-      start() {
-        if (fail) throw new Error(`${name} failed`);
-        events.push(`start ${name}`);
-      },
       stop() {
         events.push(`stop ${name}`);
       },
     });
-    return { events, comp };
+    const start = (life: Lifecycle, name: string, fail = false): Promise<string> =>
+      life.start(
+        name,
+        () => {
+          if (fail) throw new Error(`${name} failed`);
+          events.push(`start ${name}`);
+          return name;
+        },
+        (started) => {
+          events.push(`stop ${started}`);
+        },
+      );
+    return { events, comp, start };
   };
 
-  it('a failure during start stops what already started, in reverse, and rethrows', async () => {
-    const { events, comp } = recorder();
-    await expect(startAll([comp('a'), comp('b'), comp('c', true), comp('d')], 1000, () => undefined)).rejects.toThrow('c failed');
+  it('hands back what each start made; a failed start adds no stop, and stop runs the started ones in reverse, once', async () => {
+    const { events, start } = recorder();
+    const life = new Lifecycle(() => undefined);
+    expect(await start(life, 'a')).toBe('a');
+    await start(life, 'b');
+    await expect(start(life, 'c', true)).rejects.toThrow('c failed');
+    await life.stop(deadlineIn(1000));
+    await life.stop(deadlineIn(1000));
     expect(events).toEqual(['start a', 'start b', 'stop b', 'stop a']);
   });
 
@@ -47,7 +60,7 @@ describe('lifecycle: components start in order, stop in reverse', () => {
     vi.useFakeTimers();
     try {
       const { events, comp } = recorder();
-      const hung: Component = { name: 'hung', start: () => undefined, stop: () => new Promise<void>(() => undefined) };
+      const hung: Started = { name: 'hung', stop: () => new Promise<void>(() => undefined) };
       const problems: StopProblem[] = [];
       const stopping = stopAll([comp('a'), hung, comp('b')], deadlineIn(500), (p) => problems.push(p));
       await vi.advanceTimersByTimeAsync(500);

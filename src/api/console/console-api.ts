@@ -5,7 +5,7 @@ import { isDnsLabel } from '../../domain/labels.js';
 import { PUBLIC_PHASES, type PublicPhase, sandboxKey } from '../../domain/sandbox.js';
 import type { SandboxView } from '../../view/sandbox-view.js';
 import { authorizeApi, type ApiAuth } from '../api-access.js';
-import { sendError, sendJson } from '../respond.js';
+import { FRAME_ANCESTORS_NONE, sendError, sendJson } from '../respond.js';
 import type { ConsoleAssets } from './console-assets.js';
 import { statsSnapshot } from './console-stats.js';
 import { PhaseHistory } from './phase-history.js';
@@ -91,7 +91,7 @@ export function createConsole(deps: ConsoleDeps) {
       return sendError(res, 'invalid_request', `limit must be an integer from 1 to ${TABLE_LIMIT_MAX}`);
     }
     const html = renderTable(view.list(), view.activity, sees, { namespace, phase, limit: limitText === null ? TABLE_LIMIT_DEFAULT : Number(limitText) }, gatewayId, now());
-    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff', 'content-security-policy': "default-src 'none'" }).end(html);
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff', 'content-security-policy': `default-src 'none'; ${FRAME_ANCESTORS_NONE}` }).end(html);
   }
 
   function phaseChanges(url: URL, res: ServerResponse, sees: (ns: string) => boolean): void {

@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { SandgateError } from '../../domain/errors.js';
 import { escapeHtml } from './console-table.js';
+import { FRAME_ANCESTORS_NONE } from '../respond.js';
 
 /**
  * The console's static files: the page, its scripts and styles (assets/console/ in the package) and
@@ -31,7 +32,7 @@ const OWN_FILES = ['console.css', 'console.js', 'sse-reader.js', 'sandbox-store.
  * Scripts only from this origin, no inline script or style, data only from this origin (the API), never
  * framed: the page shows tenant data and holds an API key.
  */
-export const CONSOLE_CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+export const CONSOLE_CSP = `default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; ${FRAME_ANCESTORS_NONE}`;
 
 function asset(body: Buffer, name: string): Asset {
   const ext = name.slice(name.lastIndexOf('.'));

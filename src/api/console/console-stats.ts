@@ -21,6 +21,12 @@ export interface StatsSnapshot {
   /** Readiness waits by outcome. */
   readonly waits: Record<string, number>;
   /**
+   * Whether `decisions`, `latency` and `waits` are filled: they are gateway-wide, every tenant's traffic
+   * together, so only a caller who sees every namespace gets them (a team key gets its namespaces'
+   * figures alone, and empty gateway-wide ones).
+   */
+  readonly gatewayWide: boolean;
+  /**
    * Final decisions by sandbox namespace (`--metrics-namespaces`; empty without it), only the namespaces
    * the caller sees — `other` too only for a caller who sees every namespace.
    */
@@ -59,8 +65,10 @@ export async function statsSnapshot(registry: Registry, now: number, sees: (name
     if (!(ns === OTHER_NAMESPACE ? seesAll : sees(ns))) continue;
     namespaces[ns] = (namespaces[ns] ?? 0) + v.value;
   }
+  if (!seesAll) return { t: now, gatewayWide: false, decisions: {}, namespaces, latency: { le: [], counts: [] }, waits: {} };
   return {
     t: now,
+    gatewayWide: true,
     decisions,
     namespaces,
     latency: { le: bounds.map((b) => (b === '+Inf' ? null : Number(b))), counts: bounds.map((b) => buckets.get(b)!) },

@@ -126,6 +126,9 @@ export interface WireSandbox {
   readonly revision?: { readonly desired?: string; readonly current?: string } | null;
   readonly created_at?: WireTimestamp | null;
   readonly envd_access_token?: string;
+  /** google.protobuf.Duration, the same shape as a Timestamp. */
+  readonly idle_timeout?: WireTimestamp | null;
+  readonly wake_timeout?: WireTimestamp | null;
 }
 
 export interface WireDeleted {

@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import { isDnsLabel, isDnsName } from '../../domain/labels.js';
 import { isoTime } from '../../lib/iso-time.js';
+import { MAX_DURATION_MS } from '../../domain/duration.js';
 import type { BackendSnapshot, BackendState, Condition, ConditionStatus, DriverEvent, Endpoint } from '../../domain/sandbox.js';
 import { DriverError } from './driver-error.js';
 import type { WireBackendState, WireCondition, WireConditionStatus, WireDeleted, WireSandbox, WireTimestamp } from './driver-proto.js';
@@ -115,6 +116,13 @@ function timestampMs(v: unknown, field: string): number {
   return ms;
 }
 
+/** google.protobuf.Duration → milliseconds: not negative, at most a year (domain/duration.ts). */
+function durationMs(v: unknown, field: string): number {
+  const ms = timestampMs(v, field);
+  if (ms < 0 || ms > MAX_DURATION_MS) throw bad(field, 'must be between 0 and a year');
+  return ms;
+}
+
 export function msToTimestamp(ms: number): WireTimestamp {
   const whole = Math.floor(ms);
   const seconds = Math.floor(whole / 1000);
@@ -225,6 +233,8 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     revision,
     createdAt: o.created_at === undefined || o.created_at === null ? undefined : timestampMs(o.created_at, at + 'created_at'),
     envdAccessToken: text(o, 'envd_access_token', at, LIMITS.idLength, false) || undefined,
+    idleTimeoutMs: o.idle_timeout === undefined || o.idle_timeout === null ? undefined : durationMs(o.idle_timeout, at + 'idle_timeout'),
+    wakeTimeoutMs: o.wake_timeout === undefined || o.wake_timeout === null ? undefined : durationMs(o.wake_timeout, at + 'wake_timeout'),
   };
 }
 
@@ -275,6 +285,8 @@ export function snapshotToWire(s: BackendSnapshot): WireSandbox {
     revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },
     created_at: s.createdAt === undefined ? undefined : msToTimestamp(s.createdAt),
     envd_access_token: s.envdAccessToken ?? '',
+    idle_timeout: s.idleTimeoutMs === undefined ? undefined : msToTimestamp(s.idleTimeoutMs),
+    wake_timeout: s.wakeTimeoutMs === undefined ? undefined : msToTimestamp(s.wakeTimeoutMs),
   };
 }
 

@@ -269,6 +269,8 @@ function emptySandbox(): Mutable<WireSandbox> {
     revision: undefined,
     created_at: undefined,
     envd_access_token: undefined,
+    idle_timeout: undefined,
+    wake_timeout: undefined,
   };
 }
 
@@ -336,6 +338,13 @@ function sandbox(r: Reader): WireSandbox {
         break;
       case 0x8a:
         s.envd_access_token = r.string();
+        break;
+      case 0x92:
+        // Fields 18 and 19 (idle_timeout, wake_timeout): google.protobuf.Duration has a Timestamp's fields.
+        s.idle_timeout = nested(r, timestamp);
+        break;
+      case 0x9a:
+        s.wake_timeout = nested(r, timestamp);
         break;
       default:
         r.skip(tag & 7);

@@ -1,0 +1,91 @@
+import type { Config } from '../config/schema.js';
+import { parseDuration } from '../domain/duration.js';
+import { SandgateError } from '../domain/errors.js';
+import type { Driver } from '../drivers/driver.js';
+import { ActivityReporter } from '../edge/activity-reporter.js';
+import { IdleController } from '../edge/idle-controller.js';
+import type { Lifecycle } from '../lib/lifecycle.js';
+import { redisTarget } from '../lib/redis-connection.js';
+import type { Logger } from '../observability/logger.js';
+import { LocalLifecycleChannel, RedisLifecycleChannel, type LifecycleChannel } from '../sessions/presence/lifecycle-channel.js';
+import type { Core } from './core.js';
+
+/**
+ * Activity and idle pause: the doors' activity shared between gateways and reported to drivers, and the
+ * idle controller that pauses sandboxes nobody uses. Off the request path, once the drivers run.
+ */
+
+/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
+export function idleTimeoutFromConfig(config: Pick<Config, 'idleTimeout'>): number {
+  if (config.idleTimeout === '') return 0;
+  const ms = parseDuration(config.idleTimeout);
+  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
+  return ms;
+}
+
+type ActivitySlice = Pick<Config, 'presence' | 'presenceRedisOptions' | 'presenceKeyPrefix' | 'leaseTtlMs' | 'activityReportIntervalMs' | 'activityPatchIntervalMs'>;
+
+/** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
+export interface ActivityRounds {
+  readonly reporter: ActivityReporter;
+  readonly idle: IdleController;
+}
+
+export async function startActivity(life: Lifecycle, config: ActivitySlice, core: Core, gatewayId: string, log: Logger): Promise<ActivityRounds> {
+  const { view, metrics, now } = core;
+  const lifecycleLog = log.child({ part: 'lifecycle' });
+  const channel = lifecycleChannel(config, gatewayId, lifecycleLog);
+  const driverById = (id: string): Driver | undefined => core.drivers.find((d) => d.id === id);
+  const reporter = new ActivityReporter({
+    view,
+    channel,
+    report: (id) => {
+      const d = driverById(id);
+      return d?.reportActivity === undefined ? undefined : (reports) => d.reportActivity?.(reports) ?? Promise.resolve();
+    },
+    reportIntervalMs: config.activityReportIntervalMs,
+    patchIntervalMs: config.activityPatchIntervalMs,
+    now,
+    log: lifecycleLog,
+  });
+  const idle = new IdleController({
+    view,
+    channel,
+    pause: (id) => {
+      const d = driverById(id);
+      return d?.pause === undefined ? undefined : (ns, name) => d.pause?.(ns, name) ?? Promise.resolve();
+    },
+    defaultTimeoutMs: core.idleTimeoutMs,
+    graceMs: config.presence === 'memory' ? 0 : config.activityReportIntervalMs,
+    checkMs: Math.min(1000, config.activityReportIntervalMs),
+    now,
+    log: lifecycleLog,
+    counted: metrics.watchLifecycle(() => view.activity.idle(), now),
+  });
+  await life.start(
+    'lifecycle',
+    async () => {
+      await channel.start();
+      reporter.start();
+      idle.start();
+    },
+    async () => {
+      idle.stop();
+      reporter.stop();
+      await channel.close();
+    },
+  );
+  return { reporter, idle };
+}
+
+/** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */
+function lifecycleChannel(config: ActivitySlice, gatewayId: string, log: Logger): LifecycleChannel {
+  if (config.presence === 'memory') return new LocalLifecycleChannel();
+  return new RedisLifecycleChannel({
+    target: redisTarget(config.presence, config.presenceRedisOptions, 'presence (memory or a Redis URL)'),
+    gatewayId,
+    keyPrefix: config.presenceKeyPrefix,
+    ttlMs: config.leaseTtlMs,
+    log,
+  });
+}
