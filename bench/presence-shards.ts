@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { createLogger, MemoryLogSink } from '../src/observability/logger.js';
 import { createRedisPresence, type RedisPresence } from '../src/sessions/presence/redis-presence.js';
-import { runScript } from '../src/sessions/presence/redis-connection.js';
+import { runScript } from '../src/sessions/presence/redis-script-runner.js';
 import { presenceKeys, scriptKeys, SCRIPTS, shardOf } from '../src/sessions/presence/redis-scripts.js';
 import { spread } from './lib/compare.js';
 import { sleep } from './lib/processes.js';

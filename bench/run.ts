@@ -9,6 +9,7 @@ import { machineFacts, ROOT } from './lib/machine.js';
 import { ProcessGroup } from './lib/processes.js';
 import { agreementLines, runMarkdown, sectionMarkdown, skippedLines, targetLines, type RunResult, type SectionResult } from './lib/report.js';
 import type { BenchContext, Section } from './lib/section.js';
+import { observability } from './observability.js';
 import { presenceShards } from './presence-shards.js';
 import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
@@ -29,7 +30,7 @@ import { workers } from './workers.js';
  * A section is one module exporting a Section; adding one is that module plus one line below.
  */
 
-const SECTIONS: readonly Section[] = [httpAuthz, envoyGrpc, proxy, scale, churn, sessions, workers, redisHa, consoleBench, snapshotMemory, presenceShards];
+const SECTIONS: readonly Section[] = [httpAuthz, envoyGrpc, proxy, scale, churn, sessions, workers, redisHa, consoleBench, snapshotMemory, presenceShards, observability];
 
 interface Args {
   readonly quick: boolean;

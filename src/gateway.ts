@@ -5,7 +5,7 @@ import { createPresenceStore } from './config/factories.js';
 import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { Driver } from './drivers/driver.js';
-import { startActivity, type ActivityRounds } from './gateway/activity.js';
+import { createActivity, startActivity, type ActivityRounds } from './gateway/activity.js';
 import { createCore, Serving, startExchangeReaders, startDrivers, startServing } from './gateway/core.js';
 import { readCredentials, startCertificates, startCredentialStores } from './gateway/credentials.js';
 import { startEnvoyDoor, startProxyDoor, startRelayDoor } from './gateway/doors.js';
@@ -81,6 +81,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const now = opts.now ?? Date.now;
   const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now });
+  const lifecycle = createActivity(config, core, gatewayId, log);
   const onProblem = (p: StopProblem): void =>
     p.err === undefined ? log.warn({ component: p.component }, 'stop overran the shutdown deadline; abandoned') : log.warn({ err: p.err, component: p.component }, 'stop failed');
   const life = new Lifecycle(onProblem);
@@ -98,7 +99,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await startCredentialStores(life, core);
     const supervisors = await startSessions(life, config, { gatewayId, core, presence, relayAddress: relay.address, keysGiven: opts.supervisorKeys !== undefined, streams, log });
     await startDrivers(life, core, serving, log);
-    const lifecycle = await startActivity(life, config, core, gatewayId, log);
+    await startActivity(life, lifecycle);
     await startServing(life, serving, core.view, ops.watch);
 
     const ports = { grpcPort: envoy.port, adminPort: ops.adminPort, opsPort: ops.opsPort, supervisorPort: supervisors?.port, proxyPort: proxy?.port, proxyTlsPort: proxy?.tlsPort, relayPort: relay.port };

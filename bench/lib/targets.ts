@@ -110,6 +110,8 @@ export interface GatewaySpec {
   readonly args?: readonly string[];
   /** How long to wait for /readyz (a 100k-entry file takes a few seconds to load). */
   readonly readyTimeoutMs?: number;
+  /** Further environment variables (`OTEL_*`: tracing). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 let knownFlags: ReadonlySet<string> | undefined;
@@ -143,11 +145,12 @@ function startFailure(child: Child): string {
 export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts: TargetOptions = {}): Promise<Target> {
   // Every listener gets a free port (listeners added to the CLI later too), so two gateways of one section
   // never collide on a default. `--default-port` is the sandbox port of a route, not a listener; the ops
-  // port stays off (its default), so /metrics and the sandbox API the runner reads stay on the admin port.
+  // port stays off (its default), so /metrics and the sandbox API the runner reads stay on the admin port;
+  // TLS and HTTPS-redirect ports stay off too (they need certificates, and would turn the proxy port away).
   const ports: Record<string, number> = {};
   for (const flag of cliFlags()) {
     const m = /^--([a-z-]+)-port$/.exec(flag);
-    if (m !== null && flag !== '--default-port' && flag !== '--ops-port') ports[m[1]!] = await freePort();
+    if (m !== null && flag !== '--default-port' && flag !== '--ops-port' && !/tls|https/.test(m[1]!)) ports[m[1]!] = await freePort();
   }
   const args = [
     'serve',
@@ -163,8 +166,8 @@ export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts:
   if (spec.gatewayId !== undefined) args.push('--gateway-id', spec.gatewayId);
   if (spec.supervisorSecretFile !== undefined) args.push('--supervisor-secret-file', spec.supervisorSecretFile);
   args.push(...(spec.args ?? []));
-  // SANDGATE_* variables of the shell running the bench would change what is measured.
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SANDGATE_')));
+  // SANDGATE_* and OTEL_* variables of the shell running the bench would change what is measured.
+  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SANDGATE_') && !k.startsWith('OTEL_'))), ...spec.env };
   const child = group.node(spec.name, CLI, args, { execArgv: nodeFlags(spec.name, opts), env });
   const deadline = Date.now() + (spec.readyTimeoutMs ?? 60_000);
   const url = `http://127.0.0.1:${ports.admin}/readyz`;

@@ -29,9 +29,14 @@ type ActivitySlice = Pick<Config, 'presence' | 'presenceRedisOptions' | 'presenc
 export interface ActivityRounds {
   readonly reporter: ActivityReporter;
   readonly idle: IdleController;
+  readonly channel: LifecycleChannel;
 }
 
-export async function startActivity(life: Lifecycle, config: ActivitySlice, core: Core, gatewayId: string, log: Logger): Promise<ActivityRounds> {
+/**
+ * Made with the core, before any driver starts: the idle controller follows the view's changes from the
+ * first list on (a sandbox Ready from the start is idle from then).
+ */
+export function createActivity(config: ActivitySlice, core: Core, gatewayId: string, log: Logger): ActivityRounds {
   const { view, metrics, now } = core;
   const lifecycleLog = log.child({ part: 'lifecycle' });
   const channel = lifecycleChannel(config, gatewayId, lifecycleLog);
@@ -62,6 +67,11 @@ export async function startActivity(life: Lifecycle, config: ActivitySlice, core
     log: lifecycleLog,
     counted: metrics.watchLifecycle(() => view.activity.idle(), now),
   });
+  return { reporter, idle, channel };
+}
+
+/** Activity sharing and reports, and idle pause: off the request path, once the drivers run. */
+export async function startActivity(life: Lifecycle, { reporter, idle, channel }: ActivityRounds): Promise<void> {
   await life.start(
     'lifecycle',
     async () => {
@@ -75,7 +85,6 @@ export async function startActivity(life: Lifecycle, config: ActivitySlice, core
       await channel.close();
     },
   );
-  return { reporter, idle };
 }
 
 /** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
-import { runScript } from '../../src/sessions/presence/redis-connection.js';
+import { runScript } from '../../src/sessions/presence/redis-script-runner.js';
 import { presenceKeys, scriptKeys, SCRIPTS, TERM_SPAN, type LuaScript } from '../../src/sessions/presence/redis-scripts.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 

@@ -18,7 +18,7 @@ import type { Exchange } from '../../observability/exchange.js';
  */
 
 export interface ExchangeOptions {
-  /** From the stream opening to the response head; past it 504 upstream_timeout. */
+  /** From the request's last byte sent to the response head; past it 504 upstream_timeout. */
   readonly headersTimeoutMs: number;
   /** Silence on the stream either way; past it both sides are closed. */
   readonly idleTimeoutMs: number;
@@ -70,8 +70,6 @@ export function exchange(req: ClientRequest, res: ClientResponse, path: string, 
             creq.destroy(timeoutError('the relayed connection was idle too long'));
             res.destroy();
           });
-          headTimer = setTimeout(() => creq.destroy(timeoutError('the sandbox did not answer in time')), o.headersTimeoutMs);
-          headTimer.unref();
           created(null, pipe as unknown as Socket);
         }),
         guard.bind(req, res, (err: Error) => created(err)),
@@ -88,6 +86,12 @@ export function exchange(req: ClientRequest, res: ClientResponse, path: string, 
     if (!res.destroyed) fail(err);
   };
   if (x !== undefined) res.once('close', () => x.responseClosed(res));
+  // The sandbox is waited on once it has the whole request: a long upload is policed by the idle timeout.
+  creq.once('finish', () => {
+    if (failed || res.headersSent || res.destroyed) return;
+    headTimer = setTimeout(() => creq.destroy(timeoutError('the sandbox did not answer in time')), o.headersTimeoutMs);
+    headTimer.unref();
+  });
   res.once('close', () => {
     if (res.writableFinished) return;
     ac.abort();

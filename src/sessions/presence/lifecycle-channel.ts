@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { ActivityRecord } from '../../domain/sandbox.js';
 import { createRedisClient, keepConnecting, type RedisClient, type RedisTarget } from '../../lib/redis-connection.js';
-import { disconnect, errorText } from './redis-connection.js';
+import { disconnect, errorText } from './redis-script-runner.js';
 
 /**
  * What gateways share about traffic-driven lifecycle (docs/lifecycle.md): each gateway's activity,

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../../lib/redis-connection.js';
 import { PresenceMirror, type MirrorEvents } from './presence-mirror.js';
 import type { PresenceRecord, SessionClaim } from './presence-store.js';
-import { errorText, runScript } from './redis-connection.js';
+import { errorText, runScript } from './redis-script-runner.js';
 import { decodeLeases, decodeMessage, decodeRecord, encodeGatewayInfo, fieldOf, type PresenceMessage, type StoredRecord } from './redis-codec.js';
 import { presenceKeys, scriptKeys, SCRIPTS, TERM_SPAN, type PresenceKeys } from './redis-scripts.js';
 

@@ -8,7 +8,7 @@ import { PresenceShard, type ShardHost } from './presence-shard.js';
 import { Rounds } from './rounds.js';
 import type { LiveLease, PresenceListener, PresenceRecord, PresenceStore, SessionClaim } from './presence-store.js';
 import { createRedisClient, describeRedisTarget, keepConnecting, topologyOf, type RedisClient, type RedisConnectionOptions, type RedisTarget } from '../../lib/redis-connection.js';
-import { disconnect, errorText, loadScripts } from './redis-connection.js';
+import { disconnect, errorText, loadScripts } from './redis-script-runner.js';
 import { fieldOf } from './redis-codec.js';
 import { SCRIPTS, shardOf } from './redis-scripts.js';
 
