@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { activity } from './activity.js';
 import { churn } from './churn.js';
 import { consoleBench } from './console.js';
 import { envoyGrpc } from './envoy-grpc.js';
@@ -30,7 +31,7 @@ import { workers } from './workers.js';
  * A section is one module exporting a Section; adding one is that module plus one line below.
  */
 
-const SECTIONS: readonly Section[] = [httpAuthz, envoyGrpc, proxy, scale, churn, sessions, workers, redisHa, consoleBench, snapshotMemory, presenceShards, observability];
+const SECTIONS: readonly Section[] = [httpAuthz, envoyGrpc, proxy, scale, churn, sessions, workers, redisHa, consoleBench, snapshotMemory, presenceShards, observability, activity];
 
 interface Args {
   readonly quick: boolean;
