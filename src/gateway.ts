@@ -14,7 +14,8 @@ import { SessionStreams, startSessions } from './gateway/sessions.js';
 import { deadlineIn, Lifecycle, once, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import type { GatewayMetrics } from './observability/metrics.js';
-import type { Tracing } from './observability/tracing.js';
+import type { Tracing } from './observability/otel-tracer.js';
+import { tracingFromEnv } from './observability/tracing.js';
 import type { PresenceStore } from './sessions/presence/presence-store.js';
 import type { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
@@ -80,7 +81,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   setLogger({ error: (...a: unknown[]) => grpcLog.debug(a.join(' ')), info: (...a: unknown[]) => grpcLog.debug(a.join(' ')), debug: (...a: unknown[]) => grpcLog.debug(a.join(' ')) });
 
   const now = opts.now ?? Date.now;
-  const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now });
+  const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now, tracing: await tracingFromEnv(process.env, gatewayId) });
   const lifecycle = createActivity(config, core, gatewayId, log);
   const onProblem = (p: StopProblem): void =>
     p.err === undefined ? log.warn({ component: p.component }, 'stop overran the shutdown deadline; abandoned') : log.warn({ err: p.err, component: p.component }, 'stop failed');

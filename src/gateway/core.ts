@@ -19,7 +19,7 @@ import { AccessLog, accessLogTarget } from '../observability/access-log.js';
 import { ExchangeRecorder, type ExchangeSink } from '../observability/exchange.js';
 import { metricsNamespaces, NamespaceFigures } from '../observability/namespace-figures.js';
 import { GatewayMetrics } from '../observability/metrics.js';
-import { tracingFromEnv, type Tracing } from '../observability/tracing.js';
+import type { Tracing } from '../observability/otel-tracer.js';
 import { SandboxView } from '../view/sandbox-view.js';
 import { idleTimeoutFromConfig } from './activity.js';
 import { readCertificates, type Certificates, type Credentials } from './credentials.js';
@@ -56,6 +56,8 @@ export interface CoreOptions {
   readonly drivers?: readonly Driver[];
   /** Clock (epoch ms). */
   readonly now: () => number;
+  /** The OpenTelemetry tracer, when the `OTEL_*` environment turns tracing on (tracingFromEnv). */
+  readonly tracing: Tracing | undefined;
 }
 
 export function createCore(config: Config, gatewayId: string, log: Logger, credentials: Credentials, opts: CoreOptions): Core {
@@ -64,7 +66,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   const { tokenSecret, apiKeys, policy } = credentials;
   const accessLogTo = accessLogTarget(config.accessLog);
   const accessLog = accessLogTo === undefined ? undefined : new AccessLog(accessLogTo, gatewayId);
-  const tracing = tracingFromEnv(process.env, gatewayId);
+  const tracing = opts.tracing;
   const namespaces = metricsNamespaces(config.metricsNamespaces);
   const now = opts.now;
   const idleTimeoutMs = idleTimeoutFromConfig(config);
