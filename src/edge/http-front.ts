@@ -47,8 +47,12 @@ export interface FrontHandler<C> {
   handle(req: FrontRequest, on: C): void;
 }
 
-/** The request line a front reads: a method of capitals, a target of visible ASCII, HTTP/1.1. */
-const REQUEST_LINE = /^[A-Z]{1,16} [\x21-\x7e]+ HTTP\/1\.1\r\n/;
+/**
+ * The request line a front reads: a method of capitals, a target of visible ASCII, HTTP/1.1. The target
+ * is one node:http's parser takes: it starts with `/` or `*`, or is absolute-form — a scheme of letters,
+ * `://`, an authority without `"#<>\\^\`{|}`, then a path or query.
+ */
+const REQUEST_LINE = /^[A-Z]{1,16} (?:[/*][\x21-\x7e]*|[A-Za-z]+:\/\/[\x21\x24-\x2e\x30-\x3b\x3d\x40-\x5b\x5d\x5f\x61-\x7a\x7e]*(?:[/?][\x21-\x7e]*)?) HTTP\/1\.1\r\n/;
 /**
  * The field lines, each with its CRLF: a tchar name, a colon, a value of visible ASCII, space and tab.
  * Control bytes, obs-text, obs-fold and a bare CR or LF all fail it. (Native regex code reads a head
