@@ -10,7 +10,7 @@ import {
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { sandboxDriverService, type WireActivityReport, type WireSandboxRef, type WireWatchEvent, type WireWatchRequest, type WireSandbox } from '../../src/drivers/grpc/driver-proto.js';
 import { deletionToWire, snapshotToWire } from '../../src/drivers/grpc/sandbox-codec.js';
-import { STYLE_MAPPINGS, STYLES, type Style, type StyleMapping, type StyleRecords } from './styles.js';
+import { LABEL_NAME, LABEL_NAMESPACE, LABEL_SUPERVISOR, STYLE_MAPPINGS, STYLES, type Style, type StyleMapping, type StyleRecords } from './styles.js';
 
 /**
  * A tiny remote driver: serves proto/sandgate/driver/v1/driver.proto from an in-memory set of native
@@ -202,9 +202,9 @@ export class ExampleDriver<S extends Style> {
 /** Two demo sandboxes per style for a manual run: one that needs a supervisor, one that does not. */
 function demoRecords<S extends Style>(style: S): StyleRecords[S][] {
   const labels = (name: string, supervisor: string): Record<string, string> => ({
-    'sandgate.io/namespace': 'demo',
-    'sandgate.io/name': name,
-    'sandgate.io/supervisor': supervisor,
+    [LABEL_NAMESPACE]: 'demo',
+    [LABEL_NAME]: name,
+    [LABEL_SUPERVISOR]: supervisor,
   });
   const started = new Date().toISOString();
   const make = (name: string, supervisor: 'none' | 'required'): StyleRecords[Style] => {
@@ -217,7 +217,7 @@ function demoRecords<S extends Style>(style: S): StyleRecords[S][] {
         return { vm_id: `vm-${name}`, boot_id: started, state: 'Running', destroying: false, guest_agent: { ready: true }, network: { tap_ip: '127.0.0.1' }, metadata: { namespace: 'demo', name, supervisor } };
       default:
         return {
-          metadata: { namespace: 'demo', name, uid: `k8s-${name}`, annotations: { 'sandgate.io/supervisor': supervisor } },
+          metadata: { namespace: 'demo', name, uid: `k8s-${name}`, annotations: { [LABEL_SUPERVISOR]: supervisor } },
           spec: { replicas: 1 },
           status: { conditions: [{ type: 'Ready', status: 'True', reason: 'DependenciesReady' }], podIPs: ['127.0.0.1'], podUID: `pod-${name}` },
         };

@@ -13,16 +13,36 @@ import type { BackendSnapshot, BackendState, Condition, ConditionStatus, Endpoin
 export type Style = 'docker' | 'podman' | 'vm' | 'kubernetes';
 export const STYLES: readonly Style[] = ['docker', 'podman', 'vm', 'kubernetes'];
 
+/** sandgate's own prefix for labels and annotations, the one the Kubernetes driver reads. */
+const PREFIX = 'sandgate.dev/';
+/** The old prefix: still read when the new name is absent, with one deprecation warning per process. */
+const DEPRECATED_PREFIX = 'sandgate.io/';
+
 /** Labels (Docker, Podman) and annotations (Kubernetes) by which a sandbox says how it is routed. */
-export const LABEL_NAMESPACE = 'sandgate.io/namespace';
-export const LABEL_NAME = 'sandgate.io/name';
-export const LABEL_ID = 'sandgate.io/sandbox-id';
+export const LABEL_NAMESPACE = `${PREFIX}namespace`;
+export const LABEL_NAME = `${PREFIX}name`;
+export const LABEL_ID = `${PREFIX}sandbox-id`;
 /** `none`: the sandbox runs no supervisor. Anything else (or absent): it does. */
-export const LABEL_SUPERVISOR = 'sandgate.io/supervisor';
+export const LABEL_SUPERVISOR = `${PREFIX}supervisor`;
 /** Comma-separated port allow-list. */
-export const LABEL_PORTS = 'sandgate.io/ports';
+export const LABEL_PORTS = `${PREFIX}ports`;
 /** RFC 3339 expiry (Docker and Podman have no native one). */
-export const LABEL_SHUTDOWN_TIME = 'sandgate.io/shutdown-time';
+export const LABEL_SHUTDOWN_TIME = `${PREFIX}shutdown-time`;
+
+let warnedDeprecatedPrefix = false;
+
+/** The value of `key` (a sandgate.dev/ name), else of its deprecated sandgate.io/ spelling. */
+function label(labels: Record<string, string> | undefined, key: string): string | undefined {
+  const value = labels?.[key];
+  if (value !== undefined) return value;
+  const old = DEPRECATED_PREFIX + key.slice(PREFIX.length);
+  const oldValue = labels?.[old];
+  if (oldValue !== undefined && !warnedDeprecatedPrefix) {
+    warnedDeprecatedPrefix = true;
+    console.warn(`deprecated label prefix: ${old} is read as ${key}; rename ${DEPRECATED_PREFIX}* labels and annotations to ${PREFIX}*`);
+  }
+  return oldValue;
+}
 
 /** `docker container inspect`, trimmed. */
 export interface DockerContainer {
@@ -156,10 +176,10 @@ function containerSnapshot(
   readyCondition: Condition,
 ): BackendSnapshot {
   const l = c.Config.Labels;
-  const id = l[LABEL_ID];
+  const id = label(l, LABEL_ID);
   return {
-    namespace: l[LABEL_NAMESPACE] ?? 'default',
-    name: l[LABEL_NAME] ?? c.Name.replace(/^\//, ''),
+    namespace: label(l, LABEL_NAMESPACE) ?? 'default',
+    name: label(l, LABEL_NAME) ?? c.Name.replace(/^\//, ''),
     uid: c.Id,
     resourceVersion,
     instanceId: `${c.Id}@${c.State.StartedAt}`,
@@ -167,9 +187,9 @@ function containerSnapshot(
     state,
     conditions: [readyCondition],
     endpoint: addresses(c.NetworkSettings.IPAddress),
-    sessionModel: sessionModel(l[LABEL_SUPERVISOR]),
-    ports: ports(l[LABEL_PORTS]),
-    shutdownTime: time(l[LABEL_SHUTDOWN_TIME]),
+    sessionModel: sessionModel(label(l, LABEL_SUPERVISOR)),
+    ports: ports(label(l, LABEL_PORTS)),
+    shutdownTime: time(label(l, LABEL_SHUTDOWN_TIME)),
   };
 }
 
@@ -301,8 +321,8 @@ export const kubernetes: StyleMapping<KubeSandbox> = {
     else if (r.status === 'Unknown' || KUBE_TRANSIENT.has(r.reason)) state = 'starting';
     // PodFailed, PodSucceeded, SandboxExpired and anything unrecognised: the controller gave up.
     else state = 'failed';
-    const a = s.metadata.annotations ?? {};
-    const id = s.metadata.labels?.[LABEL_ID];
+    const a = s.metadata.annotations;
+    const id = label(s.metadata.labels, LABEL_ID);
     const ips = s.status.podIPs ?? [];
     const { updateRevision: desired, currentRevision: current } = s.status;
     return {
@@ -315,8 +335,8 @@ export const kubernetes: StyleMapping<KubeSandbox> = {
       state,
       conditions: conds,
       endpoint: ips.length > 0 ? { kind: 'address', addresses: ips } : s.status.serviceFQDN ? { kind: 'service', fqdn: s.status.serviceFQDN } : addresses(''),
-      sessionModel: sessionModel(a[LABEL_SUPERVISOR]),
-      ports: ports(a[LABEL_PORTS]),
+      sessionModel: sessionModel(label(a, LABEL_SUPERVISOR)),
+      ports: ports(label(a, LABEL_PORTS)),
       shutdownTime: time(s.spec.shutdownTime),
       revision: desired !== undefined && current !== undefined ? { desired, current } : undefined,
     };

@@ -38,7 +38,7 @@ function merge<T>(base: T, patch: Patch<T>): T {
   return out as T;
 }
 
-const LABELS = { 'sandgate.io/namespace': NS, 'sandgate.io/name': NAME, 'sandgate.io/sandbox-id': 'sbx-1' };
+const LABELS = { 'sandgate.dev/namespace': NS, 'sandgate.dev/name': NAME, 'sandgate.dev/sandbox-id': 'sbx-1' };
 
 /** Each style's record of a running, healthy sandbox that runs a supervisor. Scenarios patch these. */
 const BASE: { readonly [S in Style]: StyleRecords[S] } = {
@@ -66,7 +66,7 @@ const BASE: { readonly [S in Style]: StyleRecords[S] } = {
     metadata: { namespace: NS, name: NAME, sandbox_id: 'sbx-1' },
   },
   kubernetes: {
-    metadata: { namespace: NS, name: NAME, uid: 'uid-01', labels: { 'sandgate.io/sandbox-id': 'sbx-1' } },
+    metadata: { namespace: NS, name: NAME, uid: 'uid-01', labels: { 'sandgate.dev/sandbox-id': 'sbx-1' } },
     spec: { replicas: 1 },
     status: { conditions: [{ type: 'Ready', status: 'True', reason: 'DependenciesReady' }], podIPs: [IP], podUID: 'pod-1' },
   },
@@ -120,8 +120,8 @@ const SCENARIOS: Record<RuleName, readonly Scenario[]> = {
         { session: true },
         {
           backend: {
-            docker: { Config: { Labels: { ...LABELS, 'sandgate.io/shutdown-time': PAST } } },
-            podman: { Config: { Labels: { ...LABELS, 'sandgate.io/shutdown-time': PAST } } },
+            docker: { Config: { Labels: { ...LABELS, 'sandgate.dev/shutdown-time': PAST } } },
+            podman: { Config: { Labels: { ...LABELS, 'sandgate.dev/shutdown-time': PAST } } },
             vm: { expires_at: PAST },
             kubernetes: { spec: { shutdownTime: PAST } },
           },
@@ -212,10 +212,10 @@ const SCENARIOS: Record<RuleName, readonly Scenario[]> = {
       steps: [
         {
           backend: {
-            docker: { Config: { Labels: { ...LABELS, 'sandgate.io/supervisor': 'none' } } },
-            podman: { Config: { Labels: { ...LABELS, 'sandgate.io/supervisor': 'none' } } },
+            docker: { Config: { Labels: { ...LABELS, 'sandgate.dev/supervisor': 'none' } } },
+            podman: { Config: { Labels: { ...LABELS, 'sandgate.dev/supervisor': 'none' } } },
             vm: { metadata: { supervisor: 'none' } },
-            kubernetes: { metadata: { annotations: { 'sandgate.io/supervisor': 'none' } } },
+            kubernetes: { metadata: { annotations: { 'sandgate.dev/supervisor': 'none' } } },
           },
         },
       ],

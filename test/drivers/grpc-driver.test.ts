@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ExampleDriver } from '../../examples/driver/example-driver.js';
-import type { DockerContainer } from '../../examples/driver/styles.js';
+import { STYLE_MAPPINGS, type DockerContainer } from '../../examples/driver/styles.js';
 import { SandgateError } from '../../src/domain/errors.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { DriverError } from '../../src/drivers/grpc/driver-error.js';
@@ -14,7 +14,7 @@ function container(name: string, status: DockerContainer['State']['Status'], ip 
   return {
     Id: id,
     Name: '/' + name,
-    Config: { Labels: { 'sandgate.io/namespace': 'team-a', 'sandgate.io/name': name, 'sandgate.io/sandbox-id': 'sbx-' + name } },
+    Config: { Labels: { 'sandgate.dev/namespace': 'team-a', 'sandgate.dev/name': name, 'sandgate.dev/sandbox-id': 'sbx-' + name } },
     State: { Status: status, ExitCode: 0, Error: '', StartedAt: '2030-01-01T00:00:00Z' },
     NetworkSettings: { IPAddress: ip },
   };
@@ -282,6 +282,46 @@ describe('GrpcDriver', () => {
     await within(driver.stop(), 'stop()');
     expect(timers()).toBeLessThanOrEqual(baseline);
     expect(process.getActiveResourcesInfo().filter((r) => r.startsWith('TCP')).length).toBe(baselineTcp);
+  });
+});
+
+describe('label prefix of the example driver', () => {
+  /** `c` with more labels. */
+  const labelled = (c: DockerContainer, more: Record<string, string>): DockerContainer => ({ ...c, Config: { Labels: { ...c.Config.Labels, ...more } } });
+  /** `c` with its sandgate.dev/ labels spelled with the deprecated sandgate.io/ prefix. */
+  const oldSpelling = (c: DockerContainer): DockerContainer => ({
+    ...c,
+    Config: { Labels: Object.fromEntries(Object.entries(c.Config.Labels).map(([k, v]) => [k.replace(/^sandgate\.dev\//, 'sandgate.io/'), v])) },
+  });
+
+  it('reads sandgate.dev/ labels; still reads sandgate.io/ ones, warning once per process', async () => {
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
+    try {
+      const { backend, sink } = await setup([labelled(container('web', 'running'), { 'sandgate.dev/supervisor': 'none', 'sandgate.dev/ports': '8000' })]);
+      expect(sink.view.get('team-a', 'web')?.snapshot).toMatchObject({ ids: ['sbx-web'], sessionModel: 'none', ports: [8000] });
+      expect(warn).not.toHaveBeenCalled();
+
+      backend.set(oldSpelling(labelled(container('old-a', 'running', '10.0.0.4'), { 'sandgate.dev/supervisor': 'none', 'sandgate.dev/ports': '9000' })));
+      backend.set(oldSpelling(container('old-b', 'running', '10.0.0.5')));
+      await sink.until(() => sink.view.get('team-a', 'old-b') !== undefined, 'the old-spelling sandboxes');
+      expect(sink.view.get('team-a', 'old-a')?.snapshot).toMatchObject({ ids: ['sbx-old-a'], sessionModel: 'none', ports: [9000] });
+      expect(sink.view.get('team-a', 'old-b')?.snapshot).toMatchObject({ ids: ['sbx-old-b'], sessionModel: 'required' });
+
+      const kube = STYLE_MAPPINGS.kubernetes.toSnapshot(
+        {
+          metadata: { namespace: 'team-a', name: 'k', uid: 'u-k', labels: { 'sandgate.io/sandbox-id': 'sbx-k' }, annotations: { 'sandgate.io/supervisor': 'none' } },
+          spec: { replicas: 1 },
+          status: { conditions: [{ type: 'Ready', status: 'True', reason: 'DependenciesReady' }], podIPs: ['10.0.0.6'] },
+        },
+        '1',
+      );
+      expect(kube).toMatchObject({ ids: ['sbx-k'], sessionModel: 'none' });
+
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(String(warn.mock.calls[0]![0])).toMatch(/deprecated.*sandgate\.io\/.*sandgate\.dev\//);
+    } finally {
+      warn.mockRestore();
+    }
   });
 });
 

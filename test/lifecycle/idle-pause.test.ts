@@ -95,7 +95,7 @@ describe('idle pause', () => {
     backend.set({
       Id: 'c-web',
       Name: '/web',
-      Config: { Labels: { 'sandgate.io/namespace': 'team-a', 'sandgate.io/name': 'web', 'sandgate.io/supervisor': 'none' } },
+      Config: { Labels: { 'sandgate.dev/namespace': 'team-a', 'sandgate.dev/name': 'web', 'sandgate.dev/supervisor': 'none' } },
       State: { Status: 'running', ExitCode: 0, Error: '', StartedAt: '2030-01-01T00:00:00Z' },
       NetworkSettings: { IPAddress: '127.0.0.1' },
     });
