@@ -1,11 +1,7 @@
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RouteOptions } from '../../src/domain/route-key.js';
-import { Decider } from '../../src/edge/decider.js';
 import { MAX_HEAD_BYTES, MAX_HEADERS } from '../../src/edge/http-front.js';
 import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
-import { GatewayMetrics } from '../../src/observability/metrics.js';
-import { SandboxView } from '../../src/view/sandbox-view.js';
+import { startFrontProxy } from '../helpers/front-proxy.js';
 import { fuzzPlan } from '../helpers/fuzz.js';
 import { RawClient } from '../helpers/raw-http-client.js';
 import { snapshot } from '../helpers/snapshots.js';
@@ -22,8 +18,6 @@ import { startUpstream } from '../helpers/upstream.js';
  */
 
 const plan = fuzzPlan(150, 0x5eed44);
-const ROUTE: RouteOptions = { order: ['headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 80, pathPrefix: '' };
-const log = pino({ level: 'silent' });
 
 /** Every byte class a head can hold. */
 const CLASSES: Record<string, string> = {
@@ -166,16 +160,7 @@ describe('differential: http-front against node:http, on the proxy door', () => 
       const seen = JSON.stringify([req.method, req.url, req.httpVersion, req.rawHeaders]);
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(seen) }).end(seen);
     });
-    const view = new SandboxView({ waiters: { perSandbox: 10, total: 100 } });
-    view.registerDriver('test');
-    view.replace('test', [snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })]);
-    const decider = new Decider({ view, route: ROUTE, readinessWaitMs: 0, metrics: new GatewayMetrics(view, false), log });
-    proxy = new EmbeddedProxy(
-      decider,
-      { host: '127.0.0.1', port: 0, upstreamHeader: 'x-sandgate-upstream', stripHeaders: [], stripOriginOnUpgrade: false, connectTimeoutMs: 2000, headersTimeoutMs: 5000, idleTimeoutMs: 30_000 },
-      log,
-    );
-    await proxy.start();
+    proxy = await startFrontProxy([snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })]);
     host = `${upstream.port}-web.team-a.localhost`;
   });
   afterAll(async () => {

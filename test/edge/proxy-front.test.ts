@@ -2,12 +2,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RouteOptions } from '../../src/domain/route-key.js';
-import { Decider } from '../../src/edge/decider.js';
 import { HttpFront, type FrontHandler } from '../../src/edge/http-front.js';
 import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
-import { GatewayMetrics } from '../../src/observability/metrics.js';
-import { SandboxView } from '../../src/view/sandbox-view.js';
+import { startFrontProxy } from '../helpers/front-proxy.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { startUpstream } from '../helpers/upstream.js';
 import { RawClient } from '../helpers/raw-http-client.js';
@@ -18,7 +15,6 @@ import { RawClient } from '../helpers/raw-http-client.js';
  * — head lines, their order, the body's framing and the body — but for the `Date` value.
  */
 
-const ROUTE: RouteOptions = { order: ['headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 80, pathPrefix: '' };
 const log = pino({ level: 'silent' });
 
 /** Writes `bytes` on a new connection and returns all the server sent until it closed. */
@@ -54,19 +50,10 @@ describe('the embedded proxy front: the bytes node:http would send', () => {
       if (path === '/sse') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: one\n\n');
       res.writeHead(404).end('nothing here');
     });
-    const view = new SandboxView({ waiters: { perSandbox: 10, total: 100 } });
-    view.registerDriver('test');
-    view.replace('test', [
+    proxy = await startFrontProxy([
       snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } }),
       snapshot({ name: 'paused', uid: 'u2', state: 'paused', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } }),
     ]);
-    const decider = new Decider({ view, route: ROUTE, readinessWaitMs: 0, metrics: new GatewayMetrics(view, false), log });
-    proxy = new EmbeddedProxy(
-      decider,
-      { host: '127.0.0.1', port: 0, upstreamHeader: 'x-sandgate-upstream', stripHeaders: [], stripOriginOnUpgrade: false, connectTimeoutMs: 2000, headersTimeoutMs: 5000, idleTimeoutMs: 30_000 },
-      log,
-    );
-    await proxy.start();
     host = `${upstream.port}-web.team-a.localhost`;
   });
   afterAll(async () => {
