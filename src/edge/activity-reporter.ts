@@ -35,9 +35,11 @@ export class ActivityReporter {
     const activity = o.view.activity;
     o.channel.onActivity((records) => {
       for (const r of records) {
-        // Only sandboxes this gateway knows: a peer's report of one not (yet) here is dropped.
+        // Only sandboxes this gateway knows: a peer's report of one not (yet) here is dropped. A time past
+        // this gateway's clock (a peer whose clock runs ahead) counts as now, so it cannot hold a sandbox
+        // awake longer than its real activity.
         const e = o.view.get(r.namespace, r.name);
-        if (e !== undefined) activity.merge(e.key, r.port, r.at);
+        if (e !== undefined) activity.merge(e.key, r.port, Math.min(r.at, o.now()));
       }
     });
     o.view.onChange((key, entry) => {

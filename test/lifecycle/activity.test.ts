@@ -8,6 +8,10 @@ import { startUpstream } from '../helpers/upstream.js';
 import { startRedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/eventually.js';
 import { ignorePattern } from '../../src/edge/activity-recorder.js';
+import { ActivityReporter } from '../../src/edge/activity-reporter.js';
+import { SandboxView } from '../../src/view/sandbox-view.js';
+import { pino } from 'pino';
+import type { ActivityRecord } from '../../src/domain/sandbox.js';
 import { decodeActivity, encodeActivity } from '../../src/sessions/presence/lifecycle-channel.js';
 import { parseDuration } from '../../src/domain/duration.js';
 
@@ -181,6 +185,24 @@ describe('activity inputs', () => {
     expect(re.test('/a.b')).toBe(true);
     expect(re.test('/aXb')).toBe(false);
     expect(re.test('/c(d)/e?f')).toBe(true);
+  });
+
+  it('a peer report timed past this gateway\'s clock counts as now, and one for an unknown sandbox is dropped', () => {
+    const c = clock();
+    const view = new SandboxView({ now: c.now, waiters: { perSandbox: 10, total: 100 } });
+    view.registerDriver('test');
+    view.replace('test', [ready()]);
+    let deliver: (records: ActivityRecord[]) => void = () => undefined;
+    const channel = { publish: () => undefined, onActivity: (l: (records: ActivityRecord[]) => void) => void (deliver = l), isWriter: () => false, start: async () => undefined, close: async () => undefined };
+    new ActivityReporter({ view, channel, report: () => undefined, reportIntervalMs: 10_000, patchIntervalMs: 60_000, now: c.now, log: pino({ level: 'silent' }) });
+    deliver([
+      { namespace: 'team-a', name: 'web', port: 8000, at: c.t + 86_400_000 },
+      { namespace: 'team-a', name: 'nobody', port: 8000, at: c.t },
+    ]);
+    const key = view.get('team-a', 'web')!.key;
+    expect(view.activity.get(key)?.last).toBe(c.t);
+    expect(view.activity.get(key)?.ports.get(8000)).toBe(c.t);
+    expect(view.get('team-a', 'nobody')).toBeUndefined();
   });
 
   it('drops hostile peer activity messages whole, and ignores its own', () => {
