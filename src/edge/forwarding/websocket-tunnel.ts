@@ -89,46 +89,57 @@ export function spliceUpgrade(
   /** Told the upstream's answer status (the exchange record's, when one is kept). */
   seen?: (status: number) => void,
 ): void {
+  openWhileOpen(client, open, fail, (up) => {
+    client.setNoDelay(true);
+    let text = `${req.method} ${path} HTTP/1.1\r\n`;
+    for (let i = 0; i < headers.length; i += 2) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
+    up.write(text + '\r\n');
+    up.setTimeout(idleTimeoutMs, () => {
+      up.destroy();
+      client.destroy();
+    });
+    let broken = false;
+    up.on('error', () => {
+      broken = true;
+      client.destroy();
+    });
+    // A clean end lets the last bytes reach the client before its socket closes; a failure cuts it.
+    up.once('close', () => (broken ? client.destroy() : client.destroySoon()));
+    client.once('close', () => up.destroy());
+    readAnswerHead(up, (answer, rest) => {
+      if (answer === undefined) return void up.destroy(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
+      seen?.(answer.status);
+      if (answer.status === 101) {
+        client.write(Buffer.concat([answer.bytes, rest]));
+        if (head.length > 0) up.write(head);
+        if (activity !== undefined) watchData((req.headers.upgrade ?? '').toLowerCase() === 'websocket', client, up, head, rest, activity);
+        up.pipe(client);
+        client.pipe(up);
+        return;
+      }
+      passDeclined(req.method === 'HEAD', answer, rest, up, client);
+    });
+  });
+}
+
+/**
+ * Opens the upstream for a client `side` (a socket or an HTTP/2 stream) and hands it to `use` — unless the
+ * client went away meanwhile: its close aborts the connect, and an upstream that opened anyway is closed.
+ * `fail` gets the error of a connect that failed while the client was still there.
+ */
+export function openWhileOpen(side: { readonly destroyed: boolean; once(event: 'close', fn: () => void): unknown; off(event: 'close', fn: () => void): unknown }, open: Connect, fail: (err: unknown) => void, use: (up: Pipe) => void): void {
   const ac = new AbortController();
   const gone = (): void => ac.abort();
-  client.once('close', gone);
+  side.once('close', gone);
   open(ac.signal).then(
     (up) => {
-      client.off('close', gone);
-      if (client.destroyed) return void up.destroy();
-      client.setNoDelay(true);
-      let text = `${req.method} ${path} HTTP/1.1\r\n`;
-      for (let i = 0; i < headers.length; i += 2) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
-      up.write(text + '\r\n');
-      up.setTimeout(idleTimeoutMs, () => {
-        up.destroy();
-        client.destroy();
-      });
-      let broken = false;
-      up.on('error', () => {
-        broken = true;
-        client.destroy();
-      });
-      // A clean end lets the last bytes reach the client before its socket closes; a failure cuts it.
-      up.once('close', () => (broken ? client.destroy() : client.destroySoon()));
-      client.once('close', () => up.destroy());
-      readAnswerHead(up, (answer, rest) => {
-        if (answer === undefined) return void up.destroy(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
-        seen?.(answer.status);
-        if (answer.status === 101) {
-          client.write(Buffer.concat([answer.bytes, rest]));
-          if (head.length > 0) up.write(head);
-          if (activity !== undefined) watchData((req.headers.upgrade ?? '').toLowerCase() === 'websocket', client, up, head, rest, activity);
-          up.pipe(client);
-          client.pipe(up);
-          return;
-        }
-        passDeclined(req.method === 'HEAD', answer, rest, up, client);
-      });
+      side.off('close', gone);
+      if (side.destroyed) return void up.destroy();
+      use(up);
     },
     (err: unknown) => {
-      client.off('close', gone);
-      if (!client.destroyed) fail(err);
+      side.off('close', gone);
+      if (!side.destroyed) fail(err);
     },
   );
 }

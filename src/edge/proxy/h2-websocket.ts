@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { ServerHttp2Stream } from 'node:http2';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
-import { readAnswerHead, watchData, type Connect } from '../forwarding/websocket-tunnel.js';
+import { openWhileOpen, readAnswerHead, watchData, type Connect } from '../forwarding/websocket-tunnel.js';
 import { h2ResponseHeaders } from './h2-request.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -38,53 +38,42 @@ export function tunnelExtendedConnect(
   fail: (err: unknown) => void,
   activity?: () => void,
 ): void {
-  const ac = new AbortController();
-  const gone = (): void => ac.abort();
-  stream.once('close', gone);
-  open(ac.signal).then(
-    (up) => {
-      stream.off('close', gone);
-      if (stream.destroyed) return void up.destroy();
-      const key = randomBytes(16).toString('base64');
-      let text = `GET ${path} HTTP/1.1\r\n`;
-      for (let i = 0; i < headers.length; i += 2) if (!OWN.has(headers[i]!.toLowerCase())) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
-      up.write(text + `Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: ${key}\r\n\r\n`);
-      up.setTimeout(idleTimeoutMs, () => {
+  openWhileOpen(stream, open, fail, (up) => {
+    const key = randomBytes(16).toString('base64');
+    let text = `GET ${path} HTTP/1.1\r\n`;
+    for (let i = 0; i < headers.length; i += 2) if (!OWN.has(headers[i]!.toLowerCase())) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
+    up.write(text + `Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: ${key}\r\n\r\n`);
+    up.setTimeout(idleTimeoutMs, () => {
+      up.destroy();
+      stream.destroy();
+    });
+    up.on('error', () => stream.destroy());
+    stream.once('close', () => up.destroy());
+    readAnswerHead(up, (answer, rest) => {
+      if (answer === undefined) {
         up.destroy();
-        stream.destroy();
-      });
-      up.on('error', () => stream.destroy());
-      stream.once('close', () => up.destroy());
-      readAnswerHead(up, (answer, rest) => {
-        if (answer === undefined) {
-          up.destroy();
-          return fail(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
-        }
-        if (answer.status !== 101) {
-          stream.respond(h2ResponseHeaders(answer.status, withoutLength(forwardResponseHeaders(answer.raw))), { endStream: true });
-          return void up.destroy();
-        }
-        const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
-        if (valueOf(answer.raw, 'sec-websocket-accept') !== accept) {
-          up.destroy();
-          return fail(new Error('the upstream answered the upgrade with a wrong Sec-WebSocket-Accept'));
-        }
-        const negotiated: string[] = [];
-        for (let i = 0; i < answer.raw.length; i += 2) if (NEGOTIATED.has(answer.raw[i]!.toLowerCase())) negotiated.push(answer.raw[i]!, answer.raw[i + 1]!);
-        stream.respond(h2ResponseHeaders(200, negotiated));
-        if (rest.length > 0) stream.write(rest);
-        // Data frames either way count as the sandbox's activity; pings alone do not (ws-frames.ts).
-        if (activity !== undefined) watchData(true, stream, up, EMPTY, rest, activity);
-        // The upstream's end (a close frame, then FIN) ends the stream cleanly; the client's END_STREAM ends the upstream's writing side.
-        up.pipe(stream);
-        stream.pipe(up);
-      });
-    },
-    (err: unknown) => {
-      stream.off('close', gone);
-      if (!stream.destroyed) fail(err);
-    },
-  );
+        return fail(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
+      }
+      if (answer.status !== 101) {
+        stream.respond(h2ResponseHeaders(answer.status, withoutLength(forwardResponseHeaders(answer.raw))), { endStream: true });
+        return void up.destroy();
+      }
+      const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
+      if (valueOf(answer.raw, 'sec-websocket-accept') !== accept) {
+        up.destroy();
+        return fail(new Error('the upstream answered the upgrade with a wrong Sec-WebSocket-Accept'));
+      }
+      const negotiated: string[] = [];
+      for (let i = 0; i < answer.raw.length; i += 2) if (NEGOTIATED.has(answer.raw[i]!.toLowerCase())) negotiated.push(answer.raw[i]!, answer.raw[i + 1]!);
+      stream.respond(h2ResponseHeaders(200, negotiated));
+      if (rest.length > 0) stream.write(rest);
+      // Data frames either way count as the sandbox's activity; pings alone do not (ws-frames.ts).
+      if (activity !== undefined) watchData(true, stream, up, EMPTY, rest, activity);
+      // The upstream's end (a close frame, then FIN) ends the stream cleanly; the client's END_STREAM ends the upstream's writing side.
+      up.pipe(stream);
+      stream.pipe(up);
+    });
+  });
 }
 
 function valueOf(raw: readonly string[], name: string): string | undefined {
