@@ -271,6 +271,7 @@ function emptySandbox(): Mutable<WireSandbox> {
     envd_access_token: undefined,
     idle_timeout: undefined,
     wake_timeout: undefined,
+    public_ports: EMPTY,
   };
 }
 
@@ -346,6 +347,16 @@ function sandbox(r: Reader): WireSandbox {
       case 0x9a:
         s.wake_timeout = nested(r, timestamp);
         break;
+      case 0xa8:
+        // Field 21 (public_ports), unpacked and packed (0xaa) like ports.
+        s.public_ports = append(s.public_ports!, r.uint32());
+        break;
+      case 0xaa: {
+        const outer = r.enter();
+        while (r.pos < r.end) s.public_ports = append(s.public_ports!, r.uint32());
+        r.leave(outer);
+        break;
+      }
       default:
         r.skip(tag & 7);
     }
