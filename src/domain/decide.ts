@@ -21,6 +21,8 @@ export interface RouteEntry {
   readonly upstreamHost: string | undefined;
   /** Allowed ports; undefined = any. */
   readonly ports: ReadonlySet<number> | undefined;
+  /** Ports that speak h2c (HTTP/2 with prior knowledge); undefined = none. */
+  readonly h2cPorts: ReadonlySet<number> | undefined;
   /**
    * For a sandbox with no inbound network ("relay only"): the gateway holding its supervisor session,
    * whose relay listener carries the traffic over that session. Undefined otherwise.

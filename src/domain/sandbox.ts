@@ -50,6 +50,11 @@ export interface BackendSnapshot {
   readonly sessionModel: SessionModel;
   /** Allow-list of ports; undefined = any port. */
   readonly ports?: readonly number[] | undefined;
+  /**
+   * Ports that speak HTTP/2 with prior knowledge (h2c: gRPC servers, for example); requests to them are
+   * carried over HTTP/2 end to end, trailers included. Every other port speaks HTTP/1.1. Undefined = none.
+   */
+  readonly h2cPorts?: readonly number[] | undefined;
   /** Epoch milliseconds after which the sandbox is expired (agent-sandbox spec.shutdownTime). */
   readonly shutdownTime?: number | undefined;
   /**
