@@ -22,6 +22,8 @@ export interface RouteEntry {
   readonly upstreamHost: string | undefined;
   /** Allowed ports; undefined = any. */
   readonly ports: ReadonlySet<number> | undefined;
+  /** Ports that speak h2c (HTTP/2 with prior knowledge); undefined = none. */
+  readonly h2cPorts: ReadonlySet<number> | undefined;
   /** Ports that need no credential (the snapshot's `publicPorts`); undefined = none. */
   readonly publicPorts: ReadonlySet<number> | undefined;
   /**

@@ -208,6 +208,13 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) throw bad(`${at}ports[${i}]`, 'must be a port number 1-65535');
   }
 
+  const h2cPorts = list(o, 'h2c_ports', at, LIMITS.ports);
+  for (let i = 0; i < h2cPorts.length; i++) {
+    const p = h2cPorts[i];
+    if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) throw bad(`${at}h2c_ports[${i}]`, 'must be a port number 1-65535');
+    if (ports.length > 0 && !ports.includes(p)) throw bad(`${at}h2c_ports[${i}]`, `port ${p} is not in ports`);
+  }
+
   const publicPorts = list(o, 'public_ports', at, LIMITS.ports);
   for (let i = 0; i < publicPorts.length; i++) {
     const p = publicPorts[i];
@@ -236,6 +243,7 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     endpoint: endpointFromWire(o, at),
     sessionModel: sessionModel === 'SESSION_MODEL_NONE' ? 'none' : 'required',
     ports: ports.length === 0 ? undefined : (ports as number[]),
+    h2cPorts: h2cPorts.length === 0 ? undefined : (h2cPorts as number[]),
     publicPorts: publicPorts.length === 0 ? undefined : (publicPorts as number[]),
     shutdownTime: o.shutdown_time === undefined || o.shutdown_time === null ? undefined : timestampMs(o.shutdown_time, at + 'shutdown_time'),
     revision,
@@ -289,6 +297,7 @@ export function snapshotToWire(s: BackendSnapshot): WireSandbox {
     ...endpoint,
     session_model: s.sessionModel === 'none' ? 'SESSION_MODEL_NONE' : 'SESSION_MODEL_REQUIRED',
     ports: s.ports === undefined ? [] : [...s.ports],
+    h2c_ports: s.h2cPorts === undefined ? [] : [...s.h2cPorts],
     public_ports: s.publicPorts === undefined ? [] : [...s.publicPorts],
     shutdown_time: s.shutdownTime === undefined ? undefined : msToTimestamp(s.shutdownTime),
     revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },

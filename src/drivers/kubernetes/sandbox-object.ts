@@ -20,6 +20,8 @@ export interface MapOptions {
 
 export const ANNOTATION_SUPERVISOR = 'sandgate.dev/supervisor';
 export const ANNOTATION_PORTS = 'sandgate.dev/ports';
+/** `50051=h2c,9000=http`: the protocol each listed port speaks (http, the default, or h2c). */
+export const ANNOTATION_PORT_PROTOCOLS = 'sandgate.dev/port-protocols';
 /** `3000,8080`: ports anyone may open, no credential needed. */
 export const ANNOTATION_PUBLIC_PORTS = 'sandgate.dev/public-ports';
 export const ANNOTATION_ID = 'sandgate.dev/id';
@@ -166,6 +168,7 @@ export function readTime(v: unknown): number | undefined {
 export interface Annotated {
   readonly sessionModel: SessionModel;
   readonly ports: readonly number[] | undefined;
+  readonly h2cPorts: readonly number[] | undefined;
   readonly publicPorts: readonly number[] | undefined;
   readonly id: string | undefined;
   readonly accessToken: string | { readonly derived: true } | undefined;
@@ -184,6 +187,24 @@ function durationAnnotation(a: Json | undefined, name: string, where: string, op
   if (typeof ms === 'number') return ms;
   opts.onWarning?.(`${where}: annotation ${name}=${JSON.stringify(v)} is not a duration (${ms}); ignored`);
   return undefined;
+}
+
+/** The h2c ports of a sandgate.dev/port-protocols annotation; undefined (and a warning) when any entry is bad. */
+function portProtocols(a: Json | undefined, where: string, opts: MapOptions): number[] | undefined {
+  const v = a?.[ANNOTATION_PORT_PROTOCOLS];
+  if (v === undefined) return undefined;
+  const h2c: number[] = [];
+  for (const part of String(v).split(',')) {
+    const [portText, protocol, extra] = part.trim().split('=');
+    const p = parsePort((portText ?? '').trim());
+    const proto = protocol?.trim();
+    if (p === 0 || extra !== undefined || (proto !== 'h2c' && proto !== 'http')) {
+      opts.onWarning?.(`${where}: annotation ${ANNOTATION_PORT_PROTOCOLS}=${JSON.stringify(v)} is not a list of <port>=http|h2c; ignored`);
+      return undefined;
+    }
+    if (proto === 'h2c' && !h2c.includes(p)) h2c.push(p);
+  }
+  return h2c.length === 0 ? undefined : h2c;
 }
 
 /**
@@ -208,7 +229,8 @@ function publicPortsAnnotation(a: Json | undefined, ports: readonly number[] | u
 /**
  * The sandgate.dev/* annotations. A bad value is reported through `onWarning` and then: supervisor →
  * the default; id → ignored; ports → the valid entries only (fail closed: a list with no valid port
- * allows no port, rather than every port); public-ports → ignored (no port is public).
+ * allows no port, rather than every port); port-protocols → ignored (every port speaks HTTP/1.1);
+ * public-ports → ignored (no port is public).
  */
 export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   const a = id.annotations;
@@ -253,8 +275,9 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   }
   const idleTimeoutMs = durationAnnotation(a, ANNOTATION_IDLE_TIMEOUT, where, opts);
   const wakeTimeoutMs = durationAnnotation(a, ANNOTATION_WAKE_TIMEOUT, where, opts);
+  const h2cPorts = portProtocols(a, where, opts);
   const publicPorts = publicPortsAnnotation(a, ports, where, opts);
-  return { sessionModel, ports, publicPorts, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
+  return { sessionModel, ports, h2cPorts, publicPorts, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
 }
 
 /** What a CRD's mapping decides; the identity and the annotations give the rest of the snapshot. */
@@ -283,6 +306,7 @@ export function snapshotOf(id: Identity, ann: Annotated, m: Mapped): BackendSnap
     endpoint: m.endpoint,
     sessionModel: ann.sessionModel,
     ports: ann.ports,
+    h2cPorts: ann.h2cPorts,
     publicPorts: ann.publicPorts,
     accessToken: ann.accessToken,
     envdAccessToken: ann.envdAccessToken,
