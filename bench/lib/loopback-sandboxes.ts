@@ -1,7 +1,8 @@
 import { writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
-import type { HttpRequestSpec } from './compare.js';
+import { TLS_SERVERNAME, type HttpRequestSpec, type HttpSide } from './compare.js';
 import { browserGets, sandboxName, sandboxNamespace } from './sandboxes.js';
 
 /**
@@ -34,18 +35,28 @@ export function proxyRequests(sandboxes: number, upstreamPort: number): HttpRequ
   return browserGets(sandboxes, '/api/v1/files?path=%2Fhome%2Fuser', (i) => loopbackHost(i, upstreamPort));
 }
 
-/** One request with `host` through `url` (fetch may not set Host), for checking where a proxy sends it. */
-export function probe(url: string, host: string, timeoutMs = 5_000): Promise<{ status: number; body: string }> {
+/** One request with `host` through `side` (fetch may not set Host), over TLS when its url is https. */
+function probe(side: HttpSide, host: string): Promise<{ status: number; body: string }> {
+  const send = side.url.startsWith('https:') ? httpsRequest : request;
   return new Promise((resolve, reject) => {
-    const req = request(url + '/api/v1/files', { headers: { host, accept: 'application/json' }, agent: false, timeout: timeoutMs }, (res) => {
+    const headers = { host, accept: 'application/json' };
+    const req = send(side.url + '/api/v1/files', { headers, agent: false, timeout: 5_000, ca: side.ca, servername: TLS_SERVERNAME }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d: string) => (body += d));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
       res.on('error', reject);
     });
-    req.on('timeout', () => req.destroy(new Error(`no answer from ${url} within ${timeoutMs} ms`)));
+    req.on('timeout', () => req.destroy(new Error(`no answer from ${side.url} within 5 s`)));
     req.on('error', reject);
     req.end();
   });
+}
+
+/** Throws unless every side carries a request for sandbox 0 to the bench's upstream on `upstreamPort`, and nowhere else. */
+export async function checkReachesUpstream(sides: readonly HttpSide[], upstreamPort: number): Promise<void> {
+  for (const s of sides) {
+    const r = await probe(s, loopbackHost(0, upstreamPort));
+    if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${s.target.name} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
+  }
 }
