@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { compareCost, compareGrpc, compareHttp, costNotes, costRows, trialsData, type CostComparison, type HttpSide } from './lib/compare.js';
 import { GrpcLoad } from './lib/grpc-load.js';
-import { checkReachesUpstream, proxyRequests, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
+import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
 import type { Row } from './lib/report.js';
 import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway, type GatewaySpec, type Target } from './lib/targets.js';
@@ -37,7 +37,7 @@ export const overheads: Section = {
     try {
       const endpoint = `http://127.0.0.1:${(sink.address() as AddressInfo).port}`;
       const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
-      const sandboxes = writeLoopbackSandboxesFile(ctx.tmp, SANDBOXES);
+      const sandboxes = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none', true);
       const gateway = (spec: GatewaySpec): Promise<Target> => startGateway(ctx.procs, { sandboxes, ...spec }, ctx.targetOptions);
       const off = await gateway({ name: 'sandgate-all-off', args: OFF });
       const activity = await gateway({ name: 'sandgate-activity', args: ['--activity-ignore', '/healthz'] });

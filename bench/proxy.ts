@@ -1,5 +1,5 @@
 import { compareCost, compareHttp, compareRate, costNotes, costRows, costTarget, formatRatio, INSTANCES, limitRows, trialProblems, trialsData, type HttpSide } from './lib/compare.js';
-import { checkReachesUpstream, proxyRequests, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
+import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
 import { authRequestServer, findNginx, startNginx } from './lib/nginx.js';
 import { CombinedTarget } from './lib/proc-cpu.js';
 import { target, type Row, type TargetResult } from './lib/report.js';
@@ -38,7 +38,7 @@ export const proxy: Section = {
   async run(ctx) {
     const plan = blocks(ctx);
     const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
-    const sandboxes = writeLoopbackSandboxesFile(ctx.tmp, SANDBOXES);
+    const sandboxes = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none', true);
     const gws: HttpSide[] = [];
     const forwarders: HttpSide[] = [];
     for (let i = 1; i <= INSTANCES; i++) {

@@ -2,10 +2,9 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { compareCost, compareHttp, costNotes, costRows, formatDiff, judgedFigure, trialProblems, trialsData, type HttpSide } from './lib/compare.js';
-import { checkReachesUpstream, proxyRequests, writeLoopbackSandboxesFile } from './lib/loopback-sandboxes.js';
+import { checkReachesUpstream, NAMESPACES, proxyRequests, sandboxNamespace, writeSandboxesFile } from './lib/sandboxes.js';
 import { findNginx, startNginx, tlsProxyServer } from './lib/nginx.js';
 import { target, type Row } from './lib/report.js';
-import { NAMESPACES, sandboxNamespace } from './lib/sandboxes.js';
 import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway } from './lib/targets.js';
 
@@ -49,7 +48,7 @@ export const tls: Section = {
     const plan = blocks(ctx);
     const certs = makeCertificates(ctx.tmp);
     const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
-    const sandboxes = writeLoopbackSandboxesFile(ctx.tmp, SANDBOXES);
+    const sandboxes = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none', true);
     const withTls = await startGateway(ctx.procs, { name: 'sandgate-tls', sandboxes, tls: certs }, ctx.targetOptions);
     const plainGw = await startGateway(ctx.procs, { name: 'sandgate-plain', sandboxes }, ctx.targetOptions);
     const https = (h2: boolean): HttpSide => ({ target: withTls, url: withTls.url('proxy-tls', 'https'), ca: certs.ca, h2 });
