@@ -327,7 +327,7 @@ export const SCHEMA = {
   trafficTokenHeaders: {
     kind: 'list',
     default: ['e2b-traffic-access-token'],
-    description: 'Headers that may carry a sandbox\'s traffic access token (the gateway\'s token, checked then stripped), tried in order. The default used to hold `x-access-token` too, which E2B uses for envd\'s own token (docs/tenancy.md, Upgrading).',
+    description: 'Headers that may carry a sandbox\'s traffic access token (the gateway\'s token, checked then stripped), tried in order. `x-access-token` is not in the default: E2B uses it for envd\'s own token (docs/tenancy.md).',
   },
   envdTokenHeader: {
     kind: 'string',
@@ -356,7 +356,7 @@ export const SCHEMA = {
   stripCredentials: {
     kind: 'list',
     default: ['authorization', 'x-api-key', 'e2b-traffic-access-token'],
-    description: 'Credential headers removed before a request reaches a sandbox (by every door). Remove a name to let it through. `x-access-token` (E2B envd\'s own token) is no longer in the default: add it to strip it as before (docs/tenancy.md, Upgrading).',
+    description: 'Credential headers removed before a request reaches a sandbox (by every door). Remove a name to let it through. `x-access-token` (E2B envd\'s own token) is not in the default: envd needs it (docs/tenancy.md).',
   },
   autoResume: { kind: 'bool', default: false, description: 'Resume a paused sandbox when traffic arrives (a sandbox\'s own policy overrides this).' },
   idleTimeout: {

@@ -66,8 +66,20 @@ describe('sandboxes file format', () => {
     expect(s).toMatchObject({ accessToken: 't1', envdAccessToken: 'e1' });
   });
 
+  it('reads {port, protocol} entries: h2c ports are listed apart, and every entry is in the allow-list', () => {
+    const [s] = parseSandboxesFile('sandboxes:\n  - {namespace: a, name: b, ports: [8000, {port: 50051, protocol: h2c}, {port: 9000, protocol: http}, {port: 9001}]}');
+    expect(s).toMatchObject({ ports: [8000, 50051, 9000, 9001], h2cPorts: [50051] });
+    const [plain] = parseSandboxesFile('sandboxes:\n  - {namespace: a, name: b, ports: [8000]}');
+    expect(plain!.h2cPorts).toBeUndefined();
+  });
+
   it.each([
     ['not a list', 'sandboxes: 3', /top-level "sandboxes" list/],
+    ['unknown protocol', 'sandboxes:\n  - {namespace: a, name: b, ports: [{port: 50051, protocol: h2}]}', /ports\[0\]\.protocol must be http or h2c/],
+    ['port mapping without a port', 'sandboxes:\n  - {namespace: a, name: b, ports: [{protocol: h2c}]}', /ports\[0\]\.port must be a port number/],
+    ['unknown key in a port mapping', 'sandboxes:\n  - {namespace: a, name: b, ports: [{port: 1, proto: h2c}]}', /unknown key "proto"/],
+    ['port with two protocols', 'sandboxes:\n  - {namespace: a, name: b, ports: [50051, {port: 50051, protocol: h2c}]}', /port 50051 with two protocols/],
+    ['port as text', 'sandboxes:\n  - {namespace: a, name: b, ports: ["80"]}', /ports\[0\] must be a port number/],
     ['unknown key', 'sandboxes:\n  - {namespace: a, name: b, adress: 1.2.3.4}', /unknown key "adress"/],
     ['bad namespace', 'sandboxes:\n  - {namespace: A, name: b}', /namespace "A"/],
     ['bad address', 'sandboxes:\n  - {namespace: a, name: b, address: example.com}', /must be an IP/],

@@ -341,7 +341,8 @@ describe('sandbox codec', () => {
       ],
       endpoint: { kind: 'service', fqdn: 'web.team-a.svc.cluster.local' },
       sessionModel: 'none',
-      ports: [8000, 49983],
+      ports: [8000, 49983, 50051],
+      h2cPorts: [50051],
       shutdownTime: Date.parse('2030-06-01T12:00:00.5Z'),
       revision: { desired: 'r2', current: 'r1' },
       createdAt: Date.parse('2030-01-01T00:00:00.125Z'),
@@ -370,6 +371,14 @@ describe('sandbox codec', () => {
     expect(s.endpoint).toEqual({ kind: 'address', addresses: [] });
     expect(s.sessionModel).toBe('required');
     expect(s.ports).toBeUndefined();
+    expect(s.h2cPorts).toBeUndefined();
+  });
+
+  it('rejects an h2c port that is not a port, or not in a non-empty allow-list', () => {
+    const base = { namespace: 'a', name: 'b', uid: 'u', resource_version: '1', state: 'BACKEND_STATE_READY' };
+    expect(snapshotFromWire({ ...base, h2c_ports: [50051] }).h2cPorts).toEqual([50051]);
+    expect(() => snapshotFromWire({ ...base, h2c_ports: [0] })).toThrow(/h2c_ports\[0\].*1-65535/);
+    expect(() => snapshotFromWire({ ...base, ports: [8000], h2c_ports: [50051] })).toThrow(/h2c_ports\[0\].*not in ports/);
   });
 
   it.each([null, undefined, 'text', 7, []])('rejects %j as a sandbox', (msg) => {

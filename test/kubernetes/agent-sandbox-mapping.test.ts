@@ -96,7 +96,8 @@ describe('mapAgentSandbox', () => {
   it('reads the sandgate.dev annotations', () => {
     const s = mapAgentSandbox(fixture(FIXTURES, 'annotated'), OPTS)!;
     expect(s.sessionModel).toBe('none');
-    expect(s.ports).toEqual([8000, 49983]);
+    expect(s.ports).toEqual([8000, 49983, 50051]);
+    expect(s.h2cPorts).toEqual([50051]);
     expect(s.ids).toEqual(['sbx-7k2m9q']);
     expect(s.shutdownTime).toBe(Date.parse('2030-01-01T00:00:00Z'));
   });
@@ -106,9 +107,11 @@ describe('mapAgentSandbox', () => {
     const s = mapAgentSandbox(fixture(FIXTURES, 'bad-annotations'), { defaultSessionModel: 'none', onWarning: (m) => warnings.push(m) })!;
     expect(s.sessionModel).toBe('none');
     expect(s.ports).toEqual([80]);
+    expect(s.h2cPorts).toBeUndefined();
     expect(s.ids).toEqual([]);
     expect(s.endpoint).toEqual({ kind: 'address', addresses: ['10.0.4.3'] });
-    expect(warnings).toHaveLength(3);
+    expect(warnings).toHaveLength(4);
+    expect(warnings.join('\n')).toMatch(/sandgate\.dev\/port-protocols.*81=grpc.*ignored/);
     expect(warnings.join('\n')).toMatch(/sandgate\.dev\/supervisor.*maybe/);
     expect(warnings.join('\n')).toMatch(/sandgate\.dev\/ports.*abc.*70000.*080/);
     expect(warnings.join('\n')).toMatch(/sandgate\.dev\/id.*Not_A_Label/);

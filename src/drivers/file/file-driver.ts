@@ -19,7 +19,9 @@ import type { Driver, DriverSink } from '../driver.js';
  *       name: web
  *       id: sbx-123            # optional opaque id for E2B-style hosts
  *       address: 127.0.0.2     # where the sandbox listens; absent = relay only (no inbound network)
- *       ports: [8000, 49983]   # optional allow-list; absent = any port
+ *       ports: [8000, {port: 50051, protocol: h2c}]  # optional allow-list; absent = any port
+ *                              # protocol: http (HTTP/1.1, the default) | h2c (HTTP/2 prior knowledge, gRPC)
+ *       publicPorts: [8000]    # optional: ports anyone may open, no credential needed (each one of `ports`, if set)
  *       state: ready           # starting | ready | paused | failed | deleting
  *       supervisor: none       # required (default) | none
  *       accessToken: s3cret    # optional traffic token requests must present; `derived` = HMAC(secret, id)
@@ -49,13 +51,44 @@ const READY_BY_STATE: Readonly<Record<BackendState, Omit<Condition, 'type'>>> = 
   deleting: { status: 'False', reason: 'Deleting', message: 'The sandbox is being deleted' },
 };
 
-const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume', 'idleTimeout', 'wakeTimeout']);
+const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'publicPorts', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume', 'idleTimeout', 'wakeTimeout']);
 
 /** A parsed entry, before it gets a uid and a resourceVersion. */
 export type FileSandbox = Omit<BackendSnapshot, 'uid' | 'resourceVersion'>;
 
 function fail(message: string): SandgateError {
   return new SandgateError('sandboxes_file_invalid', message);
+}
+
+function isPort(p: unknown): p is number {
+  return Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535;
+}
+
+/** `ports`: each a port number, or `{port, protocol}` with protocol `http` (the default) or `h2c`. */
+function parsePorts(raw: unknown, at: string): { ports: number[] | undefined; h2cPorts: number[] | undefined } {
+  if (raw === undefined) return { ports: undefined, h2cPorts: undefined };
+  if (!Array.isArray(raw)) throw fail(`${at}.ports must be a list of port numbers 1-65535 or {port, protocol} mappings`);
+  const ports: number[] = [];
+  const h2cPorts: number[] = [];
+  raw.forEach((p: unknown, i) => {
+    const where = `${at}.ports[${i}]`;
+    if (typeof p === 'object' && p !== null && !Array.isArray(p)) {
+      const m = p as Record<string, unknown>;
+      for (const k of Object.keys(m)) if (k !== 'port' && k !== 'protocol') throw fail(`${where}: unknown key ${JSON.stringify(k)}; allowed: port, protocol`);
+      if (!isPort(m.port)) throw fail(`${where}.port must be a port number 1-65535`);
+      const protocol = m.protocol ?? 'http';
+      if (protocol !== 'http' && protocol !== 'h2c') throw fail(`${where}.protocol must be http or h2c`);
+      ports.push(m.port);
+      if (protocol === 'h2c') h2cPorts.push(m.port);
+    } else if (isPort(p)) {
+      ports.push(p);
+    } else {
+      throw fail(`${where} must be a port number 1-65535 or a {port, protocol} mapping`);
+    }
+  });
+  const count = (list: number[], p: number): number => list.filter((x) => x === p).length;
+  for (const p of h2cPorts) if (count(ports, p) !== count(h2cPorts, p)) throw fail(`${at}.ports lists port ${p} with two protocols`);
+  return { ports, h2cPorts: h2cPorts.length === 0 ? undefined : h2cPorts };
 }
 
 function parseEntry(raw: unknown, at: string): FileSandbox {
@@ -89,12 +122,16 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     if (isIP(address) === 0) throw fail(`${at}.address ${JSON.stringify(address)} must be an IP address`);
     endpoint = { kind: 'address', addresses: [address] };
   }
-  let ports: number[] | undefined;
-  if (o.ports !== undefined) {
-    if (!Array.isArray(o.ports) || !o.ports.every((p) => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535)) {
-      throw fail(`${at}.ports must be a list of port numbers 1-65535`);
+  const { ports, h2cPorts } = parsePorts(o.ports, at);
+  let publicPorts: number[] | undefined;
+  if (o.publicPorts !== undefined) {
+    if (!Array.isArray(o.publicPorts) || !o.publicPorts.every((p) => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535)) {
+      throw fail(`${at}.publicPorts must be a list of port numbers 1-65535`);
     }
-    ports = o.ports as number[];
+    publicPorts = [...new Set(o.publicPorts as number[])];
+    const outside = ports === undefined ? undefined : publicPorts.find((p) => !ports!.includes(p));
+    if (outside !== undefined) throw fail(`${at}.publicPorts lists port ${outside}, which is not in ports`);
+    if (publicPorts.length === 0) publicPorts = undefined;
   }
   const stateText = str('state', false) ?? 'ready';
   const state = STATES[stateText];
@@ -137,6 +174,8 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     endpoint,
     sessionModel: supervisor,
     ports,
+    h2cPorts,
+    publicPorts,
     shutdownTime,
   };
 }
@@ -161,6 +200,8 @@ function withIdentity(s: FileSandbox, uid: string, resourceVersion: string): Bac
     endpoint: s.endpoint,
     sessionModel: s.sessionModel,
     ports: s.ports,
+    h2cPorts: s.h2cPorts,
+    publicPorts: s.publicPorts,
     shutdownTime: s.shutdownTime,
     accessToken: s.accessToken,
     envdAccessToken: s.envdAccessToken,

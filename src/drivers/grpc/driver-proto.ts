@@ -129,6 +129,8 @@ export interface WireSandbox {
   /** google.protobuf.Duration, the same shape as a Timestamp. */
   readonly idle_timeout?: WireTimestamp | null;
   readonly wake_timeout?: WireTimestamp | null;
+  readonly h2c_ports?: readonly number[];
+  readonly public_ports?: readonly number[];
 }
 
 export interface WireDeleted {

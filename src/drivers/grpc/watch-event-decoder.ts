@@ -271,6 +271,8 @@ function emptySandbox(): Mutable<WireSandbox> {
     envd_access_token: undefined,
     idle_timeout: undefined,
     wake_timeout: undefined,
+    h2c_ports: EMPTY,
+    public_ports: EMPTY,
   };
 }
 
@@ -346,6 +348,26 @@ function sandbox(r: Reader): WireSandbox {
       case 0x9a:
         s.wake_timeout = nested(r, timestamp);
         break;
+      case 0xa0:
+        // Field 20 (h2c_ports), unpacked and packed (0xa2) like ports.
+        s.h2c_ports = append(s.h2c_ports!, r.uint32());
+        break;
+      case 0xa2: {
+        const outer = r.enter();
+        while (r.pos < r.end) s.h2c_ports = append(s.h2c_ports!, r.uint32());
+        r.leave(outer);
+        break;
+      }
+      case 0xa8:
+        // Field 21 (public_ports), unpacked and packed (0xaa) like ports.
+        s.public_ports = append(s.public_ports!, r.uint32());
+        break;
+      case 0xaa: {
+        const outer = r.enter();
+        while (r.pos < r.end) s.public_ports = append(s.public_ports!, r.uint32());
+        r.leave(outer);
+        break;
+      }
       default:
         r.skip(tag & 7);
     }
