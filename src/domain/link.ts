@@ -17,7 +17,11 @@ export const LINK_COOKIE = 'sandgate_session';
 /** The `aud` claim every link token carries: a JWT signed for anything else is not a link. */
 export const LINK_AUDIENCE = 'sandgate-link';
 
-/** A link's verified claims (the JWT claim names in brackets). */
+/**
+ * A link's verified claims (the JWT claim names in brackets). It names a sandbox port as RouteTarget and
+ * the relay's target do, but it is a token's documented claim set (docs/links.md), so it is declared
+ * whole here rather than built from either.
+ */
 export interface LinkClaims {
   /** `ns` */
   readonly namespace: string;

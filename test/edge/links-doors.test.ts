@@ -47,12 +47,9 @@ describe('signed links through the Envoy doors', () => {
     dir = await mkdtemp(join(tmpdir(), 'sandgate-link-doors-'));
     await writeLinkKeys(join(dir, 'links.yaml'), [{ kid: 'k1', privateKey: PRIVATE }]);
     t = await startTestGateway([new TestDriver([snapshot({ name: 'web', sessionModel: 'none', accessToken: 'traffic-secret' })])], { linkKeysFile: join(dir, 'links.yaml') });
-    authz = authzClient(t.grpcTarget);
-    proc = extProcClient(t.grpcTarget);
+    ({ authz, proc } = t.envoyClients());
   });
   afterAll(async () => {
-    authz.close();
-    proc.close();
     await t.close();
     await rm(dir, { recursive: true, force: true });
   });
