@@ -61,6 +61,7 @@ export function renderDetail(aside, s, { rules, changes, onClose, actions }) {
       ['message', s.message || '—'],
       ['ids', s.ids.join(', ') || '—'],
       ['endpoint', `${endpointText(s.endpoint)}${s.ports === null ? '' : ' ports ' + s.ports.join(', ')}`],
+      ['public ports', Array.isArray(s.publicPorts) ? `${s.publicPorts.join(', ')} (no credential needed)` : 'none'],
       ['session model', s.sessionModel],
       ['driver', s.driver],
       ['uid', s.uid],
