@@ -15,6 +15,7 @@ import { abortOnClose, type Decider } from '../decider.js';
 import { respondDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
+import { openPeerTunnel, TunnelRefused } from '../relay/relay-tunnel.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
 import { ConnectionLimit } from './connection-limit.js';
@@ -113,7 +114,7 @@ const CONNECT_RETRY_STEP_MS = 100;
 const TRACEPARENT = 'traceparent';
 
 const ASTERISK = deny('invalid_route', 'The embedded proxy forwards no asterisk-form request (OPTIONS *)');
-/** A CONNECT stream that is not a WebSocket (RFC 8441) asks for a tunnel: no sandgate listener offers one. */
+/** A CONNECT stream that is not a WebSocket (RFC 8441) asks for a tunnel: no client-facing listener offers one. */
 const H2_CONNECT = deny('method_not_allowed', 'CONNECT is not supported: sandgate opens no tunnels (WebSockets: extended CONNECT with :protocol websocket)');
 /** Never aborted: a pooled HTTP/2 session outlives the request that opened it. */
 const NO_ABORT = new AbortController().signal;
@@ -322,7 +323,10 @@ export class EmbeddedProxy implements ExchangeOwner {
     });
   }
 
-  /** Where HTTP/2 sessions to an h2c port of `d` run: a TCP connection to the sandbox, or a relay stream of the local session. */
+  /**
+   * Where HTTP/2 sessions to an h2c port of `d` run: a TCP connection to the sandbox, a relay stream of the
+   * local session, or a tunnel through the relay listener of the peer holding the session.
+   */
   private h2cUpstream(d: Allow): { key: string; open: OpenTransport; denial: (err: unknown) => Deny } | Deny {
     if (!d.relay) {
       const connect = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
@@ -331,7 +335,13 @@ export class EmbeddedProxy implements ExchangeOwner {
     const local = this.localRelay(d);
     if (local === 'unreachable') return deny('sandbox_unreachable', undefined, d.entry);
     if (local !== undefined) return { key: relayStreamHost(d.entry.namespace, d.entry.name, d.target.port), open: () => local(NO_ABORT), denial: (err) => relayDenial(err, d.entry) };
-    return deny('sandbox_unreachable', 'This gateway does not carry HTTP/2 to a sandbox whose supervisor session another gateway holds', d.entry);
+    // The session is on a peer: a tunnel through its relay listener, a fresh credential for each.
+    const credentials = this.opts.relay!.credentials;
+    return {
+      key: `${d.upstream}>${relayStreamHost(d.entry.namespace, d.entry.name, d.target.port)}`,
+      open: () => openPeerTunnel(d.upstream, relayHeaders(d, credentials), this.opts.connectTimeoutMs),
+      denial: (err) => (err instanceof TunnelRefused ? deny(err.denial.code, undefined, d.entry, err.denial.code === 'relay_busy' ? 1 : undefined) : deny(forwardFailure('peer_gateway', err), undefined, d.entry)),
+    };
   }
 
   /**
