@@ -1,23 +1,20 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { activity } from './activity.js';
 import { churn } from './churn.js';
-import { consoleBench } from './console.js';
-import { envoyGrpc } from './envoy-grpc.js';
-import { httpAuthz } from './http-authz.js';
+import { doors } from './doors.js';
 import { machineFacts, ROOT } from './lib/machine.js';
 import { ProcessGroup } from './lib/processes.js';
 import { agreementLines, runMarkdown, sectionMarkdown, skippedLines, targetLines, type RunResult, type SectionResult } from './lib/report.js';
 import type { BenchContext, Section } from './lib/section.js';
-import { observability } from './observability.js';
-import { presenceShards } from './presence-shards.js';
+import { overheads } from './overheads.js';
 import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
 import { selftest } from './selftest.js';
 import { sessions } from './sessions.js';
 import { snapshotMemory } from './snapshot-memory.js';
+import { tls } from './tls.js';
 import { workers } from './workers.js';
 
 /**
@@ -31,7 +28,7 @@ import { workers } from './workers.js';
  * A section is one module exporting a Section; adding one is that module plus one line below.
  */
 
-const SECTIONS: readonly Section[] = [httpAuthz, envoyGrpc, proxy, scale, churn, sessions, workers, redisHa, consoleBench, snapshotMemory, presenceShards, observability, activity];
+const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, sessions, redisHa, snapshotMemory, overheads];
 
 interface Args {
   readonly quick: boolean;
@@ -106,11 +103,12 @@ async function main(): Promise<number> {
   if (profileDir !== undefined) mkdirSync(profileDir, { recursive: true });
   const tmp = mkdtempSync(join(tmpdir(), 'sandgate-bench-'));
   const log = (m: string): void => console.error(`[bench ${((performance.now() - t0) / 1000).toFixed(1).padStart(6)} s] ${m}`);
-  log(`${args.quick ? 'quick' : 'full'} run on ${machine.cpuModel} × ${machine.cores}, Node ${machine.node}`);
+  const chosen = SECTIONS.filter((s) => args.only === undefined || args.only.includes(s.id));
+  const planned = chosen.reduce((sum, s) => sum + s.estimateSeconds[args.quick ? 'quick' : 'full'], 0);
+  log(`${args.quick ? 'quick' : 'full'} run on ${machine.cpuModel} × ${machine.cores}, Node ${machine.node}: ${chosen.length} sections, about ${Math.ceil(planned / 60)} min planned`);
   const sections: SectionResult[] = [];
   try {
-    for (const s of SECTIONS) {
-      if (args.only !== undefined && !args.only.includes(s.id)) continue;
+    for (const s of chosen) {
       const r = await runSection(s, { quick: args.quick, tmp, targetOptions: { profileDir }, workersList: args.workersList, log });
       sections.push(r);
       process.stdout.write(sectionMarkdown(r) + '\n');

@@ -1,4 +1,4 @@
-import { compareGrpc, compareRate, cpuPerRequest, formatRatio, INSTANCES, judgedFigure, round2, spread, trialProblems, trialsData } from './lib/compare.js';
+import { compareGrpc, compareRate, cpuPerRequest, formatRatio, INSTANCES, judgedFigure, medianOf, round2, spread, trialProblems, trialsData } from './lib/compare.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import { Histogram, summarise, type LatencySummary } from './lib/histogram.js';
 import { benchScript } from './lib/machine.js';
@@ -46,6 +46,7 @@ const label = (n: number): string => (n >= 1_000_000 ? `${n / 1_000_000}M` : `${
 export const scale: Section = {
   id: 'scale',
   title: '4. Scale (view of 1k … 1M sandboxes)',
+  estimateSeconds: { quick: 90, full: 200 },
   async run(ctx) {
     const ops = ctx.quick ? 300_000 : 3_000_000;
     const rows: Row[] = [];
@@ -90,11 +91,10 @@ export const scale: Section = {
     const sides = (gws: readonly Target[], sandboxes: number) => gws.map((t) => ({ target: t, sandboxes }));
     const plan = blocks(ctx);
     const limit = compareRate(await compareGrpc({ ...plan, warmupMs: 2 * plan.warmupMs, inFlight: IN_FLIGHT }, load, 'check', sides(larges, LARGE), sides(smalls, SMALL)));
-    const median = (ms: typeof limit.a, f: (m: (typeof limit.a)[number]) => number): number => spread(ms.map(f)).median;
     const note = `vs ${label(SMALL)}`;
-    rows.push(row(`Check req/s at the limit @ ${IN_FLIGHT} in flight, ${label(LARGE)} sandboxes`, 'req/s', median(limit.a, (m) => m.rps), median(limit.b, (m) => m.rps), note));
-    rows.push(row(`CPU per Check at the limit, ${label(LARGE)} sandboxes`, 'µs', median(limit.a, cpuPerRequest), median(limit.b, cpuPerRequest), note));
-    rows.push(row(`Check p99 at the limit, ${label(LARGE)} sandboxes`, 'µs', median(limit.a, (m) => m.latency.p99), median(limit.b, (m) => m.latency.p99), note));
+    rows.push(row(`Check req/s at the limit @ ${IN_FLIGHT} in flight, ${label(LARGE)} sandboxes`, 'req/s', medianOf(limit.a, (m) => m.rps), medianOf(limit.b, (m) => m.rps), note));
+    rows.push(row(`CPU per Check at the limit, ${label(LARGE)} sandboxes`, 'µs', medianOf(limit.a, cpuPerRequest), medianOf(limit.b, cpuPerRequest), note));
+    rows.push(row(`Check p99 at the limit, ${label(LARGE)} sandboxes`, 'µs', medianOf(limit.a, (m) => m.latency.p99), medianOf(limit.b, (m) => m.latency.p99), note));
     const cpuRatio = spread(limit.a.map((m, k) => cpuPerRequest(m) / cpuPerRequest(limit.b[k]!)));
     targets.push(
       target(

@@ -1,16 +1,14 @@
-import { redisPresenceBench } from './lib/redis-presence-bench.js';
 import { row, type Row } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
 import { type BenchContext, type Section } from './lib/section.js';
-import { SESSION_ARGS, Swarm, untilReady, writeSecret } from './lib/session-swarm.js';
+import { sessionArgs, Swarm, untilReady, writeSecret } from './lib/session-swarm.js';
 import { startBare, startGateway, type Target } from './lib/targets.js';
 
 /**
- * 6. Sessions: N concurrent supervisor sessions (10k; 1k in --quick) on one gateway with in-memory
+ * 7. Sessions: N concurrent supervisor sessions (10k; 1k in --quick) on one gateway with in-memory
  * presence — heap and RSS per session after GC, time for all to connect, time for a reconnect storm to be
- * all Ready in the gateway's view — against a bare `ws` server holding the same sessions. Then, with Redis
- * presence (redis-presence-bench.ts): Redis commands per routed request and per second at N idle sessions,
- * and failover time between two gateways after kill -9 and after SIGTERM.
+ * all Ready in the gateway's view — against a bare `ws` server holding the same sessions. Sessions on
+ * Redis presence, and its failover, are the redis-ha section's.
  */
 
 const TIMEOUT_MS = 180_000;
@@ -58,7 +56,8 @@ async function hold(ctx: BenchContext, target: Target, count: number, secretFile
 
 export const sessions: Section = {
   id: 'sessions',
-  title: '6. Sessions (supervisor sessions on one gateway; Redis presence)',
+  title: '7. Sessions (supervisor sessions on one gateway vs a bare ws server)',
+  estimateSeconds: { quick: 20, full: 90 },
   async run(ctx) {
     const count = ctx.quick ? 1_000 : 10_000;
     const secretFile = writeSecret(ctx.tmp);
@@ -66,7 +65,7 @@ export const sessions: Section = {
     const rows: Row[] = [];
     const notes: string[] = [];
 
-    const gw = await startGateway(ctx.procs, { name: 'sandgate-sessions', sandboxes, supervisorSecretFile: secretFile, args: SESSION_ARGS }, ctx.targetOptions);
+    const gw = await startGateway(ctx.procs, { name: 'sandgate-sessions', sandboxes, args: sessionArgs(secretFile) }, ctx.targetOptions);
     const g = await hold(ctx, gw, count, secretFile, true);
     await gw.stop();
     const bare = await startBare(ctx.procs, 'bare-ws', 'lib/bare-ws-server.js', ctx.targetOptions);
@@ -82,15 +81,6 @@ export const sessions: Section = {
         `its last session was accepted after ${Math.round(g.stormAcceptedMs)} ms`,
     );
 
-    const redis = await redisPresenceBench(ctx, { count, sandboxes, secretFile, idleMs: ctx.quick ? 4_000 : 31_000 });
-    rows.push(...redis.rows);
-    notes.push(...redis.notes);
-    return {
-      baseline: 'bare ws server (sessions) / see each row',
-      rows,
-      targets: redis.targets,
-      notes,
-      data: { count, memoryPresence: { sandgate: g, bareWs: b }, redis: redis.data },
-    };
+    return { baseline: 'bare ws server holding the same sessions', rows, targets: [], notes, data: { count, sandgate: g, bareWs: b } };
   },
 };

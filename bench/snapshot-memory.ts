@@ -5,7 +5,7 @@ import type { SnapshotMemoryArgs, SnapshotMemoryResult } from './lib/snapshot-me
 import type { KubeKind } from './lib/kube-variants.js';
 
 /**
- * 10. Kubernetes snapshots: heap retained per sandbox by the Kubernetes drivers (agent-sandbox and
+ * 9. Kubernetes snapshots: heap retained per sandbox by the Kubernetes drivers (agent-sandbox and
  * OpenKruise objects shaped like the test fixtures), in a child of its own per kind
  * (snapshot-memory-probe.ts), against the parsed raw objects held the same way.
  */
@@ -27,7 +27,8 @@ async function probe(ctx: BenchContext, args: SnapshotMemoryArgs): Promise<Snaps
 
 export const snapshotMemory: Section = {
   id: 'snapshot-memory',
-  title: '10. Kubernetes snapshots (heap per sandbox)',
+  title: '9. Kubernetes snapshots (heap per sandbox)',
+  estimateSeconds: { quick: 15, full: 30 },
   async run(ctx) {
     const count = ctx.quick ? 10_000 : 25_000;
     const rows: Row[] = [];

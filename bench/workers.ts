@@ -9,7 +9,7 @@ import { startGateway } from './lib/targets.js';
 import { waitForWorkers } from './lib/workers-ready.js';
 
 /**
- * 7. Workers: ext_authz Check req/s at the limit of a gateway started with `--workers N` (node:cluster,
+ * 5. Workers: ext_authz Check req/s at the limit of a gateway started with `--workers N` (node:cluster,
  * every listener shared, each worker a full gateway) for each N of `--workers-list` (default 1,2,4), and
  * the scaling efficiency req/s at N ÷ (N × req/s at 1). The load comes from N load processes, one HTTP/2
  * connection each, so node:cluster (which balances connections, not requests) gives every worker one.
@@ -24,7 +24,8 @@ const MIN_EFFICIENCY = 0.8;
 
 export const workers: Section = {
   id: 'workers',
-  title: '7. Workers (--workers N vs one process)',
+  title: '5. Workers (--workers N vs one process)',
+  estimateSeconds: { quick: 15, full: 40 },
   async run(ctx) {
     const cores = cpus().length;
     const window = ctx.quick ? { warmupMs: 1000, durationMs: 3000 } : { warmupMs: 3000, durationMs: 10_000 };

@@ -10,9 +10,9 @@ import { benchSnapshot } from './sandboxes.js';
  * lists `count` ready sandboxes, then, when told, upserts them round-robin at a fixed rate — each update a
  * new resourceVersion and a new Ready transition time, as a backend's status heartbeat would be — through
  * the same WatchSandboxes stream the gateway's GrpcDriver reads in production. A tick's updates go out as
- * one `EventBatch` (the gateway asks for batches), or one message each with `churn {batch: false}`.
+ * one `EventBatch` (the gateway asks for batches).
  *
- *   node dist/bench/lib/bench-driver.js PORT        (then IPC: setup {count}, churn {rate, batch?}, stop {})
+ *   node dist/bench/lib/bench-driver.js PORT        (then IPC: setup {count}, churn {rate}, stop {})
  */
 
 const TICK_MS = 10;
@@ -28,8 +28,6 @@ let startedAt = 0;
 
 /** Events per message at most when batching (driver.proto `EventBatch`), well under 4 MiB. */
 const MAX_BATCH = 500;
-/** Whether this churn run batches for gateways that accept batches (the `churn` request's `batch`). */
-let batching = true;
 
 function update(pending: WireWatchEvent[]): void {
   const i = cursor;
@@ -45,10 +43,10 @@ function update(pending: WireWatchEvent[]): void {
   sent++;
 }
 
-/** Writes one tick's events: as batches to watchers that asked for them (when batching), else one by one. */
+/** Writes one tick's events: as batches to watchers that asked for them, else one by one. */
 function flush(pending: readonly WireWatchEvent[]): void {
   for (const w of watchers) {
-    if (batching && w.request.accepts_batches === true) {
+    if (w.request.accepts_batches === true) {
       for (let i = 0; i < pending.length; i += MAX_BATCH) w.write({ batch: { events: pending.slice(i, i + MAX_BATCH) } });
     } else {
       for (const e of pending) w.write(e);
@@ -56,12 +54,8 @@ function flush(pending: readonly WireWatchEvent[]): void {
   }
 }
 
-/**
- * Starts sending `rate` updates per second, evenly in ticks of TICK_MS (what one tick produced goes out
- * as one batch to a gateway that accepts batches, unless `batch` is false); rate 0 stops.
- */
-function churn(rate: number, batch: boolean): { rate: number } {
-  batching = batch;
+/** Starts sending `rate` updates per second, evenly in ticks of TICK_MS (one tick's as one batch); rate 0 stops. */
+function churn(rate: number): { rate: number } {
   clearInterval(timer);
   timer = undefined;
   sent = 0;
@@ -108,7 +102,7 @@ serveIpc({
     for (let i = 0; i < count; i++) snapshots.push(benchSnapshot(i, version));
     return { count };
   },
-  churn: ({ rate, batch }: { rate: number; batch?: boolean }) => churn(rate, batch !== false),
+  churn: ({ rate }: { rate: number }) => churn(rate),
   stop: () => stop(),
   watchers: () => watchers.size,
 });

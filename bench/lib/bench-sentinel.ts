@@ -28,6 +28,16 @@ export interface BenchSentinel {
   close(): void;
 }
 
+/** after − before, per command, dropping commands that did not move. */
+export function callDelta(before: ReadonlyMap<string, number>, after: ReadonlyMap<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [cmd, n] of after) {
+    const d = n - (before.get(cmd) ?? 0);
+    if (d !== 0) out[cmd] = d;
+  }
+  return out;
+}
+
 async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check().catch(() => false))) {

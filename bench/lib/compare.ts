@@ -1,16 +1,16 @@
+import { connect, type ClientHttp2Session } from 'node:http2';
 import { Pool } from 'undici';
 import { alternateSlices, blocksMeasured, type Measured, type Outcome } from './alternation.js';
 import type { GrpcLoad } from './grpc-load.js';
 import type { GrpcKind } from './grpc-load-worker.js';
-import { sleep } from './processes.js';
 import { row, target, type JudgedFigure, type Row, type TargetResult } from './report.js';
 import type { Target } from './targets.js';
 
 /**
  * Comparing two servers, and what a section reads from the comparison. Every comparison is alternation.ts's
- * schedule: `blocks` blocks, the load switched between the two sides within each block, one pair per
- * block. At a fixed offered rate it measures cost (CPU µs per request of each side's process, read from
- * /proc); without a rate, it measures each side at its limit (req/s and latency at `inFlight` open).
+ * schedule: blocks, the load switched between the two sides within each block, one pair per block. At a
+ * fixed offered rate it measures cost (CPU µs per request of each side's process, read from /proc);
+ * without a rate, each side at its limit (req/s and latency at `inFlight` open).
  *
  * Cost is what the doors are judged on: a req/s ratio between two servers on a shared 2-core machine moves
  * ±15 % from run to run, the CPU a request costs the process that serves it far less. Each figure is the
@@ -21,18 +21,16 @@ import type { Target } from './targets.js';
 export const BLOCKS = 10;
 
 /**
- * Process instances per side where a verdict sits near its bar: two processes of the same code differ
- * here by a per-request offset of their own that lasts the process's life, so the blocks of a comparison
- * are spread over several instance pairs (a[i] against b[i]) instead of one.
+ * Process instances per side where a verdict sits near its bar: two processes of the same code differ by a
+ * per-request offset of their own that lasts the process's life, so the blocks are spread over instance pairs.
  */
 export const INSTANCES = 2;
 
 export interface ComparePlan {
   /** Requests per second offered to the side whose slice it is; undefined: each side at its limit. */
   readonly rate?: number | undefined;
-  /** Connections (HTTP) or calls (gRPC) open per side at most. */
+  /** Connections (HTTP/1.1), streams (HTTP/2) or calls (gRPC) open per side at most. */
   readonly inFlight: number;
-  /** Unmeasured blocks first (at least one), as many as this spans. */
   readonly warmupMs: number;
   readonly blockMs: number;
   readonly blocks?: number;
@@ -44,10 +42,12 @@ export interface HttpRequestSpec {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-/** One side of an HTTP comparison: the process whose CPU is read, and where its load goes. */
+/** One side of an HTTP comparison: the process whose CPU is read, where its load goes, and how (TLS with `ca`, HTTP/2 with `h2`). */
 export interface HttpSide {
   readonly target: Target;
   readonly url: string;
+  readonly ca?: Buffer;
+  readonly h2?: boolean;
 }
 
 /** One side of a gRPC comparison: the process whose CPU is read, and how many sandboxes its calls name. */
@@ -61,7 +61,7 @@ export interface Trials {
   readonly b: readonly Measured[];
 }
 
-/** Runs `one` for each instance pair (a[i] against b[i]), sharing `blocks` out among them, and lays the blocks end to end. */
+/** Runs `one` for each instance pair (a[i] against b[i]), sharing the blocks out among them, and lays them end to end. */
 export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a: S, b: S, blocks: number) => Promise<Trials>, blocks = BLOCKS): Promise<Trials> {
   if (a.length === 0 || a.length !== b.length) throw new Error(`instance pairs: ${a.length} against ${b.length}`);
   const out = { a: [] as Measured[], b: [] as Measured[] };
@@ -73,33 +73,69 @@ export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a
   return out;
 }
 
-/** The schedule over two keep-alive pools, one per side, both open for the whole run; any answer but 200 counts as not allowed. */
+/** The certificate names the bench's TLS sides are reached by (tls.ts issues the server's for it). */
+export const TLS_SERVERNAME = 'localhost';
+
+/** Sends one request to a side and reports 200 (allowed) or not; `close` ends its connections. */
+interface Sender {
+  send(spec: HttpRequestSpec, finish: (o: Outcome) => void): void;
+  close(): Promise<unknown>;
+}
+
+function h1Sender(s: HttpSide, inFlight: number): Sender {
+  const connect = s.ca === undefined ? undefined : { ca: s.ca, servername: TLS_SERVERNAME };
+  const pool = new Pool(s.url, { connections: inFlight, pipelining: 1, keepAliveTimeout: 60_000, connect });
+  return {
+    send: (spec, finish) =>
+      void pool.request({ path: spec.path, method: spec.method as 'GET', headers: spec.headers }).then(
+        async (res) => {
+          await res.body.dump();
+          finish(res.statusCode === 200 ? undefined : 'denied');
+        },
+        (err: Error) => finish(err),
+      ),
+    close: () => pool.close().catch(() => {}),
+  };
+}
+
+/** One HTTP/2 connection, as a browser keeps, its requests multiplexed on it. */
+function h2Sender(s: HttpSide): Sender {
+  let session: ClientHttp2Session | undefined;
+  const open = (): ClientHttp2Session => {
+    if (session === undefined || session.closed || session.destroyed) {
+      session = connect(s.url, { ca: s.ca, servername: TLS_SERVERNAME });
+      session.on('error', () => {});
+    }
+    return session;
+  };
+  return {
+    send: (spec, finish) => {
+      const { host, ...headers } = spec.headers;
+      const st = open().request({ ':method': spec.method, ':path': spec.path, ':authority': host, ...headers });
+      let status = 0;
+      let failed: Error | undefined;
+      st.on('response', (h) => (status = Number(h[':status'])));
+      st.on('error', (err: Error) => (failed ??= err));
+      st.on('close', () => finish(failed ?? (status === 200 ? undefined : 'denied')));
+      st.resume();
+      st.end();
+    },
+    close: async () => session?.close(),
+  };
+}
+
+/** The schedule over two senders, one per side, both open for the whole run. */
 async function httpBlocks(plan: ComparePlan, blocks: number, requests: readonly HttpRequestSpec[], a: HttpSide, b: HttpSide): Promise<Trials> {
-  const pool = (url: string) => new Pool(url, { connections: plan.inFlight, pipelining: 1, keepAliveTimeout: 60_000 });
-  const pools = { a: pool(a.url), b: pool(b.url) };
-  const side = (p: Pool, s: HttpSide) => {
+  const senders = [a, b].map((s) => (s.h2 === true ? h2Sender(s) : h1Sender(s, plan.inFlight)));
+  const side = (s: HttpSide, sender: Sender) => {
     let next = 0;
-    return {
-      cpuMicros: () => s.target.cpuMicrosNow(),
-      issue: (finish: (o: Outcome) => void): void => {
-        const spec = requests[next++ % requests.length]!;
-        p.request({ path: spec.path, method: spec.method as 'GET', headers: spec.headers })
-          .then(async (res) => {
-            await res.body.dump();
-            return res.statusCode;
-          })
-          .then(
-            (status) => finish(status === 200 ? undefined : 'denied'),
-            (err: Error) => finish(err),
-          );
-      },
-    };
+    return { cpuMicros: () => s.target.cpuMicrosNow(), issue: (finish: (o: Outcome) => void) => sender.send(requests[next++ % requests.length]!, finish) };
   };
   try {
-    const r = await alternateSlices({ maxInFlight: plan.inFlight, rate: plan.rate, warmupMs: plan.warmupMs, blockMs: plan.blockMs, blocks }, { a: side(pools.a, a), b: side(pools.b, b) });
+    const r = await alternateSlices({ maxInFlight: plan.inFlight, rate: plan.rate, warmupMs: plan.warmupMs, blockMs: plan.blockMs, blocks }, { a: side(a, senders[0]!), b: side(b, senders[1]!) });
     return blocksMeasured(r, plan.blockMs);
   } finally {
-    await Promise.all([pools.a.close().catch(() => {}), pools.b.close().catch(() => {})]);
+    await Promise.all(senders.map((s) => s.close()));
   }
 }
 
@@ -108,15 +144,11 @@ export function compareHttp(plan: ComparePlan, requests: readonly HttpRequestSpe
   return overInstances(a, b, (x, y, blocks) => httpBlocks(plan, blocks, requests, x, y), plan.blocks);
 }
 
-/** Two gRPC servers (or instance pairs of them) compared by alternation, run by the first load process. */
+/** Two gRPC servers (or instance pairs of them) compared by alternation, run by the load process. */
 export function compareGrpc(plan: ComparePlan, load: GrpcLoad, kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Promise<Trials> {
   const side = (s: GrpcSide) => ({ target: s.target.grpcTarget, pid: s.target.pid, sandboxes: s.sandboxes });
-  return overInstances(
-    a,
-    b,
-    (x, y, n) => load.alternate({ a: side(x), b: side(y), kind, maxInFlight: plan.inFlight, rate: plan.rate, warmupMs: plan.warmupMs, blockMs: plan.blockMs, blocks: n }),
-    plan.blocks,
-  );
+  const { rate, warmupMs, blockMs } = plan;
+  return overInstances(a, b, (x, y, blocks) => load.alternate({ a: side(x), b: side(y), kind, maxInFlight: plan.inFlight, rate, warmupMs, blockMs, blocks }), plan.blocks);
 }
 
 export interface Spread {
@@ -126,8 +158,9 @@ export interface Spread {
   readonly values: readonly number[];
 }
 
+/** Median and range of the finite values (a block that answered nothing has no CPU per request). */
 export function spread(values: readonly number[]): Spread {
-  const sorted = [...values].sort((x, y) => x - y);
+  const sorted = values.filter(Number.isFinite).sort((x, y) => x - y);
   const n = sorted.length;
   if (n === 0) return { median: Number.NaN, min: Number.NaN, max: Number.NaN, values };
   const median = n % 2 === 1 ? sorted[(n - 1) / 2]! : (sorted[n / 2 - 1]! + sorted[n / 2]!) / 2;
@@ -136,6 +169,11 @@ export function spread(values: readonly number[]): Spread {
 
 export function judgedFigure(s: Spread, unit: string): JudgedFigure {
   return { median: s.median, min: s.min, max: s.max, unit };
+}
+
+/** The median over blocks of one figure of a side. */
+export function medianOf(ms: readonly Measured[], f: (m: Measured) => number): number {
+  return spread(ms.map(f)).median;
 }
 
 /** CPU µs the process under test spent per request it answered in the block. */
@@ -153,7 +191,7 @@ export interface CostComparison extends Trials {
   readonly bUs: Spread;
   /** a − b, µs per request, per pair. */
   readonly diffUs: Spread;
-  /** Blocks that fell short of the offered rate ("baseline trial 2: 3,810 of 4,000 req/s"). */
+  /** Blocks that fell short of the offered rate ("baseline trial 2: 3810 of 4000 req/s"). */
   readonly shortfalls: readonly string[];
 }
 
@@ -178,13 +216,11 @@ export function compareRate(trials: Trials): RateComparison {
   return { ...trials, ratio: spread(trials.a.map((m, k) => m.rps / trials.b[k]!.rps)) };
 }
 
-function signed(v: number, digits = 1): string {
-  return (v >= 0 ? '+' : '') + v.toFixed(digits);
-}
+const signed = (v: number, digits = 1): string => (v >= 0 ? '+' : '') + v.toFixed(digits);
 
-/** "+1.3 µs (spread +0.8 … +2.1, 3 pairs)" */
-export function formatDiff(s: Spread): string {
-  return `${signed(s.median)} µs (spread ${signed(s.min)} … ${signed(s.max)}, ${s.values.length} pairs)`;
+/** "+1.3 µs (spread +0.8 … +2.1, 10 pairs)", or in another unit. */
+export function formatDiff(s: Spread, unit = 'µs', digits = 1): string {
+  return `${signed(s.median, digits)} ${unit} (spread ${signed(s.min, digits)} … ${signed(s.max, digits)}, ${s.values.length} pairs)`;
 }
 
 /** "0.91× (spread 0.88 … 0.95)" */
@@ -192,104 +228,63 @@ export function formatRatio(s: Spread): string {
   return `${s.median.toFixed(2)}× (spread ${s.min.toFixed(2)} … ${s.max.toFixed(2)})`;
 }
 
-/** "A/A noise floor (a second copy of the baseline against it): +1.2 µs (spread …)", for notes and target lines. */
-export function floorText(floor: CostComparison): string {
-  return `A/A noise floor (a second copy of the baseline against it): ${formatDiff(floor.diffUs)}`;
-}
-
-const median = (ms: readonly Measured[], f: (m: Measured) => number): number => spread(ms.map(f)).median;
-
-/** CPU per request of each side (medians), then, when measured, req/s of each side at their limit (medians). */
+/**
+ * CPU per request of each side and what it makes a core worth (1e6 ÷ µs: req/s one core answers), then,
+ * when measured, req/s of each side at their limit.
+ */
 export function costRows(label: string, cost: CostComparison, rate: RateComparison | undefined, note?: string): Row[] {
-  const out = [row(`CPU per request ${label}, ${cost.rate.toLocaleString('en-US')} req/s offered`, 'µs', cost.aUs.median, cost.bUs.median, note)];
-  if (rate !== undefined) out.push(row(`req/s at the limit ${label}`, 'req/s', median(rate.a, (m) => m.rps), median(rate.b, (m) => m.rps), note));
+  const out = [
+    row(`CPU per request ${label}, ${cost.rate} req/s offered`, 'µs', cost.aUs.median, cost.bUs.median, note),
+    row(`req/s per core ${label} (1e6 ÷ CPU per request)`, 'req/s', 1e6 / cost.aUs.median, 1e6 / cost.bUs.median, note),
+  ];
+  if (rate !== undefined) out.push(row(`req/s at the limit ${label}`, 'req/s', medianOf(rate.a, (m) => m.rps), medianOf(rate.b, (m) => m.rps), note));
   return out;
 }
 
-/** req/s, p50, p99 and p99.9 of one operating point at the limit, each side's median over the blocks. */
+/** req/s, p50 and p99 of one operating point at the limit, each side's median over the blocks. */
 export function limitRows(label: string, r: Trials, note?: string): Row[] {
   return [
-    row(`req/s ${label}`, 'req/s', median(r.a, (m) => m.rps), median(r.b, (m) => m.rps), note),
-    row(`p50 ${label}`, 'µs', median(r.a, (m) => m.latency.p50), median(r.b, (m) => m.latency.p50), note),
-    row(`p99 ${label}`, 'µs', median(r.a, (m) => m.latency.p99), median(r.b, (m) => m.latency.p99), note),
-    row(`p99.9 ${label}`, 'µs', median(r.a, (m) => m.latency.p999), median(r.b, (m) => m.latency.p999), note),
+    row(`req/s ${label}`, 'req/s', medianOf(r.a, (m) => m.rps), medianOf(r.b, (m) => m.rps), note),
+    row(`p50 ${label}`, 'µs', medianOf(r.a, (m) => m.latency.p50), medianOf(r.b, (m) => m.latency.p50), note),
+    row(`p99 ${label}`, 'µs', medianOf(r.a, (m) => m.latency.p99), medianOf(r.b, (m) => m.latency.p99), note),
   ];
 }
 
-/** Notes: the per-block figures and their spread, and any block that did not sustain the offered rate. */
-export function costNotes(label: string, cost: CostComparison, rate: RateComparison | undefined): string[] {
-  const out = [
-    `${label}: CPU per request ${cost.aUs.values.map((v) => v.toFixed(1)).join(' / ')} vs ${cost.bUs.values.map((v) => v.toFixed(1)).join(' / ')} µs; difference ${formatDiff(cost.diffUs)}` +
-      (rate === undefined ? '' : `; req/s at the limit ${formatRatio(rate.ratio)}`),
-  ];
+/** Notes: the difference with its spread, and any block that did not sustain the offered rate. */
+export function costNotes(label: string, cost: CostComparison): string[] {
+  const out = [`${label}: CPU per request ${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs; difference ${formatDiff(cost.diffUs)}`];
   if (cost.shortfalls.length > 0) out.push(`${label}: the offered ${cost.rate} req/s was not sustained (${cost.shortfalls.join('; ')}): its CPU per request is of a saturated process`);
   return out;
 }
 
-/**
- * The verdict on the cost difference (median of the pairs ≤ limitUs); the req/s ratio and its own bar are
- * printed beside it. A comparison whose offered rate was not sustained is judged all the same, and says so.
- */
-export function costTarget(name: string, limitUs: number, cost: CostComparison, rate?: { readonly r: RateComparison; readonly min: number }, floor?: CostComparison): TargetResult {
+/** The verdict on the cost difference (median of the pairs ≤ limitUs), with the req/s ratio and its own bar beside it. */
+export function costTarget(name: string, limitUs: number, cost: CostComparison, rate?: { readonly r: RateComparison; readonly min: number }): TargetResult {
   const rateText = rate === undefined ? '' : `; req/s ${formatRatio(rate.r.ratio)} (bar ≥ ${rate.min}×: ${rate.r.ratio.median >= rate.min ? 'met' : 'not met'})`;
-  const floorPart = floor === undefined ? '' : `; ${floorText(floor)}`;
   const unsustained = cost.shortfalls.length > 0 ? `; offered rate not sustained in ${cost.shortfalls.length} trial(s)` : '';
   return target(
     `${name} ≤ +${limitUs} µs CPU per request`,
     cost.diffUs.median <= limitUs,
-    `${formatDiff(cost.diffUs)} (${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs at ${cost.rate.toLocaleString('en-US')} req/s offered)${rateText}${floorPart}${unsustained}`,
+    `${formatDiff(cost.diffUs)} (${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs at ${cost.rate} req/s offered)${rateText}${unsustained}`,
     judgedFigure(cost.diffUs, 'µs'),
   );
 }
 
-/** Problems that make a block's figures suspect (errors, denials where allows were expected). */
-export function runProblems(what: string, r: Measured): string[] {
-  const out: string[] = [];
-  if (r.completed === 0) out.push(`${what}: no request completed${r.firstError !== undefined ? ` (${r.firstError})` : ''}`);
-  if (r.errors > 0) out.push(`${what}: ${r.errors} errors${r.firstError !== undefined ? ` (first: ${r.firstError})` : ''}`);
-  if (r.notAllowed > 0) out.push(`${what}: ${r.notAllowed} answers were not an allow`);
-  return out;
-}
-
-/** runProblems over every block of both sides, named "<a> block k" / "<b> block k". */
+/** Problems that make a block's figures suspect (nothing answered, errors, denials where allows were expected). */
 export function trialProblems(names: { a: string; b: string }, r: Trials): string[] {
-  return [...r.a.flatMap((m, k) => runProblems(`${names.a} block ${k + 1}`, m)), ...r.b.flatMap((m, k) => runProblems(`${names.b} block ${k + 1}`, m))];
+  const problems = (what: string, m: Measured): string[] => {
+    const first = m.firstError === undefined ? '' : ` (${m.firstError})`;
+    if (m.completed === 0) return [`${what}: no request completed${first}`];
+    return [...(m.errors > 0 ? [`${what}: ${m.errors} errors${first}`] : []), ...(m.notAllowed > 0 ? [`${what}: ${m.notAllowed} answers were not an allow`] : [])];
+  };
+  return [...r.a.flatMap((m, k) => problems(`${names.a} block ${k + 1}`, m)), ...r.b.flatMap((m, k) => problems(`${names.b} block ${k + 1}`, m))];
 }
 
 export function round2(v: number): number {
   return Math.round(v * 100) / 100;
 }
 
-/** A compact JSON record of one block. */
-export function runData(r: Measured): Record<string, unknown> {
-  return {
-    rps: Math.round(r.rps),
-    p50us: r.latency.p50,
-    p99us: r.latency.p99,
-    completed: r.completed,
-    errors: r.errors,
-    notAllowed: r.notAllowed,
-    targetCpuCores: round2(r.targetCpuCores),
-    cpuUsPerRequest: round2(cpuPerRequest(r)),
-  };
-}
-
-/** The raw figures of a comparison, for the JSON file. */
+/** The raw figures of a comparison, for the JSON file: one record per side and block. */
 export function trialsData(r: Trials): Record<string, unknown> {
-  return { a: r.a.map(runData), b: r.b.map(runData) };
-}
-
-/**
- * A note on what each process spends with no load at all (timers, monitors, runtime threads), measured over
- * `ms` before the trials: at a fixed offered rate it is part of every request's figure, `cores × 1e6 ÷ rate` µs.
- */
-export async function idleNote(label: string, rate: number, processes: Readonly<Record<string, Target>>, ms: number): Promise<string> {
-  const before = Object.values(processes).map((p) => p.cpuMicrosNow());
-  await sleep(ms);
-  const after = Object.values(processes).map((p) => p.cpuMicrosNow());
-  const parts = Object.keys(processes).map((name, k) => {
-    const cores = (after[k]! - before[k]!) / 1000 / ms;
-    return `${name} ${cores.toFixed(4)} cores (${((cores * 1e6) / rate).toFixed(2)} µs per request at ${rate.toLocaleString('en-US')} req/s)`;
-  });
-  return `${label}: CPU with no load, over ${ms / 1000} s before the trials: ${parts.join(', ')}`;
+  const one = (m: Measured) => ({ rps: Math.round(m.rps), p50us: m.latency.p50, p99us: m.latency.p99, completed: m.completed, errors: m.errors, cpuUsPerRequest: round2(cpuPerRequest(m)) });
+  return { a: r.a.map(one), b: r.b.map(one) };
 }

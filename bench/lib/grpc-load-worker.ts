@@ -39,8 +39,6 @@ export interface GrpcRunResult {
   readonly errors: number;
   /** Sampled responses that were not an allow (a wrong view, a not-ready gateway). */
   readonly notAllowed: number;
-  readonly sampled: number;
-  readonly elapsedMs: number;
   readonly histogram: HistogramJson;
   /** CPU this process used during the measured window, in cores (1 = one core busy). */
   readonly cpuCores: number;
@@ -147,56 +145,44 @@ async function caller(kind: GrpcKind, target: string, sandboxes: number, seed: n
   return { call, allowed: (message) => isAllow(kind, m.responseDeserialize(message)), close: () => session.close() };
 }
 
+/** `inFlight` calls open at all times for the window (after the warm-up); each answer in the window is counted. */
 async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
   const c = await caller(a.kind, a.target, a.sandboxes, a.seed);
   const hist = new Histogram();
-  let completed = 0;
-  let errors = 0;
-  let notAllowed = 0;
-  let sampled = 0;
-  let firstError: string | undefined;
-  const t0 = performance.now();
-  const start = t0 + a.warmupMs;
+  const r = { completed: 0, errors: 0, notAllowed: 0, firstError: undefined as string | undefined };
+  const start = performance.now() + a.warmupMs;
   const end = start + a.durationMs;
-  let cpuAtStart: NodeJS.CpuUsage | undefined;
-  let cpuAtEnd: NodeJS.CpuUsage | undefined;
-
-  const done = (began: number, buf: Buffer | undefined, err: Error | undefined): boolean => {
-    const now = performance.now();
-    if (now >= start && cpuAtStart === undefined) cpuAtStart = process.cpuUsage();
-    if (now >= end && cpuAtEnd === undefined) cpuAtEnd = process.cpuUsage(cpuAtStart);
-    if (err !== undefined) {
-      errors++;
-      firstError ??= err.message;
-    } else if (now >= start && now < end) {
-      completed++;
-      hist.record((now - began) * 1e6);
-      if (buf !== undefined && completed % SAMPLE_EVERY === 0) {
-        sampled++;
-        if (!c.allowed(buf)) notAllowed++;
-      }
-    }
-    return now < end;
-  };
-
-  // Each issue() calls `next(again)` once its call is over; `again` is false once the window has passed.
-  const issue: Issue = (next) => {
-    const began = performance.now();
-    c.call((buf, err) => next(done(began, buf, err)));
-  };
-  await closedLoop(issue, a);
+  let cpu0: NodeJS.CpuUsage | undefined;
+  let cpu: NodeJS.CpuUsage | undefined;
+  await new Promise<void>((resolve) => {
+    let running = a.inFlight;
+    const drain = setTimeout(resolve, a.warmupMs + a.durationMs + DRAIN_MS);
+    const issue = (): void => {
+      const began = performance.now();
+      c.call((buf, err) => {
+        const now = performance.now();
+        if (now >= start) cpu0 ??= process.cpuUsage();
+        if (now >= end) cpu ??= process.cpuUsage(cpu0);
+        if (err !== undefined) {
+          r.errors++;
+          r.firstError ??= err.message;
+        } else if (now >= start && now < end) {
+          r.completed++;
+          hist.record((now - began) * 1e6);
+          if (buf !== undefined && r.completed % SAMPLE_EVERY === 0 && !c.allowed(buf)) r.notAllowed++;
+        }
+        if (now < end) return issue();
+        if (--running === 0) {
+          clearTimeout(drain);
+          resolve();
+        }
+      });
+    };
+    for (let k = 0; k < a.inFlight; k++) issue();
+  });
   c.close();
-  const cpu = cpuAtEnd ?? process.cpuUsage(cpuAtStart);
-  return {
-    completed,
-    errors,
-    notAllowed,
-    sampled,
-    elapsedMs: a.durationMs,
-    histogram: hist.toJSON(),
-    cpuCores: (cpu.user + cpu.system) / 1000 / a.durationMs,
-    firstError,
-  };
+  const used = cpu ?? process.cpuUsage(cpu0);
+  return { ...r, histogram: hist.toJSON(), cpuCores: (used.user + used.system) / 1000 / a.durationMs };
 }
 
 /** One side of an interleaved comparison: where the calls go, whose CPU is read, which sandboxes the calls name. */
@@ -246,24 +232,6 @@ async function alternate(a: GrpcAlternationArgs): Promise<AlternationResult> {
   } finally {
     ca.close();
   }
-}
-
-type Issue = (next: (again: boolean) => void) => void;
-
-/** `inFlight` calls open at all times until the window has passed. */
-function closedLoop(issue: Issue, a: GrpcRunArgs): Promise<void> {
-  return new Promise<void>((resolve) => {
-    let running = a.inFlight;
-    const drain = setTimeout(resolve, a.warmupMs + a.durationMs + DRAIN_MS);
-    const loop = (again: boolean): void => {
-      if (again) return issue(loop);
-      if (--running === 0) {
-        clearTimeout(drain);
-        resolve();
-      }
-    };
-    for (let k = 0; k < a.inFlight; k++) loop(true);
-  });
 }
 
 exitWithParent();

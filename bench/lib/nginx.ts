@@ -5,9 +5,8 @@ import { ProcessTreeTarget } from './proc-cpu.js';
 import { answers, freePort, sleep, type ProcessGroup } from './processes.js';
 
 /**
- * nginx as the proxy a team would put in front of sandboxes without Envoy: `auth_request` to sandgate's
- * HTTP authz, then `proxy_pass` to the address it answers. Found on the PATH (the bench installs nothing),
- * run in the foreground with a generated config in a private prefix, and stopped with its section.
+ * nginx beside sandgate: found on the PATH (the bench installs nothing), run in the foreground with a
+ * generated config in a private prefix, and stopped with its section.
  */
 
 export type NginxFound = { readonly bin: string } | { readonly skipped: string };
@@ -18,8 +17,8 @@ function run(cmd: string, args: readonly string[]): Promise<string | undefined> 
   });
 }
 
-/** nginx with the auth_request module, or why there is none. */
-export async function findNginx(): Promise<NginxFound> {
+/** nginx with every one of `modules` (as `nginx -V` names them), or why there is none. */
+export async function findNginx(modules: readonly string[]): Promise<NginxFound> {
   const onPath = (await run('sh', ['-c', 'command -v nginx']))?.trim();
   // A non-login shell of a non-root user may lack /usr/sbin on its PATH.
   const bin = onPath !== undefined && onPath !== '' ? onPath : ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
@@ -27,26 +26,70 @@ export async function findNginx(): Promise<NginxFound> {
   // `nginx -V` prints its build options (on stderr), among them the optional modules compiled in.
   const v = await run(bin, ['-V']);
   if (v === undefined) return { skipped: `${bin} -V failed` };
-  if (!v.includes('http_auth_request_module')) return { skipped: `${bin} was built without http_auth_request_module` };
-  return { bin };
+  const missing = modules.filter((m) => !v.includes(m));
+  return missing.length > 0 ? { skipped: `${bin} was built without ${missing.join(', ')}` } : { bin };
 }
 
-export interface NginxSpec {
-  /** sandgate's admin port (HTTP authz under /authz/). */
-  readonly adminPort: number;
-}
+const KEEPALIVE = ['proxy_http_version 1.1;', 'proxy_set_header Connection "";'];
 
 /**
- * One nginx process serves (`master_process off`: the process that would be the single worker does the
- * work itself, and a SIGKILL of it leaves no orphaned worker listening). Clients keep their connections
- * for the whole window; sandgate's authz comes from an `upstream` block with `keepalive` over HTTP/1.1.
- * sandgate answers 200 with `x-sandgate-upstream: ip:port`, and nginx sends the request there with
- * `proxy_pass http://$sandgate_upstream`: an address held in a variable gets no keep-alive pool in
- * open-source nginx, so every request opens a connection to the sandbox, as it would with many sandboxes.
+ * nginx as a team would put it in front of sandboxes without Envoy: `auth_request` to sandgate's HTTP
+ * authz (an `upstream` with keep-alive), then `proxy_pass` to the address it answers. An address held in
+ * a variable gets no keep-alive pool in open-source nginx, so every request opens a connection to the
+ * sandbox, as it would with many sandboxes.
  */
-export function nginxConfig(prefix: string, spec: NginxSpec, port: number): string {
-  const keepalive = ['proxy_http_version 1.1;', 'proxy_set_header Connection "";'];
-  return [
+export function authRequestServer(adminPort: number): NginxServer {
+  return {
+    upstreams: [`upstream sandgate_authz { server 127.0.0.1:${adminPort}; keepalive 256; keepalive_requests 1000000; keepalive_timeout 60s; }`],
+    server: [
+      'location / {',
+      '  auth_request /_authz;',
+      '  auth_request_set $sandgate_upstream $upstream_http_x_sandgate_upstream;',
+      '  proxy_pass http://$sandgate_upstream;',
+      ...KEEPALIVE.map((l) => '  ' + l),
+      '}',
+      'location = /_authz {',
+      '  internal;',
+      '  proxy_pass http://sandgate_authz/authz;',
+      '  proxy_pass_request_body off;',
+      '  proxy_set_header Content-Length "";',
+      '  proxy_set_header X-Original-URI $request_uri;',
+      '  proxy_set_header Host $host;',
+      ...KEEPALIVE.map((l) => '  ' + l),
+      '}',
+    ],
+  };
+}
+
+/** nginx terminating TLS (HTTP/1.1 and h2 by ALPN) with `cert`, and `proxy_pass` to one upstream over a keep-alive pool. */
+export function tlsProxyServer(certFile: string, keyFile: string, upstreamPort: number): NginxServer {
+  return {
+    listen: 'ssl http2',
+    upstreams: [`upstream sandbox { server 127.0.0.1:${upstreamPort}; keepalive 256; keepalive_requests 1000000; keepalive_timeout 60s; }`],
+    server: [`ssl_certificate ${certFile};`, `ssl_certificate_key ${keyFile};`, 'ssl_protocols TLSv1.2 TLSv1.3;', 'location / {', '  proxy_pass http://sandbox;', ...KEEPALIVE.map((l) => '  ' + l), '}'],
+  };
+}
+
+export interface NginxServer {
+  /** What follows the address in `listen` (`ssl http2`). */
+  readonly listen?: string;
+  readonly upstreams: readonly string[];
+  readonly server: readonly string[];
+}
+
+const TEMPS = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'];
+
+/**
+ * Starts nginx in the foreground with its prefix (config, logs, temp files) in a new folder under `dir`.
+ * One process serves (`master_process off`: a SIGKILL leaves no orphaned worker); clients keep their
+ * connections for the whole run.
+ */
+export async function startNginx(group: ProcessGroup, dir: string, bin: string, spec: NginxServer): Promise<ProcessTreeTarget> {
+  const prefix = mkdtempSync(join(dir, 'nginx-'));
+  for (const k of TEMPS) mkdirSync(join(prefix, 'tmp', k), { recursive: true });
+  const port = await freePort();
+  const configPath = join(prefix, 'nginx.conf');
+  const config = [
     'master_process off;',
     'worker_processes 1;',
     'daemon off;',
@@ -57,46 +100,23 @@ export function nginxConfig(prefix: string, spec: NginxSpec, port: number): stri
     '  access_log off;',
     '  keepalive_requests 1000000;',
     '  keepalive_timeout 65s;',
-    ...['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((k) => `  ${k}_temp_path ${join(prefix, 'tmp', k)};`),
-    `  upstream sandgate_authz { server 127.0.0.1:${spec.adminPort}; keepalive 256; keepalive_requests 1000000; keepalive_timeout 60s; }`,
-    '  server {',
-    `    listen 127.0.0.1:${port};`,
-    '    location / {',
-    '      auth_request /_authz;',
-    '      auth_request_set $sandgate_upstream $upstream_http_x_sandgate_upstream;',
-    '      proxy_pass http://$sandgate_upstream;',
-    ...keepalive.map((l) => '      ' + l),
-    '    }',
-    '    location = /_authz {',
-    '      internal;',
-    '      proxy_pass http://sandgate_authz/authz;',
-    '      proxy_pass_request_body off;',
-    '      proxy_set_header Content-Length "";',
-    '      proxy_set_header X-Original-URI $request_uri;',
-    '      proxy_set_header Host $host;',
-    ...keepalive.map((l) => '      ' + l),
-    '    }',
+    ...TEMPS.map((k) => `  ${k}_temp_path ${join(prefix, 'tmp', k)};`),
+    ...spec.upstreams.map((u) => '  ' + u),
+    `  server {`,
+    `    listen 127.0.0.1:${port}${spec.listen === undefined ? '' : ' ' + spec.listen};`,
+    ...spec.server.map((l) => '    ' + l),
     '  }',
     '}',
     '',
-  ].join('\n');
-}
-
-/** Starts nginx in the foreground with its prefix (config, logs, temp files) in a new folder under `dir`. */
-export async function startNginx(group: ProcessGroup, dir: string, bin: string, spec: NginxSpec): Promise<ProcessTreeTarget> {
-  const prefix = mkdtempSync(join(dir, 'nginx-'));
-  for (const k of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(prefix, 'tmp', k), { recursive: true });
-  const port = await freePort();
-  const configPath = join(prefix, 'nginx.conf');
-  writeFileSync(configPath, nginxConfig(prefix, spec, port));
+  ];
+  writeFileSync(configPath, config.join('\n'));
   // -e: the error log before the config is read (the default path may not be writable).
   const child = group.program('nginx', bin, ['-p', prefix, '-c', configPath, '-e', join(prefix, 'error.log')]);
   const deadline = Date.now() + 10_000;
   while (!(await answers(port))) {
-    if (!child.running) throw new Error(`nginx did not start: ${child.tailText() || 'it exited'}`);
-    if (Date.now() > deadline) {
+    if (!child.running || Date.now() > deadline) {
       await child.stop('SIGKILL');
-      throw new Error(`nginx did not listen within 10 s: ${child.tailText()}`);
+      throw new Error(`nginx did not listen within 10 s: ${child.tailText() || 'it exited'}`);
     }
     await sleep(50);
   }

@@ -65,12 +65,6 @@ function schedstatNanos(pid: number): number | undefined {
 
 let schedstatWorks: boolean | undefined;
 
-/** Where the figures come from, for the report. */
-export function cpuSource(): string {
-  if (schedstatWorks === undefined) schedstatWorks = (schedstatNanos(process.pid) ?? 0) > 0;
-  return schedstatWorks ? '/proc/<pid>/task/*/schedstat (ns)' : `/proc/<pid>/stat utime+stime (1/${clockTicks()} s ticks)`;
-}
-
 /** CPU used so far by one process (every thread), in microseconds; undefined when it is gone. */
 export function processCpuMicros(pid: number): number | undefined {
   if (schedstatWorks === undefined) schedstatWorks = (schedstatNanos(process.pid) ?? 0) > 0;

@@ -69,7 +69,7 @@ export interface RunResult {
   readonly sections: readonly SectionResult[];
 }
 
-export function formatNumber(v: number | undefined, unit = ''): string {
+function formatNumber(v: number | undefined, unit = ''): string {
   if (v === undefined || Number.isNaN(v)) return '—';
   const a = Math.abs(v);
   let s: string;
@@ -145,22 +145,9 @@ export function agreementLines(now: readonly SectionResult[], before: readonly S
   return out;
 }
 
-export function machineMarkdown(m: MachineFacts, mode: string, seconds: number): string {
-  return [
-    `| | |`,
-    `|---|---|`,
-    `| date | ${m.date} |`,
-    `| commit | ${m.commit}${m.dirty ? ' + uncommitted changes' : ''} |`,
-    `| mode | ${mode} (${Math.round(seconds)} s) |`,
-    `| CPU | ${m.cpuModel} × ${m.cores} |`,
-    `| memory | ${(m.memoryBytes / 2 ** 30).toFixed(1)} GiB |`,
-    `| Node | ${m.node} (V8 ${m.v8}), ${m.platform} |`,
-    `| Redis | ${m.redis ?? 'not installed'} |`,
-  ].join('\n');
-}
-
 /** The whole run as markdown: what BENCHMARKS.md holds and what the runner prints. */
 export function runMarkdown(r: RunResult): string {
+  const m = r.machine;
   const parts = [
     '# Benchmarks',
     '',
@@ -169,7 +156,15 @@ export function runMarkdown(r: RunResult): string {
     'sandgate ÷ baseline (for req/s higher is better, for latency and memory lower is better). Load',
     'generator and target share the machine below, so absolute figures are of this machine only.',
     '',
-    machineMarkdown(r.machine, r.mode, r.seconds),
+    '| | |',
+    '|---|---|',
+    `| date | ${m.date} |`,
+    `| commit | ${m.commit}${m.dirty ? ' + uncommitted changes' : ''} |`,
+    `| mode | ${r.mode} (${Math.round(r.seconds)} s) |`,
+    `| CPU | ${m.cpuModel} × ${m.cores} |`,
+    `| memory | ${(m.memoryBytes / 2 ** 30).toFixed(1)} GiB |`,
+    `| Node | ${m.node} (V8 ${m.v8}), ${m.platform} |`,
+    `| Redis | ${m.redis ?? 'not installed'} |`,
     '',
     ...r.sections.map(sectionMarkdown),
     '### Targets',

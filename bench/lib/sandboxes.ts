@@ -1,6 +1,8 @@
 import { writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
-import type { HttpRequestSpec } from './compare.js';
+import { TLS_SERVERNAME, type HttpRequestSpec, type HttpSide } from './compare.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 
 /**
@@ -39,21 +41,15 @@ export type SupervisorMode = 'none' | 'required';
 /**
  * Writes a sandboxes file (JSON, the format in README.md) of `count` ready sandboxes. `none` makes them
  * Ready from the file alone (routing benches); `required` leaves them waiting for supervisor sessions.
+ * `loopback` puts every one at 127.0.0.1, where the proxy benches' upstream listens, so proxied traffic
+ * never leaves loopback (the port a request reaches is then the upstream's, spelled in its Host).
  */
-export function writeSandboxesFile(dir: string, count: number, supervisor: SupervisorMode): string {
-  const path = join(dir, `sandboxes-${count}-${supervisor}.json`);
+export function writeSandboxesFile(dir: string, count: number, supervisor: SupervisorMode, loopback = false): string {
+  const path = join(dir, `sandboxes-${count}-${supervisor}${loopback ? '-loopback' : ''}.json`);
   const parts: string[] = [];
   for (let i = 0; i < count; i++) {
-    parts.push(
-      JSON.stringify({
-        namespace: sandboxNamespace(i),
-        name: sandboxName(i),
-        id: 'sbx-' + i,
-        address: sandboxAddress(i),
-        state: 'ready',
-        supervisor,
-      }),
-    );
+    const address = loopback ? '127.0.0.1' : sandboxAddress(i);
+    parts.push(JSON.stringify({ namespace: sandboxNamespace(i), name: sandboxName(i), id: 'sbx-' + i, address, state: 'ready', supervisor }));
   }
   writeFileSync(path, '{"sandboxes":[\n' + parts.join(',\n') + '\n]}\n');
   return path;
@@ -93,7 +89,7 @@ export function decodedSnapshots(from: number, count: number): BackendSnapshot[]
 const DISTINCT_REQUESTS = 16;
 
 /** A browser-like GET of `path`, to DISTINCT_REQUESTS of the sandboxes, each named by `host(i)`. */
-export function browserGets(sandboxes: number, path: string, host: (i: number) => string): HttpRequestSpec[] {
+function browserGets(sandboxes: number, path: string, host: (i: number) => string): HttpRequestSpec[] {
   return Array.from({ length: DISTINCT_REQUESTS }, (_, k) => ({
     method: 'GET',
     path,
@@ -111,4 +107,42 @@ export function browserGets(sandboxes: number, path: string, host: (i: number) =
 /** What nginx auth_request / Envoy's http_service send: the original Host and path under /authz. */
 export function authzRequests(sandboxes: number): HttpRequestSpec[] {
   return browserGets(sandboxes, '/authz/api/v1/files?path=%2Fhome%2Fuser', (i) => sandboxHost(i));
+}
+
+/** What upstream-server.ts answers to every request: a proxy that returns it did reach the bench's upstream. */
+export const UPSTREAM_BODY = '{"ok":true,"server":"sandgate-bench-upstream"}\n';
+
+function loopbackHost(i: number, port: number): string {
+  return `${port}-${sandboxName(i)}.${sandboxNamespace(i)}.localhost`;
+}
+
+/** A browser-like GET to sandbox paths, spread over `sandboxes` by Host. */
+export function proxyRequests(sandboxes: number, upstreamPort: number): HttpRequestSpec[] {
+  return browserGets(sandboxes, '/api/v1/files?path=%2Fhome%2Fuser', (i) => loopbackHost(i, upstreamPort));
+}
+
+/** One request with `host` through `side` (fetch may not set Host), over TLS when its url is https. */
+function probe(side: HttpSide, host: string): Promise<{ status: number; body: string }> {
+  const send = side.url.startsWith('https:') ? httpsRequest : request;
+  return new Promise((resolve, reject) => {
+    const headers = { host, accept: 'application/json' };
+    const req = send(side.url + '/api/v1/files', { headers, agent: false, timeout: 5_000, ca: side.ca, servername: TLS_SERVERNAME }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer from ${side.url} within 5 s`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Throws unless every side carries a request for sandbox 0 to the bench's upstream on `upstreamPort`, and nowhere else. */
+export async function checkReachesUpstream(sides: readonly HttpSide[], upstreamPort: number): Promise<void> {
+  for (const s of sides) {
+    const r = await probe(s, loopbackHost(0, upstreamPort));
+    if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${s.target.name} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
+  }
 }

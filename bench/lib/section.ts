@@ -25,6 +25,8 @@ export interface Section {
   /** Short id for `--only`. */
   readonly id: string;
   readonly title: string;
+  /** About how long the section takes, from its configured windows and start-ups (printed as the run's plan). */
+  readonly estimateSeconds: { readonly quick: number; readonly full: number };
   run(ctx: BenchContext): Promise<SectionOutput>;
 }
 

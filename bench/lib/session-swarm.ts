@@ -9,8 +9,10 @@ import { sleep, type Child, type ProcessGroup } from './processes.js';
 
 export const AUDIENCE = 'sandgate-supervisor';
 
-/** Flags every session bench gives the gateway: all sessions come from loopback. */
-export const SESSION_ARGS: readonly string[] = ['--max-sessions-per-source', '1000000', '--max-sessions', '1000000'];
+/** Flags every session bench gives the gateway: its supervisor secret, and room for every session from loopback. */
+export function sessionArgs(secretFile: string): string[] {
+  return ['--supervisor-secret-file', secretFile, '--max-sessions-per-source', '1000000', '--max-sessions', '1000000'];
+}
 
 /** Writes a supervisor token secret (the file `--supervisor-secret-file` reads). */
 export function writeSecret(dir: string): string {

@@ -8,7 +8,7 @@ import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
 /**
  * The processes under test: the gateway started from its CLI exactly as an operator starts it, and the
  * bare baselines. Every one carries the heap probe (heap-probe.ts) so the runner can ask it for heap after
- * GC; its CPU time is read from /proc (proc-stat.ts); and, with `--cpu-prof`, writes a V8 CPU profile when it exits.
+ * GC; its CPU time is read from /proc (proc-stat.ts); with `--cpu-prof` it writes a V8 CPU profile on exit.
  */
 
 export interface TargetOptions {
@@ -26,7 +26,6 @@ export class Target {
     return this.child.name;
   }
 
-  /** `127.0.0.1:<grpc port>` */
   get grpcTarget(): string {
     return '127.0.0.1:' + this.port('grpc');
   }
@@ -37,6 +36,11 @@ export class Target {
 
   get supervisorUrl(): string {
     return 'ws://127.0.0.1:' + this.port('supervisor');
+  }
+
+  /** `http://127.0.0.1:<port>` of a listener by its flag's name (`proxy` for `--proxy-port`). */
+  url(port: string, scheme = 'http'): string {
+    return `${scheme}://127.0.0.1:${this.port(port)}`;
   }
 
   port(name: string): number {
@@ -58,8 +62,7 @@ export class Target {
 
   /** CPU time used so far by the process (every thread), in microseconds, read from /proc. */
   cpuMicrosNow(): number {
-    const pid = this.child.proc.pid;
-    const us = pid === undefined ? undefined : processCpuMicros(pid);
+    const us = processCpuMicros(this.pid);
     if (us === undefined) throw new Error(`${this.name} is not running`);
     return us;
   }
@@ -67,7 +70,6 @@ export class Target {
   stop(): Promise<void> {
     return this.child.stop('SIGTERM');
   }
-
 }
 
 /** The gateway refused to start; `reason` is what it printed (for "skipped: …" lines). */
@@ -103,9 +105,8 @@ export interface GatewaySpec {
   readonly sandboxes?: string;
   /** `grpc://…` remote drivers. */
   readonly drivers?: readonly string[];
-  readonly presence?: string;
-  readonly gatewayId?: string;
-  readonly supervisorSecretFile?: string;
+  /** A certificate pair: the proxy's TLS listener (`--proxy-tls-port`) is opened too. */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string };
   /** Any further `--flag value` pairs. */
   readonly args?: readonly string[];
   /** How long to wait for /readyz (a 100k-entry file takes a few seconds to load). */
@@ -132,12 +133,6 @@ async function getStatus(url: string): Promise<number | undefined> {
   }
 }
 
-/** The first line the CLI printed about why it stopped (`sandgate: config_invalid: …`). */
-function startFailure(child: Child): string {
-  const line = child.tail.find((l) => l.startsWith('sandgate:')) ?? child.tail.find((l) => /error/i.test(l)) ?? child.tail.at(-1);
-  return (line ?? 'exited without a message').replace(/^sandgate:\s*/, '');
-}
-
 /**
  * Starts `sandgate serve` on loopback with free ports, logging at warn, demo off, and waits until
  * /readyz answers 200 (every driver synced). Throws TargetStartError when the process exits first.
@@ -145,52 +140,44 @@ function startFailure(child: Child): string {
 export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts: TargetOptions = {}): Promise<Target> {
   // Every listener gets a free port (listeners added to the CLI later too), so two gateways of one section
   // never collide on a default. `--default-port` is the sandbox port of a route, not a listener; the ops
-  // port stays off (its default), so /metrics and the sandbox API the runner reads stay on the admin port;
-  // TLS and HTTPS-redirect ports stay off too (they need certificates, and would turn the proxy port away).
+  // port stays off, so /metrics and the sandbox API stay on the admin port; TLS and HTTPS-redirect ports
+  // stay off unless the spec brings certificates (they would turn the proxy port away).
   const ports: Record<string, number> = {};
   for (const flag of cliFlags()) {
     const m = /^--([a-z-]+)-port$/.exec(flag);
     if (m !== null && flag !== '--default-port' && flag !== '--ops-port' && !/tls|https/.test(m[1]!)) ports[m[1]!] = await freePort();
   }
-  const args = [
-    'serve',
-    '--listen-host', '127.0.0.1',
-    ...Object.entries(ports).flatMap(([name, port]) => [`--${name}-port`, String(port)]),
-    '--log-level', 'warn',
-    '--demo', 'off',
-    '--shutdown-timeout-ms', '3000',
-  ];
+  if (spec.tls !== undefined) ports['proxy-tls'] = await freePort();
+  const args = ['serve', '--listen-host', '127.0.0.1', ...Object.entries(ports).flatMap(([name, port]) => [`--${name}-port`, String(port)])];
+  args.push('--log-level', 'warn', '--demo', 'off', '--shutdown-timeout-ms', '3000');
   if (spec.sandboxes !== undefined) args.push('--sandboxes', spec.sandboxes);
-  if (spec.drivers !== undefined && spec.drivers.length > 0) args.push('--drivers', spec.drivers.join(','));
-  if (spec.presence !== undefined) args.push('--presence', spec.presence);
-  if (spec.gatewayId !== undefined) args.push('--gateway-id', spec.gatewayId);
-  if (spec.supervisorSecretFile !== undefined) args.push('--supervisor-secret-file', spec.supervisorSecretFile);
+  if (spec.drivers !== undefined) args.push('--drivers', spec.drivers.join(','));
+  if (spec.tls !== undefined) args.push('--tls-cert-file', spec.tls.certFile, '--tls-key-file', spec.tls.keyFile);
   args.push(...(spec.args ?? []));
   // SANDGATE_* and OTEL_* variables of the shell running the bench would change what is measured.
   const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SANDGATE_') && !k.startsWith('OTEL_'))), ...spec.env };
   const child = group.node(spec.name, CLI, args, { execArgv: nodeFlags(spec.name, opts), env });
-  const deadline = Date.now() + (spec.readyTimeoutMs ?? 60_000);
-  const url = `http://127.0.0.1:${ports.admin}/readyz`;
+  const timeoutMs = spec.readyTimeoutMs ?? 60_000;
+  const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     // The CLI reports a refused start as `sandgate: <code>: <message>`; a process that printed it is done
     // even if some listener it opened keeps it from exiting.
-    const refused = child.tail.some((l) => l.startsWith('sandgate:'));
-    if (!child.running || refused) {
+    const refused = child.tail.find((l) => l.startsWith('sandgate:'));
+    if (!child.running || refused !== undefined) {
       await child.stop('SIGKILL');
-      throw new TargetStartError(spec.name, startFailure(child));
+      throw new TargetStartError(spec.name, (refused ?? child.tail.at(-1) ?? 'exited without a message').replace(/^sandgate:\s*/, ''));
     }
-    if ((await getStatus(url)) === 200) return new Target(child, ports);
+    if ((await getStatus(`http://127.0.0.1:${ports.admin}/readyz`)) === 200) return new Target(child, ports);
     await sleep(50);
   }
   await child.stop('SIGKILL');
-  throw new TargetStartError(spec.name, `not ready within ${spec.readyTimeoutMs ?? 60_000} ms:\n${child.tailText()}`);
+  throw new TargetStartError(spec.name, `not ready within ${timeoutMs} ms:\n${child.tailText()}`);
 }
 
 /** Starts one of the bench's own servers (bare-http-server.js, …) and waits for its ready message. */
 export async function startBare(group: ProcessGroup, name: string, script: string, opts: TargetOptions = {}, args: readonly string[] = []): Promise<Target> {
   const port = await freePort();
   const child = group.node(name, benchScript(script), [String(port), ...args], { execArgv: nodeFlags(name, opts) });
-  const info = await child.ready();
-  const bound = Number(info.port);
+  const bound = Number((await child.ready()).port);
   return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound });
 }

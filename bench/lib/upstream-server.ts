@@ -1,6 +1,6 @@
 import { createServer } from 'node:http';
 import { serveHttpChild } from './ipc.js';
-import { UPSTREAM_BODY } from './loopback-sandboxes.js';
+import { UPSTREAM_BODY } from './sandboxes.js';
 
 /**
  * The sandbox the proxy benches forward to: a bare node:http server answering every request with the

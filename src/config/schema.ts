@@ -244,13 +244,15 @@ export const SCHEMA = {
   doorsTlsCertFile: {
     kind: 'string',
     default: '',
-    description: 'PEM certificate chain the doors Envoy calls (gRPC ext_authz/ext_proc, HTTP authz on the admin port) and the ops port serve TLS with, with `--doors-tls-key-file`. Re-read when it changes.',
+    description:
+      'PEM certificate chain the doors Envoy calls (gRPC ext_authz/ext_proc, HTTP authz on the admin port, the relay listener) and the ops port serve TLS with, with `--doors-tls-key-file`; a gateway presents it to its peers\' relay listeners, which it reaches over TLS. Re-read when it changes.',
   },
   doorsTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--doors-tls-cert-file`.' },
   doorsClientCaFile: {
     kind: 'string',
     default: '',
-    description: 'Mutual TLS on the doors and the ops port: only clients presenting a certificate this CA (PEM) issued complete the handshake. Needs `--doors-tls-cert-file`.',
+    description:
+      'Mutual TLS on the doors and the relay listener: only clients presenting a certificate this CA (PEM) issued complete the handshake (not on the ops port). Also the CA a gateway checks its peers\' relay listeners against. Needs `--doors-tls-cert-file`.',
   },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
@@ -327,7 +329,7 @@ export const SCHEMA = {
   trafficTokenHeaders: {
     kind: 'list',
     default: ['e2b-traffic-access-token'],
-    description: 'Headers that may carry a sandbox\'s traffic access token (the gateway\'s token, checked then stripped), tried in order. The default used to hold `x-access-token` too, which E2B uses for envd\'s own token (docs/tenancy.md, Upgrading).',
+    description: 'Headers that may carry a sandbox\'s traffic access token (the gateway\'s token, checked then stripped), tried in order. `x-access-token` is not in the default: E2B uses it for envd\'s own token (docs/tenancy.md).',
   },
   envdTokenHeader: {
     kind: 'string',
@@ -356,7 +358,7 @@ export const SCHEMA = {
   stripCredentials: {
     kind: 'list',
     default: ['authorization', 'x-api-key', 'e2b-traffic-access-token'],
-    description: 'Credential headers removed before a request reaches a sandbox (by every door). Remove a name to let it through. `x-access-token` (E2B envd\'s own token) is no longer in the default: add it to strip it as before (docs/tenancy.md, Upgrading).',
+    description: 'Credential headers removed before a request reaches a sandbox (by every door). Remove a name to let it through. `x-access-token` (E2B envd\'s own token) is not in the default: envd needs it (docs/tenancy.md).',
   },
   autoResume: { kind: 'bool', default: false, description: 'Resume a paused sandbox when traffic arrives (a sandbox\'s own policy overrides this).' },
   idleTimeout: {

@@ -10,7 +10,8 @@ import type { RouteTarget } from './route-key.js';
  * can never reach, nor detect, another team's sandbox — its request for one gets exactly the answer a
  * missing sandbox gets (`NOT_FOUND`, the same constant object), decided by the same map lookup and string
  * compare, so neither body nor timing class differs. Answers that do not depend on the target (no key
- * where one is needed, an invalid key) are given before the lookup, so they reveal nothing either.
+ * where one is needed, an invalid key) are decided before the lookup, so they reveal nothing either
+ * (decide.ts still looks up: a sandbox's public ports need no credential at all, and answer the same to all).
  */
 
 export type Principal =

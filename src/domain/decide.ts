@@ -1,3 +1,4 @@
+import { isPreflight, preflightAnswer } from './cors.js';
 import { e2bStatus, E2B_PAUSED_MESSAGE, isE2bAddressed } from './e2b-answers.js';
 import { ERROR_CODES, type ErrorCode } from './errors.js';
 import { parseRoute, type RouteOptions, type RouteRequest, type RouteTarget } from './route-key.js';
@@ -23,6 +24,8 @@ export interface RouteEntry {
   readonly ports: ReadonlySet<number> | undefined;
   /** Ports that speak h2c (HTTP/2 with prior knowledge); undefined = none. */
   readonly h2cPorts: ReadonlySet<number> | undefined;
+  /** Ports that need no credential (the snapshot's `publicPorts`); undefined = none. */
+  readonly publicPorts: ReadonlySet<number> | undefined;
   /**
    * For a sandbox with no inbound network ("relay only"): the gateway holding its supervisor session,
    * whose relay listener carries the traffic over that session. Undefined otherwise.
@@ -52,6 +55,11 @@ export interface RouteTable {
 export interface Access {
   before(target: RouteTarget): Deny | undefined;
   after(entry: RouteEntry, target: RouteTarget): Deny | undefined;
+  /**
+   * For a public port, which needs no credential: an answer the credential presented still calls for (a
+   * link's token is taken out of the URL), or undefined to go on. Absent = go on.
+   */
+  public?(entry: RouteEntry, target: RouteTarget): Deny | undefined;
 }
 
 export interface Allow {
@@ -145,22 +153,40 @@ export function answerFor(t: RouteTarget, d: Deny): Deny {
   return { ...d, status, message: d.code === 'sandbox_paused' ? E2B_PAUSED_MESSAGE : d.message };
 }
 
-/** Decides for an already-parsed target. */
-export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access, e2bAnswers = true): Decision {
-  const d = decideFor(table, t, access);
+/**
+ * Decides for an already-parsed target. `req`, when given, is the request itself: a CORS preflight the
+ * access check or the lookup refuses gets the gateway's preflight answer instead (domain/cors.ts).
+ */
+export function decideTarget(table: RouteTable, t: RouteTarget, access?: Access, e2bAnswers = true, req?: RouteRequest): Decision {
+  const d = decideFor(table, t, access, req);
   return d.allow || !e2bAnswers ? d : answerFor(t, d);
 }
 
-function decideFor(table: RouteTable, t: RouteTarget, access?: Access): Decision {
-  if (access !== undefined) {
-    const refused = access.before(t);
-    if (refused !== undefined) return refused;
-  }
+/** True when `port` of `entry` needs no credential. */
+export function isPublicPort(entry: RouteEntry, port: number): boolean {
+  return entry.publicPorts !== undefined && entry.publicPorts.has(port);
+}
+
+/** A refusal by the access check or the lookup, as `req` gets it: a preflight gets the gateway's answer. */
+function refusal(d: Deny, req: RouteRequest | undefined): Deny {
+  return req !== undefined && isPreflight(req) ? preflightAnswer(req) : d;
+}
+
+function decideFor(table: RouteTable, t: RouteTarget, access?: Access, req?: RouteRequest): Decision {
+  // The lookup comes first even when the access check refuses up front: a public port needs no credential.
+  // Such a refusal does not depend on the target, so the answer still reveals nothing but a public port.
+  const early = access?.before(t);
   const entry = lookup(table, t);
-  if (entry === undefined) return NOT_FOUND;
-  if (access !== undefined) {
-    const refused = access.after(entry, t);
-    if (refused !== undefined) return refused;
+  if (entry !== undefined && isPublicPort(entry, t.port)) {
+    const answer = access?.public?.(entry, t);
+    if (answer !== undefined) return answer;
+  } else {
+    if (early !== undefined) return refusal(early, req);
+    if (entry === undefined) return refusal(NOT_FOUND, req);
+    if (access !== undefined) {
+      const refused = access.after(entry, t);
+      if (refused !== undefined) return refusal(refused, req);
+    }
   }
   if (entry.ports !== undefined && !entry.ports.has(t.port)) {
     return deny('port_not_allowed', `Port ${t.port} is not exposed by this sandbox`, entry);
@@ -190,5 +216,5 @@ export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest,
   if (!table.synced) return typeof t === 'object' && e2bAnswers ? answerFor(t, GATEWAY_NOT_READY) : GATEWAY_NOT_READY;
   if (t === undefined) return NO_ROUTE;
   if (typeof t === 'string') return deny('invalid_route', t);
-  return decideTarget(table, t, access, e2bAnswers);
+  return decideTarget(table, t, access, e2bAnswers, req);
 }

@@ -15,6 +15,7 @@ export const ERROR_CODES = {
   link_invalid: { status: 403, message: 'The link is not valid for this request' },
   link_expired: { status: 401, message: 'The link has expired' },
   link_revoked: { status: 401, message: 'The link was revoked' },
+  cors_preflight: { status: 204, message: 'A CORS preflight to a private port, answered by the gateway' },
   port_not_allowed: { status: 403, message: 'The sandbox does not expose this port' },
   sandbox_not_found: { status: 404, message: 'No such sandbox' },
   sandbox_paused: { status: 409, message: 'The sandbox is paused' },

@@ -17,7 +17,11 @@ export const LINK_COOKIE = 'sandgate_session';
 /** The `aud` claim every link token carries: a JWT signed for anything else is not a link. */
 export const LINK_AUDIENCE = 'sandgate-link';
 
-/** A link's verified claims (the JWT claim names in brackets). */
+/**
+ * A link's verified claims (the JWT claim names in brackets). It names a sandbox port as RouteTarget and
+ * the relay's target do, but it is a token's documented claim set (docs/links.md), so it is declared
+ * whole here rather than built from either.
+ */
 export interface LinkClaims {
   /** `ns` */
   readonly namespace: string;
@@ -125,7 +129,8 @@ export function underPrefix(path: string, prefix: string): boolean {
  * another named sandbox (answered the same whether that sandbox exists or not). After it: a sandbox
  * named by id that is not the link's is answered as a missing one; then incarnation, revocation, expiry,
  * port, upgrade, method and path. A valid token in the query is answered by the redirect that sets the
- * cookie; a valid cookie lets the decision go on (ports, phase) as any credential would.
+ * cookie; a valid cookie lets the decision go on (ports, phase) as any credential would. On a public port
+ * no check applies: a token in the query only gets the redirect without it (and no cookie).
  */
 export function linkAccess(link: PresentedLink, req: LinkRequest, nowMs: number, revoked: (id: string) => boolean, cookiePath: (t: RouteTarget) => string): Access {
   const r = link.result;
@@ -150,8 +155,15 @@ export function linkAccess(link: PresentedLink, req: LinkRequest, nowMs: number,
       if (link.via === 'cookie') return undefined;
       return linkRedirect(req, c, nowMs, cookiePath(t), entry);
     },
+    public(entry: RouteEntry): Deny | undefined {
+      // A public port needs no link, but the token still leaves the URL (and never reaches the sandbox).
+      if (link.via === 'cookie') return undefined;
+      return { ...deny('link_accepted', PUBLIC_PORT_LINK, entry), headers: [['location', withoutTokenParam(req.path)], ...LINK_HEADERS] };
+    },
   };
 }
+
+const PUBLIC_PORT_LINK = 'The port is public: continue at the same address without the link token';
 
 /** The `303` a valid query token gets: back to the same URL without it, with the session cookie. */
 function linkRedirect(req: LinkRequest, c: LinkClaims, nowMs: number, cookiePath: string, entry: RouteEntry): Deny {

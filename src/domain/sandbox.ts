@@ -55,6 +55,12 @@ export interface BackendSnapshot {
    * carried over HTTP/2 end to end, trailers included. Every other port speaks HTTP/1.1. Undefined = none.
    */
   readonly h2cPorts?: readonly number[] | undefined;
+  /**
+   * Ports anyone may open: a request to one needs no API key, traffic token or link (docs/links.md).
+   * Routing, the port allow-list, readiness and the gateway's bounds still apply, and a credential a client
+   * sends is still stripped. When `ports` is set, each public port is one of them. Undefined = none.
+   */
+  readonly publicPorts?: readonly number[] | undefined;
   /** Epoch milliseconds after which the sandbox is expired (agent-sandbox spec.shutdownTime). */
   readonly shutdownTime?: number | undefined;
   /**

@@ -53,6 +53,8 @@ export function startingHtml(d: Deny): string {
 }
 
 export function renderDenial(d: Deny, accept: string | undefined, fetchMode?: string): RenderedDenial {
+  // A 204 (the gateway's CORS preflight answer) has no content (RFC 9110 §15.3.5): no body, no type.
+  if (d.status === 204) return { status: 204, headers: d.headers === undefined ? [[ERROR_HEADER, d.code]] : [[ERROR_HEADER, d.code], ...d.headers], body: '' };
   // `starting` is set only for a browser navigation (edge/decider.ts), whatever its Accept.
   const html = d.starting === true || wantsHtml(accept, fetchMode);
   const headers: [string, string][] = [
@@ -80,7 +82,7 @@ export function respondDenial(res: DenialResponse, d: Deny, accept: string | und
   if (res.headersSent || res.destroyed) return -1;
   const r = renderDenial(d, accept, fetchMode);
   const length = Buffer.byteLength(r.body);
-  res.writeHead(r.status, [...r.headers.flat(), 'content-length', String(length)]);
+  res.writeHead(r.status, r.status === 204 ? r.headers.flat() : [...r.headers.flat(), 'content-length', String(length)]);
   res.end(r.body);
   return length;
 }

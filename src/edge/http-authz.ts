@@ -102,7 +102,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
     const r = renderDenial(d, req.headers.accept, req.headers['sec-fetch-mode']);
     const head: string[] = [];
     for (const [k, v] of r.headers) head.push(k, v);
-    head.push('content-length', String(Buffer.byteLength(r.body)));
+    if (r.status !== 204) head.push('content-length', String(Buffer.byteLength(r.body)));
     return { status: r.status, head, body: r.body };
   };
   const answerResponse = (d: Decision, req: RouteRequest, res: ServerResponse): void => {

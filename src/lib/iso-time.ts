@@ -1,9 +1,9 @@
 /**
  * Epoch milliseconds → the string `Date.prototype.toISOString()` gives (`YYYY-MM-DDTHH:mm:ss.sssZ`), for
  * the driver codec's condition times. toISOString costs over a microsecond a call in V8 (it goes through
- * the date cache), which was the largest single cost of decoding a driver update at 10k updates/s; this
- * is integer arithmetic (days → civil date, H. Hinnant's algorithm) and one flat string. Years outside
- * 0000–9999, which toISOString writes in its expanded ±YYYYYY form, and non-integers go to toISOString.
+ * the date cache), more than the rest of decoding a driver update; this is integer arithmetic (days →
+ * civil date, H. Hinnant's algorithm) and one flat string. Years outside 0000–9999, which toISOString
+ * writes in its expanded ±YYYYYY form, and non-integers go to toISOString.
  */
 
 /** 0000-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z. */

@@ -38,21 +38,15 @@ export class ActivityLog {
 
   /** Records activity now (the hot path). `key` is the view entry's `<namespace>/<name>`. */
   touch(key: string, port: number, now: number): void {
-    let a = this.byKey.get(key);
-    if (a === undefined) {
-      a = { last: now, ports: new Map(), local: false };
-      this.byKey.set(key, a);
-    } else if (now > a.last) a.last = now;
-    const p = a.ports.get(port);
-    if (p === undefined || now > p) a.ports.set(port, now);
+    const a = this.merge(key, port, now);
     if (!a.local) {
       a.local = true;
       this.fresh.add(key);
     }
   }
 
-  /** Takes a peer's report: later times win, nothing goes back out. */
-  merge(key: string, port: number, at: number): void {
+  /** Takes a peer's report (and this gateway's own, from touch()): later times win, nothing goes back out. */
+  merge(key: string, port: number, at: number): SandboxActivity {
     let a = this.byKey.get(key);
     if (a === undefined) {
       a = { last: at, ports: new Map(), local: false };
@@ -60,6 +54,7 @@ export class ActivityLog {
     } else if (at > a.last) a.last = at;
     const p = a.ports.get(port);
     if (p === undefined || at > p) a.ports.set(port, at);
+    return a;
   }
 
   get(key: string): SandboxActivity | undefined {

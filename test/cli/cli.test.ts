@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { rawRequest } from '../helpers/upstream.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { startTestGateway } from '../helpers/gateway.js';
-import { clusterFiles } from '../helpers/gateway-process.js';
+import { clusterFiles, onLogLines } from '../helpers/gateway-process.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { freePort } from '../helpers/redis-server.js';
@@ -22,19 +22,13 @@ function serve(args: string[], until: (line: Record<string, unknown>) => boolean
   const lines: Record<string, unknown>[] = [];
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
   const ready = new Promise<void>((resolve, reject) => {
-    let buf = '';
-    proc.stdout.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let i: number;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = JSON.parse(buf.slice(0, i)) as Record<string, unknown>;
-        buf = buf.slice(i + 1);
-        lines.push(line);
-        if (until(line)) resolve();
-      }
+    onLogLines(proc.stdout, (line) => {
+      lines.push(line);
+      if (until(line)) resolve();
     });
     void exited.then((code) => reject(new Error(`exited with ${code}`)));
-    setTimeout(() => reject(new Error('did not start')), 15_000).unref();
+    // Generous: two workers start one after the other, slowly on a loaded machine.
+    setTimeout(() => reject(new Error('did not start')), 60_000).unref();
   });
   return { proc, lines, ready, exited };
 }
@@ -73,7 +67,7 @@ describe('sandgate serve', () => {
     }
   });
 
-  it('--workers 2 --gateway-id g: two gateway processes g-w1 and g-w2 share the listeners; SIGTERM stops all', async () => {
+  it('--workers 2 --gateway-id g: two gateway processes g-w1 and g-w2 share the listeners; SIGTERM stops all', { timeout: 90_000 }, async () => {
     const admin = await freePort();
     const files = clusterFiles('sandboxes:\n  - {namespace: a, name: web, address: 127.0.0.2, supervisor: none}\n');
     let started = 0;
@@ -91,7 +85,7 @@ describe('sandgate serve', () => {
     expect(g.lines.filter((l) => l.msg === 'sandgate stopped')).toHaveLength(2);
   });
 
-  it('rejects what cannot work with a clear error and exit code 2', async () => {
+  it('rejects what cannot work with a clear error and exit code 2', { timeout: 90_000 }, async () => {
     const files = clusterFiles('sandboxes: []\n');
     await expect(run(process.execPath, [CLI, 'serve', '--workers', '2'])).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('needs a driver') });
     await expect(run(process.execPath, [CLI, 'serve', '--workers', '2', '--sandboxes', files.sandboxes, '--supervisor-secret-file', files.secret])).rejects.toMatchObject({
@@ -138,16 +132,9 @@ describe('sandgate supervisor --token-file', () => {
     try {
       const lines: Record<string, unknown>[] = [];
       const waiters = new Map<string, (line: Record<string, unknown>) => void>();
-      let buf = '';
-      proc.stdout.on('data', (d: Buffer) => {
-        buf += d.toString();
-        let i: number;
-        while ((i = buf.indexOf('\n')) >= 0) {
-          const line = JSON.parse(buf.slice(0, i)) as Record<string, unknown>;
-          buf = buf.slice(i + 1);
-          lines.push(line);
-          waiters.get(String(line.msg))?.(line);
-        }
+      onLogLines(proc.stdout, (line) => {
+        lines.push(line);
+        waiters.get(String(line.msg))?.(line);
       });
       const seen = (msg: string) =>
         new Promise<Record<string, unknown>>((resolve, reject) => {

@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
-import { clusterFiles, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
+import { clusterFiles, redisPresenceArgs, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
 import { eventually } from '../helpers/eventually.js';
 import { freePort } from '../helpers/redis-server.js';
 import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
@@ -37,14 +37,7 @@ const clients = new Map<string, SupervisorClient>();
 
 async function startGateway(id: string): Promise<void> {
   const g = await startGatewayProcess(id, [
-    '--sandboxes', files.sandboxes,
-    '--supervisor-secret-file', files.secret,
-    '--presence', 'redis://127.0.0.1',
-    '--presence-redis-options', JSON.stringify(redis.options),
-    '--lease-ttl-ms', String(TTL),
-    '--presence-rescan-ms', '500',
-    '--heartbeat-interval-ms', '200',
-    '--readiness-wait-ms', '0',
+    ...redisPresenceArgs(files, redis.options, TTL),
     '--supervisor-port', String(ports.get(id)),
   ]);
   live.set(id, g);

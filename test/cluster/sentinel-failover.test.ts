@@ -2,7 +2,7 @@ import { request } from 'node:http';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
-import { clusterFiles, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
+import { clusterFiles, redisPresenceArgs, startGatewayProcess, TEST_SECRET, type GatewayProcess } from '../helpers/gateway-process.js';
 import { eventually } from '../helpers/eventually.js';
 import { type RedisServer } from '../helpers/redis-server.js';
 import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
@@ -44,14 +44,7 @@ afterEach(async () => {
 
 async function gateway(id: string): Promise<GatewayProcess> {
   const g = await startGatewayProcess(id, [
-    '--sandboxes', files.sandboxes,
-    '--supervisor-secret-file', files.secret,
-    '--presence', 'redis://127.0.0.1',
-    '--presence-redis-options', JSON.stringify(group.options),
-    '--lease-ttl-ms', String(TTL),
-    '--presence-rescan-ms', '500',
-    '--heartbeat-interval-ms', '200',
-    '--readiness-wait-ms', '0',
+    ...redisPresenceArgs(files, group.options, TTL),
   ]);
   gateways.push(g);
   return g;

@@ -56,12 +56,9 @@ describe('E2B addressing at the Envoy doors', () => {
       ],
       { baseDomain: DOMAIN, readinessWaitMs: 0 },
     );
-    authz = authzClient(t.grpcTarget);
-    proc = extProcClient(t.grpcTarget);
+    ({ authz, proc } = t.envoyClients());
   });
   afterAll(async () => {
-    authz.close();
-    proc.close();
     await t.close();
   });
 

@@ -174,12 +174,9 @@ describe('finding 1: the relay secret never leaves the gateway; a relay credenti
     t = await startTestGateway([new TestDriver([box('team-a', 'relaya'), box('team-b', 'relayb')])], { apiKeys: k.keysFile, keyPepperFile: k.pepperFile, relaySecret: RELAY_SECRET, readinessWaitMs: 5000 }, { supervisorKeys: KEYS });
     sups = [await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya'), await supervisor(t.gw.supervisorPort!, 'team-b', 'relayb')];
     await eventually(() => t.gw.view.get('team-b', 'relayb')?.status.phase === 'Ready' && t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 5000, 'both relay sandboxes Ready');
-    authz = authzClient(t.grpcTarget);
-    proc = extProcClient(t.grpcTarget);
+    ({ authz, proc } = t.envoyClients());
   });
   afterAll(async () => {
-    authz.close();
-    proc.close();
     for (const s of sups) s.stop();
     await t.close();
     await up.close();
@@ -352,12 +349,9 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
     );
     sup = await supervisor(t.gw.supervisorPort!, 'team-a', 'relaya');
     await eventually(() => t.gw.view.get('team-a', 'relaya')?.status.phase === 'Ready', 5000, 'the relay sandbox Ready');
-    authz = authzClient(t.grpcTarget);
-    proc = extProcClient(t.grpcTarget);
+    ({ authz, proc } = t.envoyClients());
   });
   afterAll(async () => {
-    authz.close();
-    proc.close();
     sup.stop();
     await t.close();
     await up.close();

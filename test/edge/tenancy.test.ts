@@ -60,12 +60,9 @@ describe('tenancy and traffic auth', () => {
       ],
       { apiKeys: keysFile, keyPepperFile: join(dir, 'pepper'), readinessWaitMs: 0 },
     );
-    authz = authzClient(t.grpcTarget);
-    proc = extProcClient(t.grpcTarget);
+    ({ authz, proc } = t.envoyClients());
   });
   afterAll(async () => {
-    authz.close();
-    proc.close();
     await t.close();
     await upstream.close();
   });

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
 /**
@@ -10,6 +11,26 @@ import { fileURLToPath } from 'node:url';
  */
 
 const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
+
+/** Calls `each` with every JSON log line a process writes to `stream`; a line that is not JSON is passed over. */
+export function onLogLines(stream: Readable, each: (line: Record<string, unknown>) => void): void {
+  let buf = '';
+  stream.on('data', (d: Buffer) => {
+    buf += d.toString();
+    let i: number;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const text = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      let line: Record<string, unknown>;
+      try {
+        line = JSON.parse(text) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
+      each(line);
+    }
+  });
+}
 
 export const TEST_SECRET = 'multi-gateway-test-secret-0123456789abcdef';
 
@@ -40,6 +61,24 @@ export function clusterFiles(sandboxesYaml: string): { sandboxes: string; secret
   return { sandboxes, secret };
 }
 
+/**
+ * Flags of a gateway sharing presence over a Redis that ioredis reaches with `redisOptions` (Sentinel,
+ * Cluster), with a short lease, fast rescans and heartbeats, and no readiness wait: what the failover
+ * tests run every replica with.
+ */
+export function redisPresenceArgs(files: { sandboxes: string; secret: string }, redisOptions: object, leaseTtlMs: number): string[] {
+  return [
+    '--sandboxes', files.sandboxes,
+    '--supervisor-secret-file', files.secret,
+    '--presence', 'redis://127.0.0.1',
+    '--presence-redis-options', JSON.stringify(redisOptions),
+    '--lease-ttl-ms', String(leaseTtlMs),
+    '--presence-rescan-ms', '500',
+    '--heartbeat-interval-ms', '200',
+    '--readiness-wait-ms', '0',
+  ];
+}
+
 export async function startGatewayProcess(id: string, args: readonly string[]): Promise<GatewayProcess> {
   const proc = spawn(
     process.execPath,
@@ -52,21 +91,9 @@ export async function startGatewayProcess(id: string, args: readonly string[]): 
   const exit = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   let startTimer: NodeJS.Timeout | undefined;
   const started = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    let buf = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let i: number;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        try {
-          const entry = JSON.parse(line) as Record<string, unknown>;
-          logs.push(entry);
-          if (entry.msg === 'sandgate started') resolve(entry);
-        } catch {
-          // not a log line
-        }
-      }
+    onLogLines(proc.stdout!, (entry) => {
+      logs.push(entry);
+      if (entry.msg === 'sandgate started') resolve(entry);
     });
     void exit.then((code) => reject(new Error(`gateway ${id} exited with ${code} before starting: ${stderr}`)));
     // A gateway that never says it started must not outlive the test.

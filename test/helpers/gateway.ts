@@ -10,8 +10,12 @@ export interface TestGateway {
   readonly logs: MemoryLogSink;
   readonly admin: string;
   readonly grpcTarget: string;
+  /** An ext_authz and an ext_proc client of this gateway's gRPC port, closed by close(). */
+  envoyClients(): { authz: EnvoyClient; proc: EnvoyClient };
   close(): Promise<void>;
 }
+
+type EnvoyClient = Client & Record<string, (...a: unknown[]) => unknown>;
 
 /** Starts a real gateway on loopback, port 0, logging to memory. */
 export async function startTestGateway(drivers: Driver[], overrides: Record<string, unknown> = {}, extra: Partial<GatewayOptions> = {}): Promise<TestGateway> {
@@ -20,15 +24,31 @@ export async function startTestGateway(drivers: Driver[], overrides: Record<stri
     overrides: { listenHost: '127.0.0.1', grpcPort: 0, adminPort: 0, supervisorPort: 0, proxyPort: 0, relayPort: 0, logLevel: 'debug', shutdownTimeoutMs: 1000, gatewayId: 'gw-test', ...overrides },
   });
   const gw = await startGateway({ config, drivers, logDestination: logs, ...extra });
-  return { gw, logs, admin: `http://127.0.0.1:${gw.adminPort}`, grpcTarget: `127.0.0.1:${gw.grpcPort}`, close: () => gw.close() };
+  const grpcTarget = `127.0.0.1:${gw.grpcPort}`;
+  const clients: Client[] = [];
+  return {
+    gw,
+    logs,
+    admin: `http://127.0.0.1:${gw.adminPort}`,
+    grpcTarget,
+    envoyClients() {
+      const pair = { authz: authzClient(grpcTarget), proc: extProcClient(grpcTarget) };
+      clients.push(pair.authz, pair.proc);
+      return pair;
+    },
+    close: () => {
+      for (const c of clients) c.close();
+      return gw.close();
+    },
+  };
 }
 
-export function authzClient(target: string, creds: ChannelCredentials = credentials.createInsecure(), options: Record<string, unknown> = {}): Client & Record<string, (...a: unknown[]) => unknown> {
+export function authzClient(target: string, creds: ChannelCredentials = credentials.createInsecure(), options: Record<string, unknown> = {}): EnvoyClient {
   const Ctor = authorizationService();
   return new Ctor(target, creds, options) as never;
 }
 
-export function extProcClient(target: string): Client & Record<string, (...a: unknown[]) => unknown> {
+export function extProcClient(target: string): EnvoyClient {
   const Ctor = externalProcessorService();
   return new Ctor(target, credentials.createInsecure()) as never;
 }

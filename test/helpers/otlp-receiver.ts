@@ -5,11 +5,11 @@ import { loadSync } from '@grpc/proto-loader';
 
 /**
  * A real OTLP/HTTP trace receiver: `POST /v1/traces` with an `ExportTraceServiceRequest` in protobuf,
- * decoded with the OpenTelemetry proto definitions (test/fixtures/otlp), answered with an empty
+ * decoded with the OpenTelemetry proto definitions (test/vendor/otlp), answered with an empty
  * `ExportTraceServiceResponse` as a collector does.
  */
 
-const PROTOS = fileURLToPath(new URL('../fixtures/otlp', import.meta.url));
+const PROTOS = fileURLToPath(new URL('../vendor/otlp', import.meta.url));
 const definition = loadSync('opentelemetry/proto/collector/trace/v1/trace_service.proto', { includeDirs: [PROTOS], keepCase: true, longs: String, enums: Number, defaults: false, oneofs: true });
 const service = definition['opentelemetry.proto.collector.trace.v1.TraceService'] as unknown as { Export: { requestDeserialize(b: Buffer): ExportRequest } };
 

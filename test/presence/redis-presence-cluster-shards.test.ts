@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SandgateError } from '../../src/domain/errors.js';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
-import { createRedisPresence, type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
+import { type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
+import { PresenceStores } from '../helpers/presence-stores.js';
 import { presenceKeys, shardOf, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
 import { startRedisCluster, type RedisClusterGroup } from '../helpers/redis-cluster.js';
 import { eventually } from '../helpers/eventually.js';
@@ -20,7 +21,7 @@ const TTL = 1000;
 const SHARDS = 4;
 
 let cluster: RedisClusterGroup;
-const stores: RedisPresence[] = [];
+const stores = new PresenceStores(() => ({ url: 'redis://127.0.0.1', redisOptions: { cluster: cluster.seeds }, leaseTtlMs: TTL, rescanMs: 60_000, log: createLogger('debug', sink) }));
 const sink = new MemoryLogSink();
 
 beforeAll(async () => {
@@ -28,24 +29,11 @@ beforeAll(async () => {
   cluster = await startRedisCluster({ masters: 3, replicasPerMaster: 1, requireFullCoverage: false });
 }, 30_000);
 afterAll(async () => {
-  await Promise.all(stores.splice(0).map((s) => s.close({ release: false })));
+  await stores.closeAll();
   await cluster.stop();
 });
 
-function make(gatewayId: string, prefix: string, shards = SHARDS): RedisPresence {
-  const s = createRedisPresence({
-    url: 'redis://127.0.0.1',
-    redisOptions: { cluster: cluster.seeds },
-    gatewayId,
-    leaseTtlMs: TTL,
-    rescanMs: 60_000,
-    keyPrefix: prefix,
-    shards,
-    log: createLogger('debug', sink),
-  });
-  stores.push(s);
-  return s;
-}
+const make = (gatewayId: string, prefix: string, shards = SHARDS): RedisPresence => stores.make(gatewayId, { keyPrefix: prefix, shards });
 
 async function started(gatewayId: string, prefix: string): Promise<RedisPresence> {
   const s = make(gatewayId, prefix);

@@ -4,7 +4,8 @@ import { RedisApiKeyStore } from '../../src/auth/api-key-redis-store.js';
 import { redisTarget } from '../../src/lib/redis-connection.js';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
-import { createRedisPresence, type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
+import { type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
+import { PresenceStores } from '../helpers/presence-stores.js';
 import { presenceKeys, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
 import { startRedisCluster, type RedisClusterGroup } from '../helpers/redis-cluster.js';
 import { eventually } from '../helpers/eventually.js';
@@ -21,28 +22,18 @@ const TTL = 1000;
 const PREFIX = 'cl';
 
 let cluster: RedisClusterGroup;
-const stores: RedisPresence[] = [];
+const stores = new PresenceStores(() => ({ url: 'redis://127.0.0.1', redisOptions: { cluster: cluster.seeds }, leaseTtlMs: TTL, rescanMs: 60_000, keyPrefix: PREFIX, log: createLogger('silent', new MemoryLogSink()) }));
 
 beforeAll(async () => {
   cluster = await startRedisCluster({ masters: 3, replicasPerMaster: 1 });
 }, 30_000);
 afterAll(async () => {
-  await Promise.all(stores.splice(0).map((s) => s.close({ release: false })));
+  await stores.closeAll();
   await cluster.stop();
 });
 
 async function started(gatewayId: string): Promise<RedisPresence> {
-  const s = createRedisPresence({
-    url: 'redis://127.0.0.1',
-    redisOptions: { cluster: cluster.seeds },
-    gatewayId,
-    leaseTtlMs: TTL,
-    rescanMs: 60_000,
-    keyPrefix: PREFIX,
-    log: createLogger('silent', new MemoryLogSink()),
-  });
-  stores.push(s);
-  await s.start();
+  const s = await stores.started(gatewayId);
   // ioredis's Cluster client may retry its first ready check once under load; the store heals itself.
   await eventually(() => s.degraded().length === 0, 8000, `${gatewayId} healthy`);
   return s;

@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
-import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
+import { type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
+import { PresenceStores } from '../helpers/presence-stores.js';
 import { presenceKeys, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
 import { eventually } from '../helpers/eventually.js';
 import { freePort, startRedisServer, startTcpRelay, type RedisServer, type TcpRelay } from '../helpers/redis-server.js';
@@ -14,7 +15,7 @@ const TTL = 450;
 let server: RedisServer;
 let prefix = '';
 let n = 0;
-const stores: RedisPresence[] = [];
+const stores = new PresenceStores(() => ({ url: server.url, leaseTtlMs: TTL, rescanMs: 1000, keyPrefix: prefix, log: createLogger('silent', new MemoryLogSink()) }));
 const relays: TcpRelay[] = [];
 const extraServers: RedisServer[] = [];
 
@@ -29,22 +30,12 @@ beforeEach(() => {
 });
 afterEach(async () => {
   server.resume();
-  await Promise.all(stores.splice(0).map((s) => s.close({ release: false })));
+  await stores.closeAll();
   await Promise.all(relays.splice(0).map((r) => r.close()));
   await Promise.all(extraServers.splice(0).map((s) => s.stop()));
 });
 
-function make(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): RedisPresence {
-  const s = createRedisPresence({ url: server.url, gatewayId, leaseTtlMs: TTL, rescanMs: 1000, keyPrefix: prefix, log: createLogger('silent', new MemoryLogSink()), ...o });
-  stores.push(s);
-  return s;
-}
-
-async function started(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): Promise<RedisPresence> {
-  const s = make(gatewayId, o);
-  await s.start();
-  return s;
-}
+const started = (gatewayId: string, o: Partial<RedisPresenceOptions> = {}): Promise<RedisPresence> => stores.started(gatewayId, o);
 
 async function relay(): Promise<TcpRelay> {
   const r = await startTcpRelay(server.port);

@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
-import { createRedisPresence, type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
+import { type RedisPresence } from '../../src/sessions/presence/redis-presence.js';
+import { PresenceStores } from '../helpers/presence-stores.js';
 import { presenceKeys, TERM_SPAN } from '../../src/sessions/presence/redis-scripts.js';
 import { eventually } from '../helpers/eventually.js';
 import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
@@ -25,29 +26,19 @@ const PREFIX = 'ha';
 const REASSERT_BOUND_MS = 2000 + TTL / 3 + 1000;
 
 let group: SentinelGroup;
-const stores: RedisPresence[] = [];
+const stores = new PresenceStores(() => ({ url: 'redis://127.0.0.1', redisOptions: group.options, leaseTtlMs: TTL, rescanMs: 60_000, keyPrefix: PREFIX, log: createLogger('silent', new MemoryLogSink()) }));
 
 beforeEach(async () => {
   group = await startSentinelGroup();
 }, 30_000);
 
 afterEach(async () => {
-  await Promise.all(stores.splice(0).map((s) => s.close({ release: false })));
+  await stores.closeAll();
   await group.stop();
 });
 
 async function started(gatewayId: string, leaseTtlMs = TTL): Promise<RedisPresence> {
-  const s = createRedisPresence({
-    url: 'redis://127.0.0.1',
-    redisOptions: group.options,
-    gatewayId,
-    leaseTtlMs,
-    rescanMs: 60_000,
-    keyPrefix: PREFIX,
-    log: createLogger('silent', new MemoryLogSink()),
-  });
-  stores.push(s);
-  await s.start();
+  const s = await stores.started(gatewayId, { leaseTtlMs });
   await eventually(() => s.degraded().length === 0, 5000, `${gatewayId} healthy`);
   return s;
 }

@@ -3,7 +3,8 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } 
 import { Redis } from 'ioredis';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
-import { createRedisPresence, type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
+import { type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
+import { PresenceStores } from '../helpers/presence-stores.js';
 import { SandgateError } from '../../src/domain/errors.js';
 import { presenceKeys, SCRIPTS, shardOf } from '../../src/sessions/presence/redis-scripts.js';
 import { eventually } from '../helpers/eventually.js';
@@ -21,7 +22,7 @@ let prefix = '';
 let shards = 1;
 let n = 0;
 let sink: MemoryLogSink;
-const stores: RedisPresence[] = [];
+const stores = new PresenceStores(() => ({ url: server.url, leaseTtlMs: TTL, rescanMs: 60_000, keyPrefix: prefix, shards, log: createLogger('debug', sink) }));
 
 beforeAll(async () => {
   server = await startRedisServer();
@@ -35,20 +36,11 @@ beforeEach(() => {
   sink = new MemoryLogSink();
 });
 afterEach(async () => {
-  await Promise.all(stores.splice(0).map((s) => s.close({ release: false })));
+  await stores.closeAll();
 });
 
-function make(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): RedisPresence {
-  const s = createRedisPresence({ url: server.url, gatewayId, leaseTtlMs: TTL, rescanMs: 60_000, keyPrefix: prefix, shards, log: createLogger('debug', sink), ...o });
-  stores.push(s);
-  return s;
-}
-
-async function started(gatewayId: string, o: Partial<RedisPresenceOptions> = {}): Promise<RedisPresence> {
-  const s = make(gatewayId, o);
-  await s.start();
-  return s;
-}
+const make = (gatewayId: string, o: Partial<RedisPresenceOptions> = {}): RedisPresence => stores.make(gatewayId, o);
+const started = (gatewayId: string, o: Partial<RedisPresenceOptions> = {}): Promise<RedisPresence> => stores.started(gatewayId, o);
 
 const claim = (s: RedisPresence, sessionId: string, name = 'sb'): Promise<PresenceRecord> => s.claim('ns', name, { sessionId, instanceId: `inst-${sessionId}`, since: 1_700_000_000_123 });
 

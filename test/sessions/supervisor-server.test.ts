@@ -8,6 +8,7 @@ import { SupervisorServer, type SupervisorServerOptions } from '../../src/sessio
 import { mintSupervisorToken, parseSupervisorKeys, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { eventually } from '../helpers/eventually.js';
 import { RawClient } from '../helpers/raw-http-client.js';
+import { wsMessages } from '../helpers/ws-messages.js';
 
 const SECRET_A = 'a'.repeat(40);
 const SECRET_B = 'b'.repeat(40);
@@ -60,26 +61,13 @@ interface Conn {
 function connect(url: string, token: string | undefined, protocol: string | undefined = SUBPROTOCOL): Promise<Conn> {
   const headers: Record<string, string> = token === undefined ? {} : { authorization: `Bearer ${token}` };
   const ws = new WebSocket(url, protocol === undefined ? [] : [protocol], { headers });
-  const messages: any[] = [];
-  const waiters: ((m: any) => void)[] = [];
-  ws.on('message', (d) => {
-    const m = JSON.parse(d.toString());
-    const w = waiters.shift();
-    if (w) w(m);
-    else messages.push(m);
-  });
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  const received = wsMessages(ws);
   open.push(async () => {
     ws.terminate();
   });
   return new Promise((resolve, reject) => {
     ws.once('open', () =>
-      resolve({
-        ws,
-        messages,
-        closed,
-        next: () => (messages.length > 0 ? Promise.resolve(messages.shift()) : new Promise((r) => waiters.push(r))),
-      }),
+      resolve({ ws, ...received }),
     );
     ws.once('unexpected-response', (_req, res) => {
       let body = '';

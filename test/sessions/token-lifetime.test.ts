@@ -14,6 +14,7 @@ import { mintSupervisorToken, parseSupervisorKeys, type SupervisorKeys } from '.
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway } from '../helpers/gateway.js';
+import { wsMessages } from '../helpers/ws-messages.js';
 
 /**
  * Issue 10, finding 4: a supervisor session never outlives its token. It ends at the last heartbeat round
@@ -59,18 +60,10 @@ interface Conn {
 
 function connect(url: string, token: string): Promise<Conn> {
   const ws = new WebSocket(url, [SUBPROTOCOL], { headers: { authorization: `Bearer ${token}` } });
-  const queue: any[] = [];
-  const waiters: ((m: any) => void)[] = [];
-  ws.on('message', (d) => {
-    const m = JSON.parse(d.toString());
-    const w = waiters.shift();
-    if (w) w(m);
-    else queue.push(m);
-  });
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  const received = wsMessages(ws);
   cleanup.push(() => ws.terminate());
   return new Promise((resolve, reject) => {
-    ws.once('open', () => resolve({ ws, closed, next: () => (queue.length > 0 ? Promise.resolve(queue.shift()) : new Promise((r) => waiters.push(r))) }));
+    ws.once('open', () => resolve({ ws, closed: received.closed, next: received.next }));
     ws.once('error', reject);
   });
 }

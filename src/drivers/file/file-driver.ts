@@ -21,6 +21,7 @@ import type { Driver, DriverSink } from '../driver.js';
  *       address: 127.0.0.2     # where the sandbox listens; absent = relay only (no inbound network)
  *       ports: [8000, {port: 50051, protocol: h2c}]  # optional allow-list; absent = any port
  *                              # protocol: http (HTTP/1.1, the default) | h2c (HTTP/2 prior knowledge, gRPC)
+ *       publicPorts: [8000]    # optional: ports anyone may open, no credential needed (each one of `ports`, if set)
  *       state: ready           # starting | ready | paused | failed | deleting
  *       supervisor: none       # required (default) | none
  *       accessToken: s3cret    # optional traffic token requests must present; `derived` = HMAC(secret, id)
@@ -50,7 +51,7 @@ const READY_BY_STATE: Readonly<Record<BackendState, Omit<Condition, 'type'>>> = 
   deleting: { status: 'False', reason: 'Deleting', message: 'The sandbox is being deleted' },
 };
 
-const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume', 'idleTimeout', 'wakeTimeout']);
+const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'publicPorts', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume', 'idleTimeout', 'wakeTimeout']);
 
 /** A parsed entry, before it gets a uid and a resourceVersion. */
 export type FileSandbox = Omit<BackendSnapshot, 'uid' | 'resourceVersion'>;
@@ -122,6 +123,16 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     endpoint = { kind: 'address', addresses: [address] };
   }
   const { ports, h2cPorts } = parsePorts(o.ports, at);
+  let publicPorts: number[] | undefined;
+  if (o.publicPorts !== undefined) {
+    if (!Array.isArray(o.publicPorts) || !o.publicPorts.every((p) => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535)) {
+      throw fail(`${at}.publicPorts must be a list of port numbers 1-65535`);
+    }
+    publicPorts = [...new Set(o.publicPorts as number[])];
+    const outside = ports === undefined ? undefined : publicPorts.find((p) => !ports!.includes(p));
+    if (outside !== undefined) throw fail(`${at}.publicPorts lists port ${outside}, which is not in ports`);
+    if (publicPorts.length === 0) publicPorts = undefined;
+  }
   const stateText = str('state', false) ?? 'ready';
   const state = STATES[stateText];
   if (state === undefined) throw fail(`${at}.state must be one of ${Object.keys(STATES).join(', ')}`);
@@ -164,6 +175,7 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     sessionModel: supervisor,
     ports,
     h2cPorts,
+    publicPorts,
     shutdownTime,
   };
 }
@@ -189,6 +201,7 @@ function withIdentity(s: FileSandbox, uid: string, resourceVersion: string): Bac
     sessionModel: s.sessionModel,
     ports: s.ports,
     h2cPorts: s.h2cPorts,
+    publicPorts: s.publicPorts,
     shutdownTime: s.shutdownTime,
     accessToken: s.accessToken,
     envdAccessToken: s.envdAccessToken,

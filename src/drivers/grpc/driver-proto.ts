@@ -130,6 +130,7 @@ export interface WireSandbox {
   readonly idle_timeout?: WireTimestamp | null;
   readonly wake_timeout?: WireTimestamp | null;
   readonly h2c_ports?: readonly number[];
+  readonly public_ports?: readonly number[];
 }
 
 export interface WireDeleted {

@@ -215,6 +215,13 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     if (ports.length > 0 && !ports.includes(p)) throw bad(`${at}h2c_ports[${i}]`, `port ${p} is not in ports`);
   }
 
+  const publicPorts = list(o, 'public_ports', at, LIMITS.ports);
+  for (let i = 0; i < publicPorts.length; i++) {
+    const p = publicPorts[i];
+    if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) throw bad(`${at}public_ports[${i}]`, 'must be a port number 1-65535');
+    if (ports.length > 0 && !ports.includes(p)) throw bad(`${at}public_ports[${i}]`, `port ${p} is not in ports`);
+  }
+
   const sessionModel = o.session_model ?? 'SESSION_MODEL_REQUIRED';
   if (sessionModel !== 'SESSION_MODEL_REQUIRED' && sessionModel !== 'SESSION_MODEL_NONE') throw bad(at + 'session_model', 'must be REQUIRED or NONE');
 
@@ -237,6 +244,7 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     sessionModel: sessionModel === 'SESSION_MODEL_NONE' ? 'none' : 'required',
     ports: ports.length === 0 ? undefined : (ports as number[]),
     h2cPorts: h2cPorts.length === 0 ? undefined : (h2cPorts as number[]),
+    publicPorts: publicPorts.length === 0 ? undefined : (publicPorts as number[]),
     shutdownTime: o.shutdown_time === undefined || o.shutdown_time === null ? undefined : timestampMs(o.shutdown_time, at + 'shutdown_time'),
     revision,
     createdAt: o.created_at === undefined || o.created_at === null ? undefined : timestampMs(o.created_at, at + 'created_at'),
@@ -290,6 +298,7 @@ export function snapshotToWire(s: BackendSnapshot): WireSandbox {
     session_model: s.sessionModel === 'none' ? 'SESSION_MODEL_NONE' : 'SESSION_MODEL_REQUIRED',
     ports: s.ports === undefined ? [] : [...s.ports],
     h2c_ports: s.h2cPorts === undefined ? [] : [...s.h2cPorts],
+    public_ports: s.publicPorts === undefined ? [] : [...s.publicPorts],
     shutdown_time: s.shutdownTime === undefined ? undefined : msToTimestamp(s.shutdownTime),
     revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },
     created_at: s.createdAt === undefined ? undefined : msToTimestamp(s.createdAt),

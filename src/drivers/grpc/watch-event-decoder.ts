@@ -272,6 +272,7 @@ function emptySandbox(): Mutable<WireSandbox> {
     idle_timeout: undefined,
     wake_timeout: undefined,
     h2c_ports: EMPTY,
+    public_ports: EMPTY,
   };
 }
 
@@ -354,6 +355,16 @@ function sandbox(r: Reader): WireSandbox {
       case 0xa2: {
         const outer = r.enter();
         while (r.pos < r.end) s.h2c_ports = append(s.h2c_ports!, r.uint32());
+        r.leave(outer);
+        break;
+      }
+      case 0xa8:
+        // Field 21 (public_ports), unpacked and packed (0xaa) like ports.
+        s.public_ports = append(s.public_ports!, r.uint32());
+        break;
+      case 0xaa: {
+        const outer = r.enter();
+        while (r.pos < r.end) s.public_ports = append(s.public_ports!, r.uint32());
         r.leave(outer);
         break;
       }

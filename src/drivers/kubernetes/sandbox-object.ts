@@ -22,6 +22,8 @@ export const ANNOTATION_SUPERVISOR = 'sandgate.dev/supervisor';
 export const ANNOTATION_PORTS = 'sandgate.dev/ports';
 /** `50051=h2c,9000=http`: the protocol each listed port speaks (http, the default, or h2c). */
 export const ANNOTATION_PORT_PROTOCOLS = 'sandgate.dev/port-protocols';
+/** `3000,8080`: ports anyone may open, no credential needed. */
+export const ANNOTATION_PUBLIC_PORTS = 'sandgate.dev/public-ports';
 export const ANNOTATION_ID = 'sandgate.dev/id';
 /** OpenKruise's per-sandbox traffic token (E2B `envd` access token). */
 export const ANNOTATION_RUNTIME_TOKEN = 'agents.kruise.io/runtime-access-token';
@@ -167,6 +169,7 @@ export interface Annotated {
   readonly sessionModel: SessionModel;
   readonly ports: readonly number[] | undefined;
   readonly h2cPorts: readonly number[] | undefined;
+  readonly publicPorts: readonly number[] | undefined;
   readonly id: string | undefined;
   readonly accessToken: string | { readonly derived: true } | undefined;
   /** OpenKruise's runtime (envd) token: the in-sandbox daemon's own credential, not the gateway's. */
@@ -205,9 +208,29 @@ function portProtocols(a: Json | undefined, where: string, opts: MapOptions): nu
 }
 
 /**
+ * The ports of a sandgate.dev/public-ports annotation; undefined (and a warning) when any entry is bad or
+ * not among `ports`: a port is made public by a value read whole, never by the valid part of a bad one.
+ */
+function publicPortsAnnotation(a: Json | undefined, ports: readonly number[] | undefined, where: string, opts: MapOptions): number[] | undefined {
+  const v = a?.[ANNOTATION_PUBLIC_PORTS];
+  if (v === undefined) return undefined;
+  const out: number[] = [];
+  for (const part of String(v).split(',')) {
+    const p = parsePort(part.trim());
+    if (p === 0 || (ports !== undefined && !ports.includes(p))) {
+      opts.onWarning?.(`${where}: annotation ${ANNOTATION_PUBLIC_PORTS}=${JSON.stringify(v)} is not a list of allowed ports; ignored (no port is public)`);
+      return undefined;
+    }
+    if (!out.includes(p)) out.push(p);
+  }
+  return out;
+}
+
+/**
  * The sandgate.dev/* annotations. A bad value is reported through `onWarning` and then: supervisor →
  * the default; id → ignored; ports → the valid entries only (fail closed: a list with no valid port
- * allows no port, rather than every port); port-protocols → ignored (every port speaks HTTP/1.1).
+ * allows no port, rather than every port); port-protocols → ignored (every port speaks HTTP/1.1);
+ * public-ports → ignored (no port is public).
  */
 export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   const a = id.annotations;
@@ -253,7 +276,8 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   const idleTimeoutMs = durationAnnotation(a, ANNOTATION_IDLE_TIMEOUT, where, opts);
   const wakeTimeoutMs = durationAnnotation(a, ANNOTATION_WAKE_TIMEOUT, where, opts);
   const h2cPorts = portProtocols(a, where, opts);
-  return { sessionModel, ports, h2cPorts, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
+  const publicPorts = publicPortsAnnotation(a, ports, where, opts);
+  return { sessionModel, ports, h2cPorts, publicPorts, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
 }
 
 /** What a CRD's mapping decides; the identity and the annotations give the rest of the snapshot. */
@@ -283,6 +307,7 @@ export function snapshotOf(id: Identity, ann: Annotated, m: Mapped): BackendSnap
     sessionModel: ann.sessionModel,
     ports: ann.ports,
     h2cPorts: ann.h2cPorts,
+    publicPorts: ann.publicPorts,
     accessToken: ann.accessToken,
     envdAccessToken: ann.envdAccessToken,
     resumeOnTraffic: ann.resumeOnTraffic,

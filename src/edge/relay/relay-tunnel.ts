@@ -82,16 +82,29 @@ function isErrorCode(v: unknown): v is ErrorCode {
 }
 
 /**
- * Opens a tunnel through the relay listener at `upstream` (`host:port`) with the relay `headers`
- * (credential and target); resolves with the connection once the peer answered 200. A refusal rejects
- * with TunnelRefused (its typed code), a network failure with the socket's error.
+ * Opens a tunnel through the relay listener at `upstream` (`host:port`), over the connection `open`
+ * makes (plain or TLS, relay-peer.ts), with the relay `headers` (credential and target); resolves with the
+ * connection once the peer answered 200. A refusal rejects with TunnelRefused (its typed code), a network
+ * failure with the connection's error.
  */
-export function openPeerTunnel(upstream: string, headers: readonly (readonly [string, string])[], timeoutMs: number): Promise<Socket> {
-  return new Promise<Socket>((resolve, reject) => {
-    const req = request({ method: 'CONNECT', host: upstream.slice(0, upstream.lastIndexOf(':')).replace(/^\[|\]$/g, ''), port: Number(upstream.slice(upstream.lastIndexOf(':') + 1)), path: upstream, headers: Object.fromEntries(headers), timeout: timeoutMs });
-    req.once('timeout', () => req.destroy(Object.assign(new Error(`the relay tunnel to ${upstream} did not open in time`), { code: 'ETIMEDOUT' })));
-    req.once('connect', (res: IncomingMessage, socket: Socket, head: Buffer) => {
-      req.setTimeout(0);
+export function openPeerTunnel(open: () => Promise<Duplex>, upstream: string, headers: readonly (readonly [string, string])[], timeoutMs: number): Promise<Duplex> {
+  return new Promise<Duplex>((resolve, reject) => {
+    const req = request({
+      method: 'CONNECT',
+      path: upstream,
+      headers: { host: upstream, ...Object.fromEntries(headers) },
+      createConnection: ((_opts: unknown, created: (err: Error | null, sock?: Socket) => void) => {
+        open().then(
+          (sock) => created(null, sock as Socket),
+          (err: Error) => created(err),
+        );
+        return undefined;
+      }) as never,
+    });
+    const timer = setTimeout(() => req.destroy(Object.assign(new Error(`the relay tunnel to ${upstream} did not open in time`), { code: 'ETIMEDOUT' })), timeoutMs);
+    timer.unref();
+    req.once('connect', (res: IncomingMessage, socket: Duplex, head: Buffer) => {
+      clearTimeout(timer);
       if (res.statusCode === 200) {
         if (head.length > 0) socket.unshift(head);
         return resolve(socket);
@@ -100,7 +113,10 @@ export function openPeerTunnel(upstream: string, headers: readonly (readonly [st
       const code = res.headers[ERROR_HEADER];
       reject(new TunnelRefused(deny(isErrorCode(code) ? code : 'upstream_error'), res.statusCode ?? 0));
     });
-    req.once('error', reject);
+    req.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
     req.end();
   });
 }

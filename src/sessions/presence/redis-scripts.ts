@@ -138,6 +138,20 @@ local function current_term(info)
   if h[1] and h[2] == string.match(info, 'master_replid:(%x+)') then return tonumber(h[1]), h[3] == '1' end
   return nil, false
 end
+-- Deletes each named record ARGV[j] (j = 4, 4 + stride, …) that doomed(record, j) accepts, and returns
+-- the fields deleted: collect and leave differ only in the test and in how many ARGV each record takes.
+local function delete_records(stride, doomed)
+  local gone = {}
+  for j = 4, #ARGV, stride do
+    local f = ARGV[j]
+    local raw = redis.call('HGET', KEYS[3], f)
+    if raw and doomed(cjson.decode(raw), j) then
+      redis.call('HDEL', KEYS[3], f)
+      gone[#gone + 1] = f
+    end
+  end
+  return gone
+end
 `;
 
 /** Epochs of term t start at t × 2^32 + 1: 2^32 claims per sandbox per term, 2^21 terms within 2^53. */
@@ -276,18 +290,9 @@ return 1
 const COLLECT = `
 if current_term(replication()) ~= tonumber(ARGV[3]) then return -1 end
 local now = now_ms()
-local gone = {}
-for j = 4, #ARGV, 3 do
-  local f = ARGV[j]
-  local raw = redis.call('HGET', KEYS[3], f)
-  if raw then
-    local r = cjson.decode(raw)
-    if r.s == ARGV[j + 1] and tonumber(r.e) == tonumber(ARGV[j + 2]) and (r.g == ARGV[2] or not lease_live(r.g, r.i, now)) then
-      redis.call('HDEL', KEYS[3], f)
-      gone[#gone + 1] = f
-    end
-  end
-end
+local gone = delete_records(3, function(r, j)
+  return r.s == ARGV[j + 1] and tonumber(r.e) == tonumber(ARGV[j + 2]) and (r.g == ARGV[2] or not lease_live(r.g, r.i, now))
+end)
 if #gone > 0 then publish({op = 'del-many', fs = gone}) end
 return #gone
 `;
@@ -298,26 +303,13 @@ return #gone
  * records that are still this gateway's sessions, in one step, so peers see the sessions gone at once
  * rather than after a lease TTL.
  */
-// LEAVE's release loop has COLLECT's shape: Lua scripts run alone on the
-// server and cannot share a function without one more EVAL round trip.
 const LEAVE = `
 local gw = ARGV[2]
 if incarnation_of(gw) == ARGV[3] then
   redis.call('ZREM', KEYS[1], gw)
   redis.call('HDEL', KEYS[2], gw)
 end
-local gone = {}
-for j = 4, #ARGV, 2 do
-  local f = ARGV[j]
-  local raw = redis.call('HGET', KEYS[3], f)
-  if raw then
-    local r = cjson.decode(raw)
-    if r.g == gw and r.s == ARGV[j + 1] then
-      redis.call('HDEL', KEYS[3], f)
-      gone[#gone + 1] = f
-    end
-  end
-end
+local gone = delete_records(2, function(r, j) return r.g == gw and r.s == ARGV[j + 1] end)
 publish({op = 'gw-down', g = gw, i = ARGV[3], fs = gone})
 return #gone
 `;

@@ -1,0 +1,85 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { compareCost, compareHttp, costNotes, costRows, formatDiff, judgedFigure, trialProblems, trialsData, type HttpSide } from './lib/compare.js';
+import { checkReachesUpstream, NAMESPACES, proxyRequests, sandboxNamespace, writeSandboxesFile } from './lib/sandboxes.js';
+import { findNginx, startNginx, tlsProxyServer } from './lib/nginx.js';
+import { target, type Row } from './lib/report.js';
+import { blocks, type Section } from './lib/section.js';
+import { startBare, startGateway } from './lib/targets.js';
+
+/**
+ * 3. TLS: CPU per request of the embedded proxy's TLS listener (`--proxy-tls-port`), over HTTP/1.1 (64
+ * keep-alive connections) and h2 (64 streams on one connection, the node:http2 client), beside nginx
+ * terminating TLS on the same certificate and `proxy_pass`ing to the same upstream over a keep-alive pool;
+ * each process's CPU alone, at a fixed offered rate, connections open for the whole run (handshakes are
+ * not in the figure). Then what TLS adds to a request, and that a TLS port leaves the plain-HTTP door's
+ * cost as it was: the plain port of a gateway with a TLS port against one without. Certificates: a
+ * throwaway CA and a P-256 leaf for the sandbox hosts made by openssl at the start.
+ */
+
+const SANDBOXES = 1000;
+const RATE = 1500;
+const OPEN = 64;
+const PLAIN_TARGET = "a TLS port leaves the plain-HTTP proxy's CPU per request unchanged (0 within the spread of the difference)";
+
+function makeCertificates(dir: string): { ca: Buffer; certFile: string; keyFile: string } {
+  const d = mkdtempSync(join(dir, 'tls-'));
+  const openssl = (args: string[]) => execFileSync('openssl', args, { cwd: d, stdio: 'pipe' });
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=sandgate bench CA']);
+  openssl(['req', ...ec, '-keyout', 'leaf.key', '-out', 'leaf.csr', '-subj', '/CN=localhost']);
+  // The bench's sandbox hosts are `<port>-<name>.<namespace>.localhost`: a wildcard per namespace.
+  const names = ['localhost', ...Array.from({ length: NAMESPACES }, (_, k) => `*.${sandboxNamespace(k)}.localhost`)];
+  writeFileSync(join(d, 'leaf.cnf'), `subjectAltName=${names.map((n) => 'DNS:' + n).join(',')}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n`);
+  openssl(['x509', '-req', '-in', 'leaf.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-set_serial', '1', '-out', 'leaf.crt', '-days', '2', '-extfile', 'leaf.cnf']);
+  return { ca: readFileSync(join(d, 'ca.crt')), certFile: join(d, 'leaf.crt'), keyFile: join(d, 'leaf.key') };
+}
+
+export const tls: Section = {
+  id: 'tls',
+  title: '3. TLS: the embedded proxy over HTTPS (HTTP/1.1 and h2) beside nginx on the same certificate',
+  estimateSeconds: { quick: 45, full: 160 },
+  async run(ctx) {
+    if (spawnSync('openssl', ['version'], { stdio: 'ignore' }).status !== 0) {
+      const why = 'skipped: no openssl command line to make the certificates';
+      return { baseline: '-', rows: [], targets: [target(PLAIN_TARGET, undefined, why)], notes: [why] };
+    }
+    const plan = blocks(ctx);
+    const certs = makeCertificates(ctx.tmp);
+    const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
+    const sandboxes = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none', true);
+    const withTls = await startGateway(ctx.procs, { name: 'sandgate-tls', sandboxes, tls: certs }, ctx.targetOptions);
+    const plainGw = await startGateway(ctx.procs, { name: 'sandgate-plain', sandboxes }, ctx.targetOptions);
+    const https = (h2: boolean): HttpSide => ({ target: withTls, url: withTls.url('proxy-tls', 'https'), ca: certs.ca, h2 });
+    const plain: HttpSide = { target: plainGw, url: plainGw.url('proxy') };
+    const plainOfTls: HttpSide = { target: withTls, url: withTls.url('proxy') };
+    const found = await findNginx(['http_ssl_module', 'http_v2_module']);
+    const nginx = 'skipped' in found ? undefined : await startNginx(ctx.procs, ctx.tmp, found.bin, tlsProxyServer(certs.certFile, certs.keyFile, upstream.port('main')));
+    const nginxSide = (h2: boolean): HttpSide => ({ target: nginx!, url: nginx!.url('main', 'https'), ca: certs.ca, h2 });
+    await checkReachesUpstream([https(false), plain, plainOfTls, ...(nginx === undefined ? [] : [nginxSide(false)])], upstream.port('main'));
+
+    const requests = proxyRequests(SANDBOXES, upstream.port('main'));
+    const rows: Row[] = [];
+    const notes: string[] = [];
+    const data: Record<string, unknown> = {};
+    const measure = async (label: string, a: HttpSide, b: HttpSide, names: { a: string; b: string }, note: string) => {
+      ctx.log(`tls: ${label}, CPU per request at ${RATE} req/s`);
+      const cost = compareCost(RATE, await compareHttp({ ...plan, rate: RATE, inFlight: OPEN }, requests, [a], [b]), names);
+      rows.push(...costRows(`${label} @ ${OPEN} open`, cost, undefined, note));
+      notes.push(...costNotes(label, cost), ...trialProblems(names, cost));
+      data[label] = trialsData(cost);
+      return cost;
+    };
+    if (nginx === undefined) notes.push(`nginx rows skipped: ${'skipped' in found ? found.skipped : ''}`);
+    else {
+      await measure('HTTPS/1.1', https(false), nginxSide(false), { a: 'sandgate', b: 'nginx' }, 'vs nginx TLS proxy_pass, each process alone');
+      await measure('HTTPS h2', https(true), nginxSide(true), { a: 'sandgate', b: 'nginx' }, 'vs nginx TLS proxy_pass, each process alone');
+    }
+    await measure('HTTPS/1.1 against plain HTTP', https(false), plain, { a: 'HTTPS', b: 'plain HTTP' }, 'vs plain HTTP on a gateway without TLS');
+    const door = await measure('plain HTTP', plainOfTls, plain, { a: 'with a TLS port', b: 'without' }, 'vs the same on a gateway without a TLS port');
+    const unchanged = door.diffUs.min <= 0 && door.diffUs.max >= 0;
+    const targets = [target(PLAIN_TARGET, unchanged, formatDiff(door.diffUs), judgedFigure(door.diffUs, 'µs'))];
+    return { baseline: 'as each row says', rows, targets, notes, data };
+  },
+};
