@@ -4,6 +4,7 @@
 
 import { Charts } from './charts.js';
 import { renderGateways } from './gateways-view.js';
+import { openLinkForm } from './open-link.js';
 import { renderDetail } from './sandbox-detail.js';
 import { SandboxStore } from './sandbox-store.js';
 import { SandboxTable } from './sandbox-table.js';
@@ -52,12 +53,19 @@ table.onRendered = (n) => {
 
 // The open sandbox's phase changes, fetched when it is opened and again whenever its row changes.
 const changes = { key: undefined, row: undefined, items: undefined };
+// The open sandbox's "open in browser" form: made when a sandbox is opened, kept while it stays open.
+const actions = { key: undefined, node: undefined };
 
 function openDetail(key) {
   const s = store.rows.get(key);
   if (s === undefined) return closeDetail();
   state.open = key;
   detail.hidden = false;
+  if (actions.key !== key) {
+    actions.node?.remove();
+    actions.key = key;
+    actions.node = openLinkForm(s, headers);
+  }
   if (changes.key !== key) changes.items = undefined;
   if (changes.key !== key || changes.row !== s) {
     changes.key = key;
@@ -67,13 +75,13 @@ function openDetail(key) {
       .then((r) => {
         if (changes.row !== s) return;
         changes.items = r.items;
-        if (state.open === key) renderDetail(detail, s, { rules: state.rules, changes: changes.items, onClose: closeDetail });
+        if (state.open === key) renderDetail(detail, s, { rules: state.rules, changes: changes.items, onClose: closeDetail, actions: actions.node });
       })
       .catch((err) => {
         if (err instanceof Unauthorized) askForKey(err.message);
       });
   }
-  renderDetail(detail, s, { rules: state.rules, changes: changes.items, onClose: closeDetail });
+  renderDetail(detail, s, { rules: state.rules, changes: changes.items, onClose: closeDetail, actions: actions.node });
 }
 
 function closeDetail() {

@@ -41,14 +41,19 @@ export function explainRule(rules, s) {
   return `${s.phase} by rule “${r.name}”: ${r.when}.`;
 }
 
-export function renderDetail(aside, s, { rules, changes, onClose }) {
-  aside.replaceChildren();
+/**
+ * `actions` (the "open in browser" form) is kept across re-renders — never detached, so what is typed in it
+ * and its focus survive the sandbox changing while it is open.
+ */
+export function renderDetail(aside, s, { rules, changes, onClose, actions }) {
+  for (const c of [...aside.childNodes]) if (c !== actions) c.remove();
   const close = el('button', 'Close (Esc)');
   close.type = 'button';
   close.addEventListener('click', onClose);
   const title = el('h2', `${s.namespace}/${s.name} `);
   title.append(badge(s.phase));
-  aside.append(close, title);
+  aside.prepend(close, title);
+  if (actions !== undefined && actions.parentNode !== aside) aside.append(actions);
   aside.append(el('p', explainRule(rules, s)));
   aside.append(
     facts([
@@ -56,6 +61,7 @@ export function renderDetail(aside, s, { rules, changes, onClose }) {
       ['message', s.message || '—'],
       ['ids', s.ids.join(', ') || '—'],
       ['endpoint', `${endpointText(s.endpoint)}${s.ports === null ? '' : ' ports ' + s.ports.join(', ')}`],
+      ['public ports', Array.isArray(s.publicPorts) ? `${s.publicPorts.join(', ')} (no credential needed)` : 'none'],
       ['session model', s.sessionModel],
       ['driver', s.driver],
       ['uid', s.uid],

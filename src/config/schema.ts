@@ -244,13 +244,15 @@ export const SCHEMA = {
   doorsTlsCertFile: {
     kind: 'string',
     default: '',
-    description: 'PEM certificate chain the doors Envoy calls (gRPC ext_authz/ext_proc, HTTP authz on the admin port) and the ops port serve TLS with, with `--doors-tls-key-file`. Re-read when it changes.',
+    description:
+      'PEM certificate chain the doors Envoy calls (gRPC ext_authz/ext_proc, HTTP authz on the admin port, the relay listener) and the ops port serve TLS with, with `--doors-tls-key-file`; a gateway presents it to its peers\' relay listeners, which it reaches over TLS. Re-read when it changes.',
   },
   doorsTlsKeyFile: { kind: 'string', default: '', description: 'PEM private key of `--doors-tls-cert-file`.' },
   doorsClientCaFile: {
     kind: 'string',
     default: '',
-    description: 'Mutual TLS on the doors and the ops port: only clients presenting a certificate this CA (PEM) issued complete the handshake. Needs `--doors-tls-cert-file`.',
+    description:
+      'Mutual TLS on the doors and the relay listener: only clients presenting a certificate this CA (PEM) issued complete the handshake (not on the ops port). Also the CA a gateway checks its peers\' relay listeners against. Needs `--doors-tls-cert-file`.',
   },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {

@@ -13,6 +13,7 @@ import { RelayCredentials } from '../edge/relay/relay-credential.js';
 import type { ServerTls } from '../lib/http-listen.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { CertificateStore, ReloadEvent } from '../lib/tls/certificate-store.js';
+import { PeerTls } from '../lib/tls/peer-tls.js';
 import type { Logger } from '../observability/logger.js';
 import type { SupervisorKeys } from '../sessions/supervisor-token.js';
 
@@ -104,8 +105,10 @@ export interface Certificates {
   readonly stores: readonly CertificateStore[];
   /** The supervisor endpoint's TLS; undefined when it speaks plain WebSocket. */
   readonly supervisor: ServerTls | undefined;
-  /** The doors' TLS (the gRPC and admin ports, client certificates checked); undefined: plain. */
+  /** The doors' TLS (the gRPC, admin and relay ports, client certificates checked); undefined: plain. */
   readonly doors: ServerTls | undefined;
+  /** How this gateway connects to its peers' relay listeners when they speak TLS (the doors pair and CA). */
+  readonly relayPeer: PeerTls | undefined;
   /**
    * The ops port: TLS with the doors' pair, no client certificate (kubelet probes cannot present one;
    * the operator API has its API keys).
@@ -128,6 +131,7 @@ export function readCertificates(config: Config, onReload: (e: ReloadEvent) => v
     supervisor: serverTls(supervisor),
     doors: serverTls(doors),
     ops: serverTls(doors, false),
+    relayPeer: doors === undefined ? undefined : new PeerTls(doors),
     proxyTls,
   };
 }

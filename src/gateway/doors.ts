@@ -53,7 +53,7 @@ export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: 
   const host = config.listenHost;
   const relay = new RelayListener(
     streams,
-    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay'), recorder: core.recorder },
+    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay'), recorder: core.recorder, tls: core.certificates.doors },
     log.child({ part: 'relay' }),
   );
   const port = await startListener(life, '--relay-port', { host, port: config.relayPort }, () => relay.start(), (_, ms) => relay.close(ms));
@@ -105,7 +105,7 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       connectTimeoutMs: config.proxyConnectTimeoutMs,
       headersTimeoutMs: config.proxyHeadersTimeoutMs,
       idleTimeoutMs: config.proxyIdleTimeoutMs,
-      relay: { gatewayId, credentials: core.relayCredentials, streams: core.supervisorKeys === undefined ? undefined : streams },
+      relay: { gatewayId, credentials: core.relayCredentials, streams: core.supervisorKeys === undefined ? undefined : streams, peerTls: core.certificates.relayPeer },
       maxConnectionsPerSandbox: config.maxConnectionsPerSandbox,
       handlerErrors: core.metrics.handlerErrors('proxy'),
       activity: core.activity,

@@ -7,7 +7,7 @@ import { parse, parseAllDocuments } from 'yaml';
 import { resolveConfig } from '../../src/config/load.js';
 import { flagOf, SCHEMA, type Config } from '../../src/config/schema.js';
 import { KUBE_KINDS } from '../../src/drivers/kubernetes/kubernetes-driver.js';
-import { contractProblems, envoyProtoProblems, list, obj, socketAddresses, type Obj } from '../helpers/envoy-check.js';
+import { connectionManagers, contractProblems, envoyProtoProblems, list, obj, socketAddresses, type Obj } from '../helpers/envoy-check.js';
 import { kubeSchemaProblems } from '../helpers/kube-schema.js';
 
 /**
@@ -475,6 +475,21 @@ describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/k
       const sni = str(obj(obj(cluster.transport_socket).typed_config).sni);
       expect(list(server.dnsNames)).toContain(sni);
       expect(list(obj(tls.validation_context).match_typed_subject_alt_names).map((m) => obj(obj(m).matcher).exact)).toEqual([sni]);
+    });
+
+    it("reaches the relay listeners over mutual TLS: the doors Certificate is a client one too (peers present it), Envoy's relay cluster presents its own", () => {
+      const g = gatewayOf(objs());
+      expect(list(certificateFor(g.mounted(g.config.doorsTlsCertFile)!.name).usages)).toEqual(expect.arrayContaining(['server auth', 'client auth']));
+      const doc = parse(readFileSync(join(ROOT, 'envoy', 'edge-ext-authz-mtls.yaml'), 'utf8')) as Obj;
+      const clusters = list(obj(doc.static_resources).clusters).map(obj);
+      const tlsOf = (name: string): unknown => obj(obj(clusters.find((c) => c.name === name)!.transport_socket).typed_config);
+      const doors = obj(tlsOf('sandgate_grpc'));
+      const relay = obj(tlsOf('relay_upstream'));
+      const ctx = (t: Obj): Obj => obj(t.common_tls_context);
+      expect([ctx(relay).tls_certificates, ctx(relay).validation_context, relay.sni]).toEqual([ctx(doors).tls_certificates, ctx(doors).validation_context, doors.sni]);
+      const routes = list(obj(list(obj(connectionManagers(doc)[0]?.route_config).virtual_hosts)[0]).routes).map(obj);
+      expect(routes.map((r) => obj(r.route).cluster)).toEqual(['relay_upstream', 'sandbox_upstream']);
+      expect(obj(list(obj(routes[0]!.match).headers)[0])).toEqual({ name: 'x-sandgate-relay-target', present_match: true });
     });
 
     it('probes the ops port over HTTPS (it asks for no client certificate)', () => {

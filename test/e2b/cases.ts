@@ -1,8 +1,8 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { ENVD_TOKEN, patternSha256, TRAFFIC_TOKEN, USER_PORT, type E2bWorld, type Mode } from './harness.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ENVD_TOKEN, patternSha256, startE2bWorld, TRAFFIC_TOKEN, USER_PORT, type E2bWorld, type Mode, type Path } from './harness.js';
 
 const FIVE_MIB = 5 * 1024 * 1024;
 
@@ -18,8 +18,29 @@ function nextEvent(world: E2bWorld, name: string, match: (a: unknown) => boolean
   });
 }
 
-/** The issue's cases, in sandbox-URL mode and host mode, against one world (proxy or relay). */
-export function e2bCases(world: () => E2bWorld): void {
+/** The requests envd received with X-Access-Token `token` while `body` ran. */
+async function envdRequestsWithToken(world: E2bWorld, token: string, body: () => Promise<void>): Promise<unknown[]> {
+  const seen: unknown[] = [];
+  const onHeaders = (_p: string, h: Record<string, unknown>) => h['x-access-token'] === token && seen.push(h);
+  world.envd.events.on('headers', onHeaders);
+  try {
+    await body();
+  } finally {
+    world.envd.events.off('headers', onHeaders);
+  }
+  return seen;
+}
+
+/** The SDK's cases, in sandbox-URL mode and host mode, against a world whose traffic takes `path`. */
+export function e2bCases(path: Path): void {
+  let started: E2bWorld | undefined;
+  beforeAll(async () => {
+    started = await startE2bWorld(path);
+  });
+  afterAll(async () => {
+    await started?.close();
+  });
+  const world = (): E2bWorld => started!;
   const dir = mkdtempSync(join(tmpdir(), 'sandgate-e2b-cmd-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -127,33 +148,23 @@ export function e2bCases(world: () => E2bWorld): void {
       });
 
       it('a wrong X-Access-Token is refused at the edge (AuthenticationError) and never reaches envd', async () => {
-        const leaked: unknown[] = [];
-        const onHeaders = (_p: string, h: Record<string, unknown>) => h['x-access-token'] === 'not-the-envd-token' && leaked.push(h);
-        world().envd.events.on('headers', onHeaders);
-        try {
+        const leaked = await envdRequestsWithToken(world(), 'not-the-envd-token', async () => {
           await sdk().call('connect', { key: `${mode}-bad`, id: 'sbx-badtoken' });
           const err = await sdk().error('read', { key: `${mode}-bad`, path: `/home/user/${mode}.txt` });
           expect(err.className).toBe('AuthenticationError');
           expect(err.message).toContain('envd');
           const cmd = await sdk().error('run', { key: `${mode}-bad`, runId: `${mode}-bad`, cmd: 'true' });
           expect(cmd.className).toBe('AuthenticationError');
-        } finally {
-          world().envd.events.off('headers', onHeaders);
-        }
+        });
         expect(leaked).toEqual([]);
       });
 
       it('X-Access-Token reaches envd untouched, and envd itself refuses a wrong one (AuthenticationError)', async () => {
-        const reached: unknown[] = [];
-        const onHeaders = (_p: string, h: Record<string, unknown>) => h['x-access-token'] === 'wrong-for-envd' && reached.push(h);
-        world().envd.events.on('headers', onHeaders);
-        try {
+        const reached = await envdRequestsWithToken(world(), 'wrong-for-envd', async () => {
           await sdk().call('connect', { key: `${mode}-envdonly`, id: 'sbx-envdonly' });
           expect((await sdk().error('read', { key: `${mode}-envdonly`, path: `/home/user/${mode}.txt` })).className).toBe('AuthenticationError');
           expect((await sdk().error('run', { key: `${mode}-envdonly`, runId: `${mode}-envdonly`, cmd: 'true' })).className).toBe('AuthenticationError');
-        } finally {
-          world().envd.events.off('headers', onHeaders);
-        }
+        });
         expect(reached.length).toBe(2);
       });
 

@@ -12,7 +12,7 @@ import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs
  * The doors Envoy calls over mutual TLS (`--doors-tls-cert-file`, `--doors-client-ca-file`): a grpc-js
  * client with a certificate from the client CA gets its Check answered; one without a certificate, or
  * with one from another CA, never completes the handshake. The same on the admin port (HTTP authz) and the
- * ops port.
+ * ops port, and on the relay listener.
  */
 
 describe.skipIf(!OPENSSL)(needsOpenssl('the doors over mutual TLS'), () => {
@@ -83,6 +83,13 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the doors over mutual TLS'), () => {
     expect(await get(t.gw.adminPort, '/readyz', false)).toMatch(/^refused/);
     expect(await get(t.gw.opsPort!, '/readyz', false)).toBe('200');
     expect(await plainGet(t.gw.opsPort!, '/readyz')).toMatch(/^refused|^400/);
+  });
+
+  it('the relay listener speaks TLS with the doors pair: a client certificate from the CA reaches it (401 relay_unauthorized without a relay credential), none or plain HTTP is refused', async () => {
+    const relay = await get(t.gw.relayPort, '/', true, { host: '8000-web.team-a.localhost', 'x-sandgate-relay-target': 'team-a/web:8000' });
+    expect(relay).toBe('401');
+    expect(await get(t.gw.relayPort, '/', false)).toMatch(/^refused/);
+    expect(await plainGet(t.gw.relayPort, '/')).toMatch(/^refused/);
   });
 
   /** Plain HTTP to a TLS port (hostile: a downgrade). */

@@ -143,3 +143,14 @@ describe('a sandbox answering what is not a valid HTTP response gets its client 
     expect([a?.status, a?.body]).toEqual([200, 'ok']);
   });
 });
+
+describe('a sandbox answering a WebSocket upgrade with no HTTP head gets its client a 502 upstream_error, not a cut connection', () => {
+  const NO_HEAD = ['not HTTP at all', 'binary bytes', 'closed before the head', 'closed mid head'];
+  const names = Object.keys(SHAPES);
+  const upgrade = { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' };
+  const cases = NO_HEAD.flatMap((shape) => ['direct', 'box'].map((name) => ({ shape, name, path: `/${names.indexOf(shape)}` })));
+  it.each(cases)('$shape ($name)', async ({ name, path }) => {
+    const a = await send(g.proxy.port, path, 'GET', { host: host(name), ...upgrade });
+    expect([a?.status, a?.headers['x-sandgate-error']]).toEqual([502, 'upstream_error']);
+  });
+});

@@ -1,4 +1,3 @@
-import { Metadata, type ClientDuplexStream } from '@grpc/grpc-js';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,11 +5,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
 import { newApiKey } from '../../src/auth/api-keys.js';
 import { mintLinkToken } from '../../src/auth/link-tokens.js';
-import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { envoyDoors, TRANSPORT_HEADERS, type Ask, type DoorAnswer } from '../helpers/door-answers.js';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { ed25519Pem, linkKeySet, writeLinkKeys } from '../helpers/link-keys.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
-import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.js';
+import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * Public ports (`publicPorts` / `sandgate.dev/public-ports`) at every door: a request to one needs no API
@@ -26,35 +26,15 @@ import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.j
 const PEPPER = 'pepper-for-tests-0123456789abcdef0123456789';
 const TOKEN = 'traffic-token-public-ports';
 
-/** Envoy's HttpStatus enum names, as proto-loader decodes them. */
-const STATUS: Record<string, number> = { OK: 200, NoContent: 204, SeeOther: 303, Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409 };
-
-/** One door's answer, reduced to what the four share. */
-interface DoorAnswer {
-  readonly status: number;
-  /** Response headers of a denial (lower-case names; `date` and hop-by-hop headers left out). */
-  readonly headers: Record<string, string>;
-  readonly body: string;
-  /** On an allow at an Envoy door: the request headers the sandbox must not get. */
-  readonly removed?: readonly string[];
-  /** On an allow: the Cookie the sandbox gets (null: the header removed; undefined: left as it was). */
-  readonly cookie?: string | null | undefined;
-}
-
-type Ask = (p: { host: string; path?: string; method?: string; headers?: Record<string, string> }) => Promise<DoorAnswer>;
-type Stream = ClientDuplexStream<unknown, Record<string, any>>;
-
-/** Transport headers each door adds on its own: not part of the gateway's answer. */
-const TRANSPORT = new Set(['date', 'connection', 'keep-alive', 'transfer-encoding', 'content-length']);
-
 describe('public ports and CORS preflights at every door', () => {
   let dir: string;
   let t: TestGateway;
   let pub: Awaited<ReturnType<typeof startUpstream>>;
   let priv: Awaited<ReturnType<typeof startUpstream>>;
   let seen: { port: number; method: string; url: string; headers: Record<string, unknown> }[] = [];
-  let authz: ReturnType<typeof authzClient>;
-  let proc: ReturnType<typeof extProcClient>;
+  let extAuthz: Ask;
+  let extProc: Ask;
+  let httpAuthz: Ask;
   const keys: Record<string, string> = {};
   const PRIVATE_KEY = ed25519Pem().privateKey;
 
@@ -88,12 +68,9 @@ describe('public ports and CORS preflights at every door', () => {
       ],
       { apiKeys: join(dir, 'keys.yaml'), keyPepperFile: join(dir, 'pepper'), linkKeysFile: join(dir, 'links.yaml'), readinessWaitMs: 0 },
     );
-    authz = authzClient(t.grpcTarget);
-    proc = extProcClient(t.grpcTarget);
+    ({ extAuthz, extProc, httpAuthz } = envoyDoors(t));
   });
   afterAll(async () => {
-    authz.close();
-    proc.close();
     await t.close();
     await pub.close();
     await priv.close();
@@ -107,51 +84,8 @@ describe('public ports and CORS preflights at every door', () => {
     const r = await viaProxy(t.gw.proxyPort!, { host: p.host, path: p.path, method: p.method, headers: p.headers });
     const body = await text(r);
     const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(r.headers)) if (!TRANSPORT.has(k)) headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
+    for (const [k, v] of Object.entries(r.headers)) if (!TRANSPORT_HEADERS.has(k)) headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
     return { status: r.status, headers, body };
-  };
-
-  const extAuthz: Ask = async (p) => {
-    const res = await check(authz, envoyCheckRequest({ host: p.host, path: p.path, method: p.method, headers: p.headers }));
-    if (res.http_response === 'ok_response') {
-      const set = (res.ok_response.headers as { header: { key: string; value: string } }[]).find((h) => h.header.key === 'cookie');
-      const removed = (res.ok_response.headers_to_remove ?? []) as string[];
-      return { status: 200, headers: {}, body: '', removed, cookie: set !== undefined ? set.header.value : removed.includes('cookie') ? null : undefined };
-    }
-    const headers: Record<string, string> = {};
-    for (const h of res.denied_response.headers as { header: { key: string; value: string } }[]) headers[h.header.key] = h.header.value;
-    return { status: STATUS[res.denied_response.status.code as string] ?? -1, headers, body: String(res.denied_response.body) };
-  };
-
-  const extProc: Ask = async (p) => {
-    const stream = (proc.Process as (m: Metadata) => Stream)(new Metadata());
-    const answer = new Promise<Record<string, any>>((resolve, reject) => {
-      stream.once('data', resolve);
-      stream.once('error', reject);
-    });
-    stream.write(envoyRequestHeaders({ ':authority': p.host, ':path': p.path ?? '/', ':method': p.method ?? 'GET', ':scheme': 'http', ...p.headers }));
-    const m = await answer;
-    stream.end();
-    if (m.request_headers !== undefined) {
-      const mutation = m.request_headers.response.header_mutation;
-      const set = (mutation.set_headers as { header: { key: string; raw_value: Buffer } }[]).find((h) => h.header.key === 'cookie');
-      const removed = (mutation.remove_headers ?? []) as string[];
-      return { status: 200, headers: {}, body: '', removed, cookie: set !== undefined ? Buffer.from(set.header.raw_value).toString() : removed.includes('cookie') ? null : undefined };
-    }
-    const r = m.immediate_response;
-    const headers: Record<string, string> = {};
-    for (const h of r.headers.set_headers as { header: { key: string; raw_value: Buffer } }[]) headers[h.header.key] = Buffer.from(h.header.raw_value).toString();
-    return { status: STATUS[r.status.code as string] ?? -1, headers, body: Buffer.from(r.body).toString() };
-  };
-
-  const httpAuthz: Ask = async (p) => {
-    // Envoy's http_service asks with the original method and the headers its allowed_headers list.
-    const res = await rawRequest(t.gw.adminPort, `/authz${p.path ?? '/'}`, { 'x-forwarded-host': p.host, 'x-forwarded-proto': 'http', ...p.headers }, p.method ?? 'GET');
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(res.headers)) if (!TRANSPORT.has(k)) headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
-    if (res.status !== 200) return { status: res.status, headers, body: res.body };
-    const removed = (headers['x-envoy-auth-headers-to-remove'] ?? '').split(',').filter((h) => h !== '');
-    return { status: 200, headers: {}, body: '', removed, cookie: headers.cookie !== undefined ? headers.cookie : removed.includes('cookie') ? null : undefined };
   };
 
   const code = (r: DoorAnswer): number | string => (r.status === 200 ? 200 : (r.headers['x-sandgate-error'] ?? r.status));

@@ -8,6 +8,8 @@ import { Decider } from '../../src/edge/decider.js';
 import { EmbeddedProxy, type ProxyOptions } from '../../src/edge/proxy/http-proxy.js';
 import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { RelayListener } from '../../src/edge/relay/relay-listener.js';
+import type { ServerTls } from '../../src/lib/http-listen.js';
+import type { PeerTls } from '../../src/lib/tls/peer-tls.js';
 import type { ExchangeRecorder } from '../../src/observability/exchange.js';
 import { GatewayMetrics } from '../../src/observability/metrics.js';
 import { MemoryPresence } from '../../src/sessions/presence/memory-presence.js';
@@ -63,6 +65,8 @@ export interface StackOptions {
   readonly maxFrameBytes?: number;
   /** Exchange records (access log, tracing) for the decider and the relay listener. */
   readonly recorder?: ExchangeRecorder;
+  /** The relay over TLS: the listener's server side, and how the proxy connects to peers' listeners. */
+  readonly tls?: { readonly listener: ServerTls; readonly peer: PeerTls };
 }
 
 export interface RelayStack {
@@ -91,7 +95,7 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
   // The listener starts first so its address can go into the gateway lease; it reaches the sessions once they have started.
   const listener = new RelayListener(
     { openRelayStream: (ns, name, port, signal) => started.supervisors!.openRelayStream(ns, name, port, signal) },
-    { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000, recorder: o.recorder },
+    { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000, recorder: o.recorder, tls: o.tls?.listener },
     log,
   );
   const relayAddress = `127.0.0.1:${await listener.start()}`;
@@ -125,7 +129,7 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
       connectTimeoutMs: 2000,
       headersTimeoutMs: 5000,
       idleTimeoutMs: 30_000,
-      relay: { gatewayId: o.gatewayId, credentials: RELAY_CREDENTIALS, streams: supervisors },
+      relay: { gatewayId: o.gatewayId, credentials: RELAY_CREDENTIALS, streams: supervisors, peerTls: o.tls?.peer },
       ...o.proxy,
     },
     log,

@@ -29,7 +29,8 @@ export interface TestCa {
   readonly dir: string;
   readonly caFile: string;
   /** Issues a leaf for `names` (DNS SANs; the first is also its CN), written as `<file>.crt` + `<file>.key` in `outDir`. */
-  issue(file: string, names: readonly string[], opts?: { outDir?: string; client?: boolean; cn?: string }): { certFile: string; keyFile: string; cert: Buffer; key: Buffer };
+  /** `client`: a client certificate only; `both`: server and client (a gateway's doors pair, which peers present). */
+  issue(file: string, names: readonly string[], opts?: { outDir?: string; client?: boolean; both?: boolean; cn?: string }): { certFile: string; keyFile: string; cert: Buffer; key: Buffer };
   remove(): void;
 }
 
@@ -52,7 +53,7 @@ export function makeCa(label = 'sandgate test CA'): TestCa {
       const ext = join(dir, `${file}-${serial}.cnf`);
       run(['req', ...EC, '-keyout', keyFile, '-out', csr, '-subj', `/CN=${opts.cn ?? names[0] ?? file}`]);
       const san = names.length > 0 ? `subjectAltName=${names.map((n) => `DNS:${n}`).join(',')}\n` : '';
-      writeFileSync(ext, `${san}basicConstraints=CA:FALSE\nextendedKeyUsage=${opts.client === true ? 'clientAuth' : 'serverAuth'}\n`);
+      writeFileSync(ext, `${san}basicConstraints=CA:FALSE\nextendedKeyUsage=${opts.both === true ? 'serverAuth,clientAuth' : opts.client === true ? 'clientAuth' : 'serverAuth'}\n`);
       run(['x509', '-req', '-in', csr, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-set_serial', String(serial++), '-out', certFile, '-days', '2', '-extfile', ext]);
       return { certFile, keyFile, cert: readFileSync(certFile), key: readFileSync(keyFile) };
     },

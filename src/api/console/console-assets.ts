@@ -26,7 +26,7 @@ const TYPES: Record<string, string> = {
 };
 
 /** The page's own files, by the name the page asks for. */
-const OWN_FILES = ['console.css', 'console.js', 'sse-reader.js', 'sandbox-store.js', 'sandbox-table.js', 'sandbox-detail.js', 'gateways-view.js', 'charts.js'] as const;
+const OWN_FILES = ['console.css', 'console.js', 'sse-reader.js', 'sandbox-store.js', 'sandbox-table.js', 'sandbox-detail.js', 'open-link.js', 'gateways-view.js', 'charts.js'] as const;
 
 /**
  * Scripts only from this origin, no inline script or style, data only from this origin (the API), never

@@ -1,6 +1,7 @@
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { connect as connectTls, type ConnectionOptions } from 'node:tls';
 import { forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
 import { FrameScanner } from './ws-frames.js';
 
@@ -31,12 +32,15 @@ export function hostAndPort(upstream: string): { host: string; port: number } {
   return { host, port: Number(upstream.slice(colon + 1)) };
 }
 
-/** A TCP connection with TCP_NODELAY; fails with `ETIMEDOUT` past `timeoutMs`. */
-export function tcpConnect(upstream: string, timeoutMs: number): Connect {
+/**
+ * A TCP connection with TCP_NODELAY — with `tls`, a TLS connection over it, resolved once the handshake
+ * (and the peer's certificate check) passed; fails with `ETIMEDOUT` past `timeoutMs`.
+ */
+export function tcpConnect(upstream: string, timeoutMs: number, tls?: ConnectionOptions): Connect {
   return (signal) =>
     new Promise<Pipe>((resolve, reject) => {
       const { host, port } = hostAndPort(upstream);
-      const sock: Socket = connect({ host, port, noDelay: true });
+      const sock: Socket = tls === undefined ? connect({ host, port, noDelay: true }) : connectTls({ ...tls, host, port }).setNoDelay(true);
       const timer = setTimeout(() => {
         sock.destroy();
         reject(Object.assign(new Error(`connecting to ${upstream} timed out`), { code: 'ETIMEDOUT' }));
@@ -51,7 +55,7 @@ export function tcpConnect(upstream: string, timeoutMs: number): Connect {
         signal.removeEventListener('abort', onAbort);
         reject(err);
       });
-      sock.once('connect', () => {
+      sock.once(tls === undefined ? 'connect' : 'secureConnect', () => {
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
         resolve(sock);
@@ -99,15 +103,32 @@ export function spliceUpgrade(
       client.destroy();
     });
     let broken = false;
-    up.on('error', () => {
+    // Until the upstream's answer head is read, nothing has reached the client: a failure (a reset, a
+    // peer's TLS alert, a close, bytes that are no answer) is answered with its typed denial.
+    let answered = false;
+    const failEarly = (err: Error): void => {
+      answered = true;
+      if (!client.destroyed) fail(err);
+    };
+    up.on('error', (err) => {
+      if (!answered) return failEarly(err);
       broken = true;
       client.destroy();
     });
+    // A relay stream ends (half-closed) before it closes: no answer will follow.
+    up.once('end', () => {
+      if (!answered) failEarly(new Error('the upstream ended before answering the upgrade'));
+    });
     // A clean end lets the last bytes reach the client before its socket closes; a failure cuts it.
-    up.once('close', () => (broken ? client.destroy() : client.destroySoon()));
+    up.once('close', () => {
+      if (!answered) return failEarly(new Error('the upstream closed before answering the upgrade'));
+      if (broken) client.destroy();
+      else client.destroySoon();
+    });
     client.once('close', () => up.destroy());
     readAnswerHead(up, (answer, rest) => {
       if (answer === undefined) return void up.destroy(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
+      answered = true;
       seen?.(answer.status);
       if (answer.status === 101) {
         client.write(Buffer.concat([answer.bytes, rest]));

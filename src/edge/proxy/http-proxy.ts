@@ -8,6 +8,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn, PROXIED_METHODS, refuseConnect, type ConnectionFront } from '../../lib/http-listen.js';
 import { RequestGuard } from '../../lib/request-guard.js';
 import type { CertificateStore } from '../../lib/tls/certificate-store.js';
+import type { PeerTls } from '../../lib/tls/peer-tls.js';
 import { ALPN, Http2Beside } from '../../lib/tls/http2-beside.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
@@ -16,6 +17,7 @@ import { respondDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
+import { RelayPeers } from '../relay/relay-peer.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
 import { ConnectionLimit } from './connection-limit.js';
 import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js';
@@ -57,6 +59,8 @@ export interface ProxyRelay {
   readonly credentials: RelayCredentials;
   /** This gateway's supervisor sessions (undefined when its supervisor endpoint is off). */
   readonly streams: RelayOpener | undefined;
+  /** TLS to peers' relay listeners (the doors pair and CA); undefined: they speak plain HTTP. */
+  readonly peerTls?: PeerTls | undefined;
 }
 
 export interface ProxyOptions {
@@ -123,6 +127,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   /** Every request's handling runs under it, and so do the listeners it hangs (request-guard.ts). */
   private readonly guard: RequestGuard;
   private readonly relayExchange: ExchangeOptions;
+  /** How peers' relay listeners are reached. */
+  private readonly peers: RelayPeers;
   port = 0;
   tlsPort = 0;
 
@@ -136,8 +142,10 @@ export class EmbeddedProxy implements ExchangeOwner {
     // With tracing on, the sandbox gets the proxy's own `traceparent` (its span's), never the client's.
     const traced = decider.recorder?.tracer !== undefined ? [TRACEPARENT] : [];
     this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, ...traced] });
+    this.peers = new RelayPeers(opts.relay?.peerTls, opts.connectTimeoutMs);
+    const connect = { timeout: opts.connectTimeoutMs, noDelay: true };
     this.agent = new Agent({
-      connect: { timeout: opts.connectTimeoutMs, noDelay: true },
+      connect: this.peers.dispatcherConnector(connect) ?? connect,
       headersTimeout: opts.headersTimeoutMs,
       bodyTimeout: opts.idleTimeoutMs,
       keepAliveTimeout: 4_000,
@@ -302,14 +310,16 @@ export class EmbeddedProxy implements ExchangeOwner {
       injectTraceparent(headers, x, d.upstream);
       handler = new RecordedUpstreamExchange(this, req, res, d, route, hop, x);
     }
-    handler.options = { origin: 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body };
+    handler.options = { origin: hop === 'peer_gateway' ? this.peers.origin(d.upstream) : 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body };
     this.agent.dispatch(handler.options, handler);
   }
 
   upstreamFailed(x: UpstreamExchange, err: Error): void {
     if (this.retryRefused(x, err)) return;
     const code = forwardFailure(x.hop, err);
-    this.log.debug({ err, upstream: x.decision.upstream, code }, 'upstream failed before the response');
+    // A peer's relay listener that fails the TLS handshake either way is a deployment's misconfiguration.
+    if (x.hop === 'peer_gateway' && code === 'upstream_error') this.log.warn({ err, upstream: x.decision.upstream, code }, "a peer gateway's relay listener failed before the response");
+    else this.log.debug({ err, upstream: x.decision.upstream, code }, 'upstream failed before the response');
     this.refuse(x.res, deny(code, undefined, x.decision.entry), x.route, x instanceof RecordedUpstreamExchange ? x.record : undefined);
   }
 
@@ -373,7 +383,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       }
       if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => refuse(socket, relayDenial(err, d.entry), route), activity, seen);
       for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-      const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
+      const open = this.peers.connect(d.upstream);
       spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => refuse(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route), activity, seen);
     };
     this.decideFor(route, socket, this.guard.bindUpgrade(req, socket, then), x);
@@ -411,7 +421,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     if (local === 'unreachable') return deny('sandbox_unreachable', undefined, d.entry);
     if (local !== undefined) return { open: local, denial: (err) => relayDenial(err, d.entry) };
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    return { open: tcpConnect(d.upstream, this.opts.connectTimeoutMs), denial: (err) => deny(forwardFailure('peer_gateway', err), undefined, d.entry) };
+    return { open: this.peers.connect(d.upstream), denial: (err) => deny(forwardFailure('peer_gateway', err), undefined, d.entry) };
   }
 }
 

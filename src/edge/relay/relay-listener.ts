@@ -2,7 +2,8 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { deny, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import { closeGracefully, createStreamingServer, listenOn } from '../../lib/http-listen.js';
+import type { Server as TlsServer } from 'node:tls';
+import { closeGracefully, createStreamingServer, listenOn, type ServerTls } from '../../lib/http-listen.js';
 import { RequestGuard } from '../../lib/request-guard.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
@@ -18,7 +19,7 @@ import type { Exchange, ExchangeRecorder } from '../../observability/exchange.js
 import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
 
 /**
- * The relay listener (`--relay-port`, default 8082): where Envoy, or a peer gateway's embedded proxy,
+ * The relay listener (`--relay-port`, default 8082; TLS with the doors' certificates when they are set): where Envoy, or a peer gateway's embedded proxy,
  * sends a request for a relay-only sandbox whose supervisor session this gateway holds. The caller has
  * already decided; the listener reads the target (`x-sandgate-relay-target: <namespace>/<name>:<port>`),
  * checks that `x-sandgate-relay-auth` is a live credential minted for exactly that target
@@ -42,6 +43,11 @@ export interface RelayListenerOptions {
   readonly handlerErrors?: { inc(): void };
   /** Exchange records for the access log and tracing; absent when both are off. */
   readonly recorder?: ExchangeRecorder | undefined;
+  /**
+   * TLS with the doors pair (`--doors-tls-*`), a client certificate from `--doors-client-ca-file` required
+   * when one is set: peers present theirs (relay-peer.ts), Envoy its own. Undefined: plain HTTP.
+   */
+  readonly tls?: ServerTls | undefined;
 }
 
 const DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
@@ -64,7 +70,9 @@ export class RelayListener {
     this.drop = opts.recorder?.tracer !== undefined ? DROP_TRACED : DROP;
     const guard = new RequestGuard('relay', log, opts.handlerErrors);
     this.exchangeOptions = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard };
-    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard);
+    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard, opts.tls?.options);
+    // A handshake without a certificate the client CA issued never reaches a handler: node:tls closes it.
+    opts.tls?.attach(this.server as unknown as TlsServer);
   }
 
   async start(): Promise<number> {

@@ -99,6 +99,11 @@ export class CertificateStore {
     return this.pairs;
   }
 
+  /** The CA client certificates are verified against (mutual TLS); undefined without one. */
+  get clientCa(): Buffer | undefined {
+    return this.opts.clientCa;
+  }
+
   /** The pair for a client that sends no SNI or a name no pair covers. */
   get fallback(): CertificatePair {
     return this.pairs.find((p) => p.source === 'default') ?? this.pairs[0]!;
