@@ -119,11 +119,9 @@ describe('activity', () => {
   });
 
   it.skipIf(!OPENSSL)(needsOpenssl('a WebSocket over HTTP/2 (RFC 8441) that only pings does not move activity; one that sends data does'), async () => {
-    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
-    await new Promise((r) => wss.once('listening', r));
-    wss.on('connection', (ws) => ws.on('message', (m) => ws.send(m)));
-    cleanup.push(() => new Promise((r) => wss.close(r)));
-    const port = (wss.address() as { port: number }).port;
+    const echo = await startWsEcho();
+    cleanup.push(() => echo.close());
+    const port = echo.port;
     const ca = makeCa();
     cleanup.push(() => ca.remove());
     const leaf = ca.issue('wild', ['*.team-a.localhost']);
