@@ -33,6 +33,7 @@ export const ERROR_CODES = {
   port_not_open: { status: 502, message: 'Nothing is listening on this port in the sandbox' },
   upstream_error: { status: 502, message: 'The connection to the sandbox failed' },
   upstream_timeout: { status: 504, message: 'The sandbox did not answer in time' },
+  upgrade_not_supported: { status: 501, message: 'The port speaks h2c (HTTP/2): a WebSocket to it is not carried' },
   // The relay (sandboxes reached over their supervisor session).
   relay_busy: { status: 503, message: 'Too many relay streams to this sandbox or through this gateway' },
   relay_unauthorized: { status: 401, message: 'The relay listener needs a valid relay credential' },

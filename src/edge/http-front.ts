@@ -124,6 +124,8 @@ export function httpDate(): string {
 }
 
 /** node:http's answer to a head not complete within the server's `headersTimeout`. */
+/** The start of HTTP/2's client connection preface (RFC 9113 §3.4), which reads like a request head. */
+const H2_PREFACE_HEAD = 'PRI * HTTP/2.0\r\n\r\n';
 const HEAD_TIMEOUT = 'HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n';
 
 /** One connection a front reads. Requests are answered one at a time, in order. */
@@ -275,9 +277,10 @@ export class FrontConnection<C> {
     s.setTimeout(0);
     s.removeListener('timeout', this.onTimeout);
     this.front.forget(this);
-    if (this.pending.length > 0) s.unshift(Buffer.from(this.pending, 'latin1'));
+    const pending = this.pending;
+    if (pending.length > 0) s.unshift(Buffer.from(pending, 'latin1'));
     this.pending = '';
-    this.front.toNodeHttp(s);
+    this.front.handOff(s, pending);
   }
 }
 
@@ -291,6 +294,11 @@ export class HttpFront<C> {
   readonly headersTimeoutMs: number;
   /** Set by closeIdle(): answers in flight then say `Connection: close`. */
   closing = false;
+  /**
+   * Takes a connection that opens with HTTP/2's connection preface (h2c with prior knowledge, RFC 9113
+   * §3.3); undefined: node:http answers it (400), as any request the front does not read.
+   */
+  h2c: ((socket: Socket) => void) | undefined;
   private readonly connections = new Set<FrontConnection<C>>();
   private readonly nodeHttp: (socket: Socket) => void;
 
@@ -319,6 +327,12 @@ export class HttpFront<C> {
 
   toNodeHttp(socket: Socket): void {
     this.nodeHttp(socket);
+  }
+
+  /** Where a connection handed off goes: HTTP/2 when it opens with the preface and h2c is on, else node:http. */
+  handOff(socket: Socket, pending: string): void {
+    if (this.h2c !== undefined && pending.startsWith(H2_PREFACE_HEAD)) this.h2c(socket);
+    else this.nodeHttp(socket);
   }
 
   forget(c: FrontConnection<C>): void {

@@ -118,7 +118,7 @@ interface InFlight {
 export const PROXIED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS';
 
 /**
- * CONNECT (RFC 9110 §9.3.6) asks for a tunnel to an address the client names; no sandgate listener
+ * CONNECT (RFC 9110 §9.3.6) asks for a tunnel to an address the client names; no client-facing listener
  * offers one. Node hands CONNECT to a 'connect' listener and, without one, closes the socket with no
  * bytes: answer 405 `method_not_allowed` with the typed JSON body instead, and close.
  */

@@ -447,12 +447,20 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
       expect(seen).toEqual([]);
     });
 
-    it('CONNECT → 405 method_not_allowed with the typed body on the proxy, relay, admin and ops listeners', async () => {
-      for (const [listener, port] of [['proxy', t.gw.proxyPort!], ['relay', t.gw.relayPort], ['admin', t.gw.adminPort], ['ops', t.gw.opsPort!]] as const) {
+    it('CONNECT → 405 method_not_allowed with the typed body on the proxy, admin and ops listeners', async () => {
+      for (const [listener, port] of [['proxy', t.gw.proxyPort!], ['admin', t.gw.adminPort], ['ops', t.gw.opsPort!]] as const) {
         const res = await raw(port, `CONNECT ${webHost('team-a')}:443 HTTP/1.1\r\nHost: ${webHost('team-a')}:443\r\n\r\n`);
         expect([listener, ...answerOf(res)]).toEqual([listener, 405, 'method_not_allowed']);
         expect(res).toMatch(/\r\nallow: /i);
       }
+    });
+
+    it('CONNECT to the relay listener without relay headers → 400 invalid_route, with a forged credential → 401 relay_unauthorized: no tunnel', async () => {
+      const bare = await raw(t.gw.relayPort, `CONNECT ${webHost('team-a')}:443 HTTP/1.1\r\nHost: ${webHost('team-a')}:443\r\n\r\n`);
+      expect(answerOf(bare)).toEqual([400, 'invalid_route']);
+      const forged = await raw(t.gw.relayPort, `CONNECT ${webHost('team-a')}:443 HTTP/1.1\r\nHost: x\r\nx-sandgate-relay-auth: forged\r\nx-sandgate-relay-target: ${relayTarget()}\r\n\r\n`);
+      expect(answerOf(forged)).toEqual([401, 'relay_unauthorized']);
+      expect(seen).toEqual([]);
     });
   });
 });

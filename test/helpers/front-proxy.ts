@@ -2,14 +2,14 @@ import { pino } from 'pino';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import type { RouteOptions } from '../../src/domain/route-key.js';
 import { Decider } from '../../src/edge/decider.js';
-import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
+import { EmbeddedProxy, type ProxyOptions } from '../../src/edge/proxy/http-proxy.js';
 import { GatewayMetrics } from '../../src/observability/metrics.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 
 export const FRONT_ROUTE: RouteOptions = { order: ['headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 80, pathPrefix: '' };
 
-/** An embedded proxy on a loopback port over a view of `sandboxes` (file driver `test`), no readiness wait. */
-export async function startFrontProxy(sandboxes: readonly BackendSnapshot[]): Promise<EmbeddedProxy> {
+/** An embedded proxy on a loopback port over a view of `sandboxes` (file driver `test`), no readiness wait; `opts` override its options. */
+export async function startFrontProxy(sandboxes: readonly BackendSnapshot[], opts: Partial<ProxyOptions> = {}): Promise<EmbeddedProxy> {
   const log = pino({ level: 'silent' });
   const view = new SandboxView({ waiters: { perSandbox: 10, total: 100 } });
   view.registerDriver('test');
@@ -17,7 +17,7 @@ export async function startFrontProxy(sandboxes: readonly BackendSnapshot[]): Pr
   const decider = new Decider({ view, route: FRONT_ROUTE, readinessWaitMs: 0, metrics: new GatewayMetrics(view, false), log });
   const proxy = new EmbeddedProxy(
     decider,
-    { host: '127.0.0.1', port: 0, upstreamHeader: 'x-sandgate-upstream', stripHeaders: [], stripOriginOnUpgrade: false, connectTimeoutMs: 2000, headersTimeoutMs: 5000, idleTimeoutMs: 30_000 },
+    { host: '127.0.0.1', port: 0, upstreamHeader: 'x-sandgate-upstream', stripHeaders: [], stripOriginOnUpgrade: false, connectTimeoutMs: 2000, headersTimeoutMs: 5000, idleTimeoutMs: 30_000, ...opts },
     log,
   );
   await proxy.start();

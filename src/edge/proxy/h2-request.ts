@@ -35,7 +35,7 @@ function fields(headers: IncomingHttpHeaders, authority: string | undefined): { 
 }
 
 /** The request as the proxy carries it; `:authority` wins over a Host field (they must agree; the proxy routes on one). */
-export function h2Request(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): ClientRequest {
+export function h2Request(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, clientIp: string, secure = true): ClientRequest {
   const authority = headers[':authority'] ?? headers.host;
   const { map, raw } = fields(headers, authority);
   return {
@@ -43,9 +43,9 @@ export function h2Request(stream: ServerHttp2Stream, headers: IncomingHttpHeader
     url: headers[':path'] ?? '',
     headers: map,
     rawHeaders: raw,
-    clientIp: stream.session?.socket?.remoteAddress ?? '',
+    clientIp,
     body: stream.endAfterHeaders ? null : new H2Body(stream),
-    secure: true,
+    secure,
   };
 }
 
@@ -84,7 +84,31 @@ export function h2ResponseHeaders(status: number, list: readonly string[]): Outg
 
 /** A response written onto an HTTP/2 stream; the head goes out with writeHead (HTTP/2 has no framing to settle). */
 export class H2Response implements ClientResponse {
+  /** Set by addTrailers: sent after the body of a response begun with writeHeadForTrailers. */
+  private trailers: OutgoingHttpHeaders | undefined;
+
   constructor(private readonly stream: ServerHttp2Stream) {}
+
+  /**
+   * The head of a response that may end with trailers (an h2c sandbox's; gRPC's grpc-status): the body's
+   * last DATA frame leaves the stream open for a HEADERS frame with END_STREAM, the trailers added by
+   * then (none: an empty one). `endStream`: the head is the whole response (gRPC's trailers-only form).
+   */
+  writeHeadForTrailers(status: number, headers: string[], endStream: boolean): void {
+    if (this.stream.destroyed || this.stream.headersSent) return;
+    if (endStream) return this.stream.respond(h2ResponseHeaders(status, headers), { endStream: true });
+    this.stream.respond(h2ResponseHeaders(status, headers), { waitForTrailers: true });
+    this.stream.once('wantTrailers', () => this.stream.sendTrailers(this.trailers ?? {}));
+  }
+
+  addTrailers(trailers: OutgoingHttpHeaders): void {
+    this.trailers = trailers;
+  }
+
+  /** Reset with the upstream's own RST_STREAM code (CANCEL stays CANCEL for a gRPC client). */
+  reset(code: number): void {
+    if (!this.stream.destroyed) this.stream.close(code);
+  }
 
   get headersSent(): boolean {
     return this.stream.headersSent;

@@ -16,6 +16,7 @@ import { abortOnClose, type Decider } from '../decider.js';
 import { respondDenial, writeDenial } from '../denial.js';
 import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
+import { openPeerTunnel, TunnelRefused } from '../relay/relay-tunnel.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
 import { RelayPeers } from '../relay/relay-peer.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
@@ -34,6 +35,9 @@ import type { ActivityRecorder } from '../activity-recorder.js';
 import { H2Response, h2Request } from './h2-request.js';
 import { tunnelExtendedConnect } from './h2-websocket.js';
 import { httpsRedirect } from './https-redirect.js';
+import { DEFAULT_H2C_LIMITS, H2cPool, H2cSaturated, type H2cLimits, type OpenTransport } from '../forwarding/h2c-pool.js';
+import { h2cExchange, isGrpc } from './h2c-exchange.js';
+import { respondGrpcDenial } from './grpc-denial.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
@@ -92,6 +96,8 @@ export interface ProxyOptions {
   readonly redirectHttpsPort?: number;
   /** Counts faults in the proxy's handlers (sandgate_http_handler_errors_total{listener="proxy"}). */
   readonly handlerErrors?: { inc(): void };
+  /** Bounds on the HTTP/2 sessions to h2c sandbox ports (forwarding/h2c-pool.ts). */
+  readonly h2c?: Partial<H2cLimits>;
 }
 
 /** The TLS listener: HTTP/1.1 (node:http and the proxy's front) and HTTP/2 beside it. */
@@ -112,14 +118,18 @@ const CONNECT_RETRY_STEP_MS = 100;
 const TRACEPARENT = 'traceparent';
 
 const ASTERISK = deny('invalid_route', 'The embedded proxy forwards no asterisk-form request (OPTIONS *)');
-/** A CONNECT stream that is not a WebSocket (RFC 8441) asks for a tunnel: no sandgate listener offers one. */
+/** A CONNECT stream that is not a WebSocket (RFC 8441) asks for a tunnel: no client-facing listener offers one. */
 const H2_CONNECT = deny('method_not_allowed', 'CONNECT is not supported: sandgate opens no tunnels (WebSockets: extended CONNECT with :protocol websocket)');
+/** Never aborted: a pooled HTTP/2 session outlives the request that opened it. */
+const NO_ABORT = new AbortController().signal;
 
 export class EmbeddedProxy implements ExchangeOwner {
   private readonly server: Server;
   /** Reads bodyless GET and HEAD requests itself (proxy-front.ts); node:http reads the rest. Undefined when the plain port redirects. */
   readonly front: HttpFront<unknown> | undefined;
   private readonly secure: SecureListener | undefined;
+  /** HTTP/2 with prior knowledge on the plain port (h2c: gRPC clients without TLS); undefined when it redirects. */
+  private readonly plainH2: Http2Beside | undefined;
   private readonly agent: Agent;
   private readonly drop: ReadonlySet<string>;
   /** In-flight requests and tunnels per sandbox. */
@@ -127,6 +137,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   /** Every request's handling runs under it, and so do the listeners it hangs (request-guard.ts). */
   private readonly guard: RequestGuard;
   private readonly relayExchange: ExchangeOptions;
+  /** HTTP/2 sessions to h2c sandbox ports. */
+  readonly h2c: H2cPool;
   /** How peers' relay listeners are reached. */
   private readonly peers: RelayPeers;
   port = 0;
@@ -152,6 +164,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     });
     this.guard = new RequestGuard('proxy', log, opts.handlerErrors);
     this.relayExchange = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard: this.guard };
+    this.h2c = new H2cPool({ ...DEFAULT_H2C_LIMITS, ...opts.h2c });
     if (opts.redirectHttpsPort !== undefined && opts.redirectHttpsPort >= 0) {
       const to = opts.redirectHttpsPort;
       this.server = createServer({ noDelay: true }, httpsRedirect(() => (to === 0 ? this.tlsPort : to)));
@@ -160,6 +173,9 @@ export class EmbeddedProxy implements ExchangeOwner {
     } else {
       this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head), this.guard);
       this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => this.request(req, res)), log);
+      const h2 = new Http2Beside(undefined, (stream, headers, ip) => this.stream(stream, headers, ip, false), { ...H2_LIMITS, idleTimeoutMs: this.server.keepAliveTimeout });
+      this.front.h2c = (socket) => h2.accept(socket);
+      this.plainH2 = h2;
     }
     if (opts.tls !== undefined) this.secure = this.secureListener(opts.tls.store);
   }
@@ -173,7 +189,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     );
     store.attach(server as unknown as TlsServer);
     const front = new HttpFront(server, proxyFrontHandler((req, res) => this.request(req, res), true), this.log, 'secureConnection');
-    const h2 = new Http2Beside(server, (stream, headers) => this.stream(stream, headers), { ...H2_LIMITS, idleTimeoutMs: server.keepAliveTimeout });
+    const h2 = new Http2Beside(server, (stream, headers, ip) => this.stream(stream, headers, ip), { ...H2_LIMITS, idleTimeoutMs: server.keepAliveTimeout });
     const fronts: ConnectionFront = {
       closeIdle: () => (front.closeIdle(), h2.closeIdle()),
       closeAll: () => (front.closeAll(), h2.closeAll()),
@@ -199,7 +215,11 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   /** Closes the plain port, then the upstream pool (close the TLS port first). */
   async close(graceMs: number): Promise<void> {
-    if (this.server.listening) await closeGracefully(this.server, graceMs, this.front);
+    const h2 = this.plainH2;
+    const fronts: ConnectionFront | undefined =
+      this.front === undefined || h2 === undefined ? this.front : { closeIdle: () => (this.front!.closeIdle(), h2.closeIdle()), closeAll: () => (this.front!.closeAll(), h2.closeAll()) };
+    if (this.server.listening) await closeGracefully(this.server, graceMs, fronts);
+    this.h2c.close();
     await this.agent.close();
   }
 
@@ -264,7 +284,7 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   private refuse(res: ClientResponse, d: Deny, route: RouteRequest, x?: Exchange): void {
     const a = this.decider.answer(route, d);
-    const bytes = respondDenial(res, a, route.headers.accept, route.headers['sec-fetch-mode']);
+    const bytes = isGrpc(route.headers['content-type']) ? respondGrpcDenial(res, a) : respondDenial(res, a, route.headers.accept, route.headers['sec-fetch-mode']);
     x?.denied(a.status, a.code, bytes);
   }
 
@@ -273,6 +293,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const headers = this.withoutLinkCookie(forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req)), req.headers.cookie);
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
+    if (d.entry.h2cPorts?.has(d.target.port) === true) return this.forwardH2c(req, res, d, path, headers, route, x);
     if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route, x);
     const local = this.localRelay(d);
     if (local !== undefined) this.releaseOnClose(d, res);
@@ -287,6 +308,49 @@ export class EmbeddedProxy implements ExchangeOwner {
     }
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
     this.send(req, res, d, path, headers, 'peer_gateway', route, x);
+  }
+
+  /**
+   * Carries a request to a port declared h2c over HTTP/2 (h2c-exchange.ts): on a pooled session to the
+   * sandbox, or over a relay stream of this gateway's session. Its connection slot goes back on close.
+   */
+  private forwardH2c(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], route: RouteRequest, x: Exchange | undefined): void {
+    this.releaseOnClose(d, res);
+    const via = this.h2cUpstream(d);
+    if (isDeny(via)) return this.refuse(res, via, route, x);
+    if (x !== undefined) injectTraceparent(headers, x, via.key);
+    const activity = this.opts.activity;
+    h2cExchange(this.h2c, via.key, via.open, req, res, path, headers, this.relayExchange, {
+      fail: (err) => {
+        this.log.debug({ err, upstream: via.key }, 'h2c upstream failed before the response');
+        const d2 = err instanceof H2cSaturated ? deny('too_many_connections', err.message, d.entry, 1) : via.denial(err);
+        this.refuse(res, d2, route, x);
+      },
+      streamed: activity === undefined ? undefined : () => activity.stream(d),
+      record: x,
+    });
+  }
+
+  /**
+   * Where HTTP/2 sessions to an h2c port of `d` run: a TCP connection to the sandbox, a relay stream of the
+   * local session, or a tunnel through the relay listener of the peer holding the session.
+   */
+  private h2cUpstream(d: Allow): { key: string; open: OpenTransport; denial: (err: unknown) => Deny } | Deny {
+    if (!d.relay) {
+      const connect = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
+      return { key: d.upstream, open: () => connect(NO_ABORT), denial: (err) => deny(forwardFailure('sandbox', err), undefined, d.entry) };
+    }
+    const local = this.localRelay(d);
+    if (local === 'unreachable') return deny('sandbox_unreachable', undefined, d.entry);
+    if (local !== undefined) return { key: relayStreamHost(d.entry.namespace, d.entry.name, d.target.port), open: () => local(NO_ABORT), denial: (err) => relayDenial(err, d.entry) };
+    // The session is on a peer: a tunnel through its relay listener, a fresh credential for each.
+    const credentials = this.opts.relay!.credentials;
+    const connect = this.peers.connect(d.upstream);
+    return {
+      key: `${d.upstream}>${relayStreamHost(d.entry.namespace, d.entry.name, d.target.port)}`,
+      open: () => openPeerTunnel(() => connect(NO_ABORT), d.upstream, relayHeaders(d, credentials), this.opts.connectTimeoutMs),
+      denial: (err) => (err instanceof TunnelRefused ? deny(err.denial.code, undefined, d.entry, err.denial.code === 'relay_busy' ? 1 : undefined) : deny(forwardFailure('peer_gateway', err), undefined, d.entry)),
+    };
   }
 
   /**
@@ -365,6 +429,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const then = (d: Decision): void => {
       if (socket.destroyed) return;
       if (!d.allow) return void refuse(socket, d, route);
+      if (d.entry.h2cPorts?.has(d.target.port) === true) return void refuse(socket, deny('upgrade_not_supported', undefined, d.entry), route);
       if (!this.take(d, socket)) return void refuse(socket, deny('too_many_connections', undefined, d.entry, 1), route);
       const headers = this.withoutLinkCookie(upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade), req.headers.cookie);
       const path = d.target.path ?? t.path;
@@ -389,9 +454,9 @@ export class EmbeddedProxy implements ExchangeOwner {
     this.decideFor(route, socket, this.guard.bindUpgrade(req, socket, then), x);
   }
 
-  /** An HTTP/2 stream on the TLS port: a request like any other, or a WebSocket (extended CONNECT). */
-  private stream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
-    const req = h2Request(stream, headers);
+  /** An HTTP/2 stream on the TLS port (or h2c on the plain one): a request like any other, or a WebSocket (extended CONNECT). */
+  private stream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, clientIp: string, secure = true): void {
+    const req = h2Request(stream, headers, clientIp, secure);
     const res = new H2Response(stream);
     if (req.method !== 'CONNECT') return this.request(req, res);
     if (headers[':protocol'] !== 'websocket') return this.refuse(res, H2_CONNECT, this.route(req));
@@ -401,6 +466,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     this.decideFor(route, res, this.guard.bind(req, res, (d: Decision) => {
       if (stream.destroyed) return;
       if (!d.allow) return this.refuse(res, d, route);
+      if (d.entry.h2cPorts?.has(d.target.port) === true) return this.refuse(res, deny('upgrade_not_supported', undefined, d.entry), route);
       if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
       const raw = this.opts.stripOriginOnUpgrade ? withoutOrigin(req.rawHeaders) : req.rawHeaders;
       const headers = this.withoutLinkCookie(forwardRequestHeaders(raw, this.drop, this.context(req)), req.headers.cookie);

@@ -26,6 +26,8 @@ export class FrontResponse extends EventEmitter implements ClientResponse {
   private hasLength = false;
   private hasDate = false;
   private chunked = false;
+  /** Trailer field lines (an h2c sandbox's trailers), sent after the last chunk. */
+  private trailers = '';
   /** No body bytes go out: HEAD, 204, 304. */
   private bodyless: boolean;
   private close = false;
@@ -93,6 +95,15 @@ export class FrontResponse extends EventEmitter implements ClientResponse {
     return ok;
   }
 
+  /** Trailer fields for a chunked body (RFC 9112 §7.1.2); a value no field may hold leaves that field out. */
+  addTrailers(fields: Readonly<Record<string, string | number | readonly string[] | undefined>>): void {
+    for (const name in fields) {
+      const v = fields[name];
+      if (v === undefined || BAD_NAME.test(name)) continue;
+      for (const one of Array.isArray(v) ? v : [String(v)]) if (!BAD_HEADER_VALUE.test(one)) this.trailers += `${name}: ${one}\r\n`;
+    }
+  }
+
   end(body?: string): this {
     if (this.writableFinished) return this;
     const socket = this.conn.socket;
@@ -102,7 +113,7 @@ export class FrontResponse extends EventEmitter implements ClientResponse {
         if (this.chunked) socket.write(Buffer.byteLength(body).toString(16) + '\r\n' + body + '\r\n');
         else socket.write(body);
       }
-      if (this.chunked) socket.write('0\r\n\r\n', 'latin1');
+      if (this.chunked) socket.write('0\r\n' + this.trailers + '\r\n', 'latin1');
     }
     this.writableFinished = true;
     this.closeOnce();

@@ -16,6 +16,7 @@ import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from './
 import { fromNodeHttp } from '../forwarding/client-side.js';
 import type { RelayCredentials } from './relay-credential.js';
 import type { Exchange, ExchangeRecorder } from '../../observability/exchange.js';
+import { acceptTunnels } from './relay-tunnel.js';
 import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, type RelayTarget } from './relay-headers.js';
 
 /**
@@ -24,7 +25,8 @@ import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HE
  * already decided; the listener reads the target (`x-sandgate-relay-target: <namespace>/<name>:<port>`),
  * checks that `x-sandgate-relay-auth` is a live credential minted for exactly that target
  * (relay-credential.ts, constant time), strips every `x-sandgate-*` header, and carries the request — or
- * the WebSocket upgrade — over a relay stream of the local session.
+ * the WebSocket upgrade — over a relay stream of the local session. A CONNECT with the same headers opens
+ * a byte tunnel to the target instead (relay-tunnel.ts): a peer gateway's HTTP/2 to an h2c port.
  *
  * Answers of its own: 401 `relay_unauthorized` (no, forged, other-target or expired credential; the
  * relay secret itself is not accepted), 400 `invalid_route` (no or bad target), 502
@@ -73,6 +75,7 @@ export class RelayListener {
     this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard, opts.tls?.options);
     // A handshake without a certificate the client CA issued never reaches a handler: node:tls closes it.
     opts.tls?.attach(this.server as unknown as TlsServer);
+    acceptTunnels(this.server, { admit: (req) => this.admit(req), streams, log });
   }
 
   async start(): Promise<number> {

@@ -1,5 +1,7 @@
 import type { Server } from 'node:http';
 import { createServer, type Http2Server, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import type { Socket } from 'node:net';
+import { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import type { ConnectionFront } from '../http-listen.js';
 
@@ -26,8 +28,13 @@ export const ALPN = ['h2', 'http/1.1'];
 export class Http2Beside implements ConnectionFront {
   private readonly h2: Http2Server;
   private readonly sessions = new Set<ServerHttp2Session>();
+  /** Client addresses of sessions run on a stream node:http2 wrapped (accept()), whose own address it does not know. */
+  private readonly addresses = new WeakMap<ServerHttp2Session, string>();
+  /** The address of the connection accept() is handing over (its session is made synchronously). */
+  private accepting: string | undefined;
 
-  constructor(server: Server, onStream: (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => void, limits: Http2Limits) {
+  /** `server`: the TLS listener whose `h2` connections become sessions; undefined: only those given to accept(). */
+  constructor(server: Server | undefined, onStream: (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, clientIp: string) => void, limits: Http2Limits) {
     // RFC 8441: SETTINGS_ENABLE_CONNECT_PROTOCOL lets a client open a WebSocket as an extended CONNECT stream.
     this.h2 = createServer({
       settings: { enableConnectProtocol: true, maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderListSize, enablePush: false },
@@ -35,20 +42,42 @@ export class Http2Beside implements ConnectionFront {
     this.h2.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
       // A client's RST_STREAM or a broken connection surfaces here; the stream's own 'close' does the rest.
       stream.on('error', ignore);
-      onStream(stream, headers);
+      onStream(stream, headers, this.addressOf(stream.session as ServerHttp2Session | undefined));
     });
     this.h2.on('session', (session: ServerHttp2Session) => {
       this.sessions.add(session);
+      if (this.accepting !== undefined) this.addresses.set(session, this.accepting);
       session.on('error', ignore);
       session.once('close', () => this.sessions.delete(session));
       session.setTimeout(limits.idleTimeoutMs, () => session.close());
     });
+    if (server === undefined) return;
     const http1 = server.listeners('secureConnection');
     server.removeAllListeners('secureConnection');
     server.on('secureConnection', (socket: TLSSocket) => {
       if (socket.alpnProtocol === 'h2') this.h2.emit('connection', socket);
       else for (const l of http1) (l as (s: TLSSocket) => void).call(server, socket);
     });
+  }
+
+  /**
+   * Serves `socket` as an HTTP/2 connection whose first bytes — the client's connection preface — were
+   * read already and put back (`unshift`). node:http2 reads a net.Socket's handle directly, past bytes put
+   * back, so the session runs on a Duplex that reads the socket as a stream (node:http2 wraps any such
+   * stream itself).
+   */
+  accept(socket: Socket): void {
+    this.accepting = socket.remoteAddress ?? '';
+    try {
+      this.h2.emit('connection', readAgain(socket));
+    } finally {
+      this.accepting = undefined;
+    }
+  }
+
+  private addressOf(session: ServerHttp2Session | undefined): string {
+    if (session === undefined) return '';
+    return this.addresses.get(session) ?? session.socket?.remoteAddress ?? '';
   }
 
   /** Sessions open now. */
@@ -67,3 +96,23 @@ export class Http2Beside implements ConnectionFront {
 }
 
 function ignore(): void {}
+
+/** A Duplex over `socket`'s readable side (bytes put back included) and its writable side. */
+function readAgain(socket: Socket): Duplex {
+  const d = new Duplex({
+    read: () => void socket.resume(),
+    write: (chunk: Buffer, _enc, cb) => void socket.write(chunk, cb),
+    final: (cb) => void socket.end(cb),
+    destroy: (err, cb) => {
+      socket.destroy(err ?? undefined);
+      cb(err);
+    },
+  });
+  socket.on('data', (chunk: Buffer) => {
+    if (!d.push(chunk)) socket.pause();
+  });
+  socket.once('end', () => d.push(null));
+  socket.once('error', (err) => d.destroy(err));
+  socket.once('close', () => d.destroy());
+  return d;
+}

@@ -1,0 +1,523 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { EventEmitter, once } from 'node:events';
+import { request as httpRequest } from 'node:http';
+import { connect as h2Connect, createServer as createH2Server, type Http2Server, type ServerHttp2Stream } from 'node:http2';
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
+import { credentials, loadPackageDefinition, Metadata, Server, ServerCredentials, status, type ChannelCredentials, type Client, type ServiceError, type ServerUnaryCall, type ServerWritableStream, type ServerReadableStream, type ServerDuplexStream, type sendUnaryData } from '@grpc/grpc-js';
+import { loadSync } from '@grpc/proto-loader';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { BackendSnapshot } from '../../src/domain/sandbox.js';
+import type { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
+import { eventually } from '../helpers/eventually.js';
+import { startFrontProxy } from '../helpers/front-proxy.js';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { RELAY_CREDENTIALS, relaySandbox, startRelayStack, startSupervisor, type RelayStack } from '../helpers/relay-stack.js';
+import { snapshot } from '../helpers/snapshots.js';
+import { TestDriver } from '../helpers/test-driver.js';
+import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
+import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
+
+/**
+ * gRPC and h2c to sandboxes: a grpc-js server is the "sandbox" (its port declared h2c), a grpc-js client
+ * calls it through the embedded proxy — h2c on the plain port, h2 on the TLS port, over a supervisor's
+ * relay session — with every kind of call, deadlines, cancellation, error statuses with trailing
+ * metadata, credential stripping and typed errors; and what a hostile client or a wrong upstream does.
+ */
+
+const PROTO = fileURLToPath(new URL('../fixtures/grpc/echo.proto', import.meta.url));
+const Echo = (loadPackageDefinition(loadSync(PROTO)) as any).sandgate.test.echo.Echo as new (target: string, creds: ChannelCredentials, options?: Record<string, unknown>) => EchoClient;
+
+interface Msg {
+  text: string;
+  count?: number;
+}
+type Unary = (req: Msg, md: Metadata, opts: { deadline?: number }, cb: (err: ServiceError | null, res?: Msg) => void) => { cancel(): void };
+type EchoClient = Client & {
+  Unary: Unary;
+  ServerStream(req: Msg, md?: Metadata): NodeJS.ReadableStream & { cancel(): void };
+  ClientStream(cb: (err: ServiceError | null, res?: Msg) => void): NodeJS.WritableStream & { write(m: Msg): boolean };
+  Bidi(): NodeJS.ReadWriteStream & { write(m: Msg): boolean };
+};
+
+interface EchoServer {
+  readonly port: number;
+  /** Metadata of every call, as the server saw it. */
+  readonly seen: Record<string, unknown>[];
+  /** 'hang' when a hanging call arrived, 'cancelled' when one was cancelled. */
+  readonly events: EventEmitter;
+  close(): Promise<void>;
+}
+
+async function startEchoServer(): Promise<EchoServer> {
+  const seen: Record<string, unknown>[] = [];
+  const events = new EventEmitter();
+  const server = new Server();
+  server.addService((Echo as unknown as { service: never }).service, {
+    Unary(call: ServerUnaryCall<Msg, Msg>, cb: sendUnaryData<Msg>) {
+      seen.push(call.metadata.getMap());
+      const text = call.request.text;
+      if (text === 'fail') {
+        const md = new Metadata();
+        md.set('x-detail', 'why');
+        return cb({ code: status.INVALID_ARGUMENT, details: 'bad input ü', metadata: md });
+      }
+      if (text === 'hang') {
+        call.on('cancelled', () => events.emit('cancelled'));
+        events.emit('hang');
+        return;
+      }
+      cb(null, { text: `echo ${text}` });
+    },
+    ServerStream(call: ServerWritableStream<Msg, Msg>) {
+      for (let i = 0; i < (call.request.count ?? 0); i++) call.write({ text: `${call.request.text} ${i}` });
+      call.end();
+    },
+    ClientStream(call: ServerReadableStream<Msg, Msg>, cb: sendUnaryData<Msg>) {
+      const texts: string[] = [];
+      call.on('data', (m: Msg) => texts.push(m.text));
+      call.on('end', () => cb(null, { text: texts.join(','), count: texts.length }));
+    },
+    Bidi(call: ServerDuplexStream<Msg, Msg>) {
+      call.on('data', (m: Msg) => call.write({ text: `echo ${m.text}` }));
+      call.on('end', () => call.end());
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  return { port, seen, events, close: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())) };
+}
+
+function unary(c: EchoClient, text: string, md = new Metadata(), deadline?: number): Promise<Msg> {
+  return new Promise((resolve, reject) => c.Unary({ text }, md, deadline === undefined ? {} : { deadline }, (err, res) => (err ? reject(err) : resolve(res!))));
+}
+
+async function failure(p: Promise<unknown>): Promise<ServiceError> {
+  try {
+    await p;
+  } catch (err) {
+    return err as ServiceError;
+  }
+  throw new Error('the call succeeded');
+}
+
+function client(proxyPort: number, authority: string, creds = credentials.createInsecure(), extra: Record<string, unknown> = {}): EchoClient {
+  return new Echo(`127.0.0.1:${proxyPort}`, creds, { 'grpc.default_authority': authority, ...extra });
+}
+
+/** The calls every path must carry: unary, server, client and bidi streaming. */
+async function everyKindOfCall(c: EchoClient): Promise<void> {
+  expect(await unary(c, 'hi')).toMatchObject({ text: 'echo hi' });
+  const streamed: string[] = [];
+  for await (const m of c.ServerStream({ text: 'n', count: 5 }) as AsyncIterable<Msg>) streamed.push(m.text);
+  expect(streamed).toEqual(['n 0', 'n 1', 'n 2', 'n 3', 'n 4']);
+  const summed = await new Promise<Msg>((resolve, reject) => {
+    const call = c.ClientStream((err, res) => (err ? reject(err) : resolve(res!)));
+    for (const t of ['a', 'b', 'c']) call.write({ text: t });
+    call.end();
+  });
+  expect(summed).toMatchObject({ text: 'a,b,c', count: 3 });
+  const bidi = c.Bidi();
+  const answers: string[] = [];
+  for (const t of ['x', 'y', 'z']) {
+    bidi.write({ text: t });
+    const [m] = (await once(bidi, 'data')) as [Msg];
+    answers.push(m.text);
+  }
+  bidi.end();
+  await once(bidi, 'end');
+  expect(answers).toEqual(['echo x', 'echo y', 'echo z']);
+}
+
+const h2c = (port: number): Partial<BackendSnapshot> => ({ ports: [port], h2cPorts: [port] });
+
+describe('gRPC through the embedded proxy to an h2c sandbox port', () => {
+  let echo: EchoServer;
+  let t: TestGateway;
+  let http1: NetServer;
+  let http1Port: number;
+  let plainH2: Http2Server;
+  let plainH2Port: number;
+  let proxyPort: number;
+  const authority = (name = 'grpc', port = echo.port) => `${port}-${name}.team-a.localhost`;
+
+  beforeAll(async () => {
+    echo = await startEchoServer();
+    // A port declared h2c whose server speaks HTTP/1.1 only.
+    http1 = createNetServer((s) => s.once('data', () => s.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n')));
+    await new Promise<void>((r) => http1.listen(0, '127.0.0.1', r));
+    http1Port = (http1.address() as AddressInfo).port;
+    // A plain HTTP/2 (non-gRPC) server with trailers, for HTTP/1.1 clients.
+    plainH2 = createH2Server();
+    plainH2.on('stream', (stream: ServerHttp2Stream, headers) => {
+      stream.respond({ ':status': 200, 'content-type': 'text/plain', 'x-seen-authority': String(headers[':authority']) }, { waitForTrailers: true });
+      stream.once('wantTrailers', () => stream.sendTrailers({ 'x-checksum': 'abc' }));
+      stream.end(`hello ${headers[':method']} ${headers[':path']}`);
+    });
+    await new Promise<void>((r) => plainH2.listen(0, '127.0.0.1', r));
+    plainH2Port = (plainH2.address() as AddressInfo).port;
+    const sandbox = { sessionModel: 'none' as const, endpoint: { kind: 'address' as const, addresses: ['127.0.0.1'] } };
+    t = await startTestGateway([
+      new TestDriver([
+        snapshot({ name: 'grpc', ...sandbox, ...h2c(echo.port) }),
+        snapshot({ name: 'old', uid: 'u2', ...sandbox, ...h2c(http1Port) }),
+        snapshot({ name: 'plain', uid: 'u3', ...sandbox, ...h2c(plainH2Port) }),
+      ]),
+    ]);
+    proxyPort = t.gw.proxyPort!;
+  });
+  afterAll(async () => {
+    await t?.close();
+    await echo?.close();
+    http1?.close();
+    plainH2?.close();
+  });
+
+  it('carries unary, server, client and bidi streaming calls over h2c on the plain port', async () => {
+    const c = client(proxyPort, authority());
+    try {
+      await everyKindOfCall(c);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('strips the gateway credentials: the sandbox never sees x-api-key or authorization, and sees the rest', async () => {
+    const c = client(proxyPort, authority());
+    try {
+      const md = new Metadata();
+      md.set('x-api-key', 'team-key');
+      md.set('authorization', 'Bearer gateway-token');
+      md.set('x-app', 'mine');
+      echo.seen.length = 0;
+      await unary(c, 'creds', md);
+      expect(echo.seen[0]).toMatchObject({ 'x-app': 'mine' });
+      expect(echo.seen[0]).not.toHaveProperty('x-api-key');
+      expect(echo.seen[0]).not.toHaveProperty('authorization');
+      expect(echo.seen[0]!['x-forwarded-proto']).toBe('http');
+      expect(echo.seen[0]!['x-forwarded-for']).toBe('127.0.0.1');
+    } finally {
+      c.close();
+    }
+  });
+
+  it('passes an error status back with its message and trailing metadata', async () => {
+    const c = client(proxyPort, authority());
+    try {
+      const err = await failure(unary(c, 'fail'));
+      expect(err.code).toBe(status.INVALID_ARGUMENT);
+      expect(err.details).toBe('bad input ü');
+      expect(err.metadata.get('x-detail')).toEqual(['why']);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('passes the deadline on (grpc-timeout): a call past it ends DEADLINE_EXCEEDED and the server sees it cancelled', async () => {
+    const c = client(proxyPort, authority());
+    try {
+      const cancelled = once(echo.events, 'cancelled');
+      const err = await failure(unary(c, 'hang', new Metadata(), Date.now() + 300));
+      expect(err.code).toBe(status.DEADLINE_EXCEEDED);
+      await cancelled;
+    } finally {
+      c.close();
+    }
+  });
+
+  it('cancels the upstream stream when the client cancels', async () => {
+    const c = client(proxyPort, authority());
+    try {
+      const arrived = once(echo.events, 'hang');
+      const cancelled = once(echo.events, 'cancelled');
+      let call: { cancel(): void } | undefined;
+      const result = new Promise<ServiceError | null>((resolve) => {
+        call = c.Unary({ text: 'hang' }, new Metadata(), {}, (err) => resolve(err));
+      });
+      await arrived;
+      call!.cancel();
+      expect((await result)?.code).toBe(status.CANCELLED);
+      await cancelled;
+    } finally {
+      c.close();
+    }
+  });
+
+  it('answers an unknown sandbox with a typed gRPC status (NOT_FOUND, sandbox_not_found)', async () => {
+    const c = client(proxyPort, authority('nope'));
+    try {
+      const err = await failure(unary(c, 'hi'));
+      expect(err.code).toBe(status.NOT_FOUND);
+      expect(err.details).toMatch(/^sandbox_not_found: /);
+      expect(err.metadata.get('x-sandgate-error')).toEqual(['sandbox_not_found']);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('answers a declared-h2c port whose server speaks HTTP/1.1 with 502 upstream_error, and keeps serving', async () => {
+    const c = client(proxyPort, authority('old', http1Port));
+    try {
+      const err = await failure(unary(c, 'hi'));
+      expect(err.code).toBe(status.UNAVAILABLE);
+      expect(err.details).toMatch(/^upstream_error: /);
+    } finally {
+      c.close();
+    }
+    const plain = await h1Get(proxyPort, authority('old', http1Port), '/');
+    expect(plain.status).toBe(502);
+    expect(plain.headers['x-sandgate-error']).toBe('upstream_error');
+    const ok = client(proxyPort, authority());
+    try {
+      expect(await unary(ok, 'still')).toMatchObject({ text: 'echo still' });
+    } finally {
+      ok.close();
+    }
+  });
+
+  it('carries an HTTP/1.1 request to an h2c port over HTTP/2, trailers included', async () => {
+    const r = await h1Get(proxyPort, authority('plain', plainH2Port), '/some/path?q=1');
+    expect(r.status).toBe(200);
+    expect(r.body).toBe('hello GET /some/path?q=1');
+    expect(r.headers['x-seen-authority']).toBe(authority('plain', plainH2Port));
+    expect(r.trailers).toEqual({ 'x-checksum': 'abc' });
+  });
+
+  it('refuses a WebSocket upgrade to an h2c port with 501 upgrade_not_supported', async () => {
+    const r = await new Promise<{ status: number; code: string | undefined }>((resolve, reject) => {
+      const req = httpRequest({ port: proxyPort, host: '127.0.0.1', path: '/', headers: { host: authority('plain', plainH2Port), connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' } });
+      req.on('response', (res) => {
+        res.resume();
+        resolve({ status: res.statusCode ?? 0, code: res.headers['x-sandgate-error'] as string | undefined });
+      });
+      req.on('upgrade', () => reject(new Error('upgraded')));
+      req.on('error', reject);
+      req.end();
+    });
+    expect(r).toEqual({ status: 501, code: 'upgrade_not_supported' });
+  });
+});
+
+describe.skipIf(!OPENSSL)(needsOpenssl('gRPC over the TLS port'), () => {
+  let echo: EchoServer;
+  let ca: TestCa;
+  let t: TestGateway;
+
+  beforeAll(async () => {
+    echo = await startEchoServer();
+    ca = makeCa();
+    const leaf = ca.issue('wild', ['*.team-a.sandboxes.test']);
+    const sandbox = { sessionModel: 'none' as const, endpoint: { kind: 'address' as const, addresses: ['127.0.0.1'] } };
+    t = await startTestGateway([new TestDriver([snapshot({ name: 'grpc', ...sandbox, ...h2c(echo.port) })])], { baseDomain: 'sandboxes.test', proxyTlsPort: 0, tlsCertFile: leaf.certFile, tlsKeyFile: leaf.keyFile });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await echo?.close();
+    ca?.remove();
+  });
+
+  it('carries every kind of call from a gRPC client over TLS (ALPN h2)', async () => {
+    const name = `${echo.port}-grpc.team-a.sandboxes.test`;
+    const c = client(t.gw.proxyTlsPort!, name, credentials.createSsl(readFileSync(ca.caFile)), { 'grpc.ssl_target_name_override': name });
+    try {
+      await everyKindOfCall(c);
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe('h2c bounds: one tenant cannot take another tenant\'s HTTP/2 capacity', () => {
+  let a: EchoServer;
+  let b: EchoServer;
+  let big: Http2Server;
+  let bigPort: number;
+  let proxy: EmbeddedProxy;
+
+  beforeAll(async () => {
+    a = await startEchoServer();
+    b = await startEchoServer();
+    // A server that answers with more than any window holds.
+    big = createH2Server();
+    big.on('stream', (stream: ServerHttp2Stream) => {
+      stream.respond({ ':status': 200 });
+      stream.end(Buffer.alloc(4 * 1024 * 1024, 1));
+    });
+    await new Promise<void>((r) => big.listen(0, '127.0.0.1', r));
+    bigPort = (big.address() as AddressInfo).port;
+    const at = { sessionModel: 'none' as const, endpoint: { kind: 'address' as const, addresses: ['127.0.0.1'] } };
+    proxy = await startFrontProxy(
+      [
+        snapshot({ namespace: 'team-a', name: 'a', ...at, ports: [a.port, bigPort], h2cPorts: [a.port, bigPort] }),
+        snapshot({ namespace: 'team-b', name: 'b', uid: 'u-b', ...at, ...h2c(b.port) }),
+      ],
+      { h2c: { maxSessionsPerUpstream: 1, maxStreamsPerSession: 2, idleMs: 30_000 } },
+    );
+  });
+  afterAll(async () => {
+    await proxy?.close(200);
+    await a?.close();
+    await b?.close();
+    big?.close();
+  });
+
+  it('refuses streams past the per-upstream cap with RESOURCE_EXHAUSTED, serves the other tenant, and recovers', async () => {
+    const ca = client(proxy.port, `${a.port}-a.team-a.localhost`);
+    const cb = client(proxy.port, `${b.port}-b.team-b.localhost`);
+    try {
+      const calls: { cancel(): void }[] = [];
+      const results: Promise<ServiceError | null>[] = [];
+      for (let i = 0; i < 2; i++) {
+        const arrived = once(a.events, 'hang');
+        results.push(new Promise((resolve) => calls.push(ca.Unary({ text: 'hang' }, new Metadata(), {}, (err) => resolve(err)))));
+        await arrived;
+      }
+      const err = await failure(unary(ca, 'one more'));
+      expect(err.code).toBe(status.RESOURCE_EXHAUSTED);
+      expect(err.details).toMatch(/^too_many_connections: /);
+      expect(await unary(cb, 'other tenant')).toMatchObject({ text: 'echo other tenant' });
+      for (const c of calls) c.cancel();
+      await Promise.all(results);
+      expect(await eventually(async () => (await unary(ca, 'again').catch(() => undefined))?.text)).toBe('echo again');
+      expect(proxy.h2c.sessions).toBeLessThanOrEqual(2);
+    } finally {
+      ca.close();
+      cb.close();
+    }
+  });
+
+  it('a client that never reads a large answer holds only its own stream', async () => {
+    const session = h2Connect(`http://127.0.0.1:${proxy.port}`);
+    try {
+      const stuck = session.request({ ':path': '/big', ':authority': `${bigPort}-a.team-a.localhost` });
+      const [head] = (await once(stuck, 'response')) as [Record<string, unknown>];
+      expect(head[':status']).toBe(200);
+      stuck.pause();
+      const ca = client(proxy.port, `${a.port}-a.team-a.localhost`);
+      const cb = client(proxy.port, `${b.port}-b.team-b.localhost`);
+      try {
+        expect(await unary(cb, 'b')).toMatchObject({ text: 'echo b' });
+        expect(await unary(ca, 'a')).toMatchObject({ text: 'echo a' });
+      } finally {
+        ca.close();
+        cb.close();
+      }
+    } finally {
+      session.destroy();
+    }
+  });
+});
+
+describe('gRPC over a relay (supervisor session) sandbox', () => {
+  let echo: EchoServer;
+  let stack: RelayStack;
+  let sup: SupervisorClient;
+
+  beforeAll(async () => {
+    echo = await startEchoServer();
+    stack = await startRelayStack({ gatewayId: 'gw-1', sandboxes: [{ ...relaySandbox('grpc'), ...h2c(echo.port) }] });
+    sup = await startSupervisor(stack.supervisorUrl, 'grpc');
+    await eventually(() => stack.view.get('team-a', 'grpc')?.status.phase === 'Ready');
+  });
+  afterAll(async () => {
+    sup?.stop();
+    await stack?.close();
+    await echo?.close();
+  });
+
+  it('carries every kind of call over the local session\'s relay streams', async () => {
+    const c = client(stack.proxy.port, `${echo.port}-grpc.team-a.localhost`);
+    try {
+      await everyKindOfCall(c);
+      const err = await failure(unary(c, 'fail'));
+      expect(err.code).toBe(status.INVALID_ARGUMENT);
+      expect(err.metadata.get('x-detail')).toEqual(['why']);
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe('gRPC to a relay sandbox whose session a peer gateway holds (Redis presence)', () => {
+  let echo: EchoServer;
+  let redis: RedisServer;
+  let a: RelayStack;
+  let b: RelayStack;
+  let sup: SupervisorClient;
+
+  beforeAll(async () => {
+    echo = await startEchoServer();
+    redis = await startRedisServer();
+    const common = { sandboxes: [{ ...relaySandbox('peer'), ...h2c(echo.port) }], presence: redis.url, keyPrefix: 'grpc-peer' };
+    a = await startRelayStack({ gatewayId: 'gw-a', ...common });
+    b = await startRelayStack({ gatewayId: 'gw-b', ...common });
+    sup = await startSupervisor(b.supervisorUrl, 'peer');
+    await eventually(() => a.view.get('team-a', 'peer')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session");
+  });
+  afterAll(async () => {
+    sup?.stop();
+    await Promise.all([a?.close(), b?.close()]);
+    await echo?.close();
+    await redis?.stop();
+  });
+
+  it("carries every kind of call from A through a tunnel to B's relay listener", async () => {
+    const c = client(a.proxy.port, `${echo.port}-peer.team-a.localhost`);
+    try {
+      await everyKindOfCall(c);
+      const cancelled = once(echo.events, 'cancelled');
+      const err = await failure(unary(c, 'hang', new Metadata(), Date.now() + 300));
+      expect(err.code).toBe(status.DEADLINE_EXCEEDED);
+      await cancelled;
+    } finally {
+      c.close();
+    }
+  });
+
+  it('refuses a tunnel without a valid relay credential (401 relay_unauthorized), and one whose credential names another target', async () => {
+    const forged = await connectTo(b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': 'forged' });
+    expect(forged).toMatchObject({ status: 401, code: 'relay_unauthorized' });
+    const other = await connectTo(b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': RELAY_CREDENTIALS.mint('team-a/peer:1') });
+    expect(other).toMatchObject({ status: 401, code: 'relay_unauthorized' });
+    const none = await connectTo(b.relayAddress, {});
+    expect(none).toMatchObject({ status: 400, code: 'invalid_route' });
+  });
+});
+
+/** A raw CONNECT to a relay listener: its answer's status and x-sandgate-error. */
+function connectTo(address: string, headers: Record<string, string>): Promise<{ status: number; code: string | undefined }> {
+  const [host, port] = [address.slice(0, address.lastIndexOf(':')), Number(address.slice(address.lastIndexOf(':') + 1))];
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ method: 'CONNECT', host, port, path: address, headers });
+    req.once('connect', (res, socket) => {
+      socket.destroy();
+      resolve({ status: res.statusCode ?? 0, code: res.headers['x-sandgate-error'] as string | undefined });
+    });
+    req.once('response', (res) => {
+      res.resume();
+      resolve({ status: res.statusCode ?? 0, code: res.headers['x-sandgate-error'] as string | undefined });
+    });
+    req.once('error', reject);
+    req.end();
+  });
+}
+
+interface H1Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+  trailers: Record<string, string | undefined>;
+}
+
+function h1Get(port: number, host: string, path: string): Promise<H1Answer> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ port, host: '127.0.0.1', path, headers: { host } }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body, trailers: res.trailers }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
