@@ -1,9 +1,5 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
-import { newApiKey } from '../../src/auth/api-keys.js';
+import { writeApiKeyFiles } from '../helpers/api-key-files.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
@@ -19,17 +15,8 @@ import { rawRequest } from '../helpers/upstream.js';
 const PEPPER = 'pepper-for-framing-tests-0123456789abcdef0123456';
 
 async function keys(): Promise<{ keysFile: string; pepperFile: string; admin: string; team: string }> {
-  const dir = mkdtempSync(join(tmpdir(), 'sandgate-framing-'));
-  const keysFile = join(dir, 'keys.yaml');
-  const pepperFile = join(dir, 'pepper');
-  writeFileSync(pepperFile, PEPPER);
-  const store = new FileApiKeyStore(keysFile);
-  const pepper = new TextEncoder().encode(PEPPER);
-  const admin = newApiKey(pepper, 'admin');
-  const team = newApiKey(pepper, 'team-a');
-  await store.add(admin.record);
-  await store.add(team.record);
-  return { keysFile, pepperFile, admin: admin.key, team: team.key };
+  const { keysFile, pepperFile, keys: k } = await writeApiKeyFiles(PEPPER, { admin: 'admin', team: 'team-a' });
+  return { keysFile, pepperFile, ...k };
 }
 
 function expectNotFramed(r: Response, what: string): void {

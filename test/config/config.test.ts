@@ -3,19 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { configMarkdown } from '../../src/config/docs.js';
 import { redacted, resolveConfig } from '../../src/config/load.js';
 import { DEFAULTS } from '../../src/config/schema.js';
-import { SandgateError } from '../../src/domain/errors.js';
+import { expectSandgateError } from '../helpers/sandgate-error.js';
 
-function rejects(fn: () => unknown, pattern: RegExp): void {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(SandgateError);
-    expect((err as SandgateError).code).toBe('config_invalid');
-    expect((err as Error).message).toMatch(pattern);
-    return;
-  }
-  throw new Error('expected config_invalid');
-}
+const rejects = (fn: () => unknown, pattern: RegExp): unknown => expectSandgateError(fn, 'config_invalid', pattern);
 
 describe('configuration', () => {
   it('has the documented defaults', () => {

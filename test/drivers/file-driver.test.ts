@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEMO_SANDBOXES } from '../../src/demo/demo.js';
 import { SandgateError } from '../../src/domain/errors.js';
+import { expectSandgateError } from '../helpers/sandgate-error.js';
 import type { BackendSnapshot, DriverEvent } from '../../src/domain/sandbox.js';
 import { FileDriver, parseSandboxesFile } from '../../src/drivers/file/file-driver.js';
 
@@ -90,15 +91,7 @@ describe('sandboxes file format', () => {
     ['yaml syntax', 'sandboxes: [', /does not parse/],
     ['empty envd token', 'sandboxes:\n  - {namespace: a, name: b, envdAccessToken: ""}', /envdAccessToken must not be empty/],
   ])('rejects %s with sandboxes_file_invalid', (_n, text, pattern) => {
-    let caught: unknown;
-    try {
-      parseSandboxesFile(text);
-    } catch (err) {
-      caught = err;
-    }
-    expect(caught).toBeInstanceOf(SandgateError);
-    expect((caught as SandgateError).code).toBe('sandboxes_file_invalid');
-    expect((caught as Error).message).toMatch(pattern);
+    expectSandgateError(() => parseSandboxesFile(text), 'sandboxes_file_invalid', pattern);
   });
 });
 

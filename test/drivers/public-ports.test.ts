@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SandgateError } from '../../src/domain/errors.js';
+import { expectSandgateError } from '../helpers/sandgate-error.js';
 import { parseSandboxesFile } from '../../src/drivers/file/file-driver.js';
 import { snapshotFromWire, snapshotToWire } from '../../src/drivers/grpc/sandbox-codec.js';
 import { ANNOTATION_PUBLIC_PORTS, readAnnotations, type Identity } from '../../src/drivers/kubernetes/sandbox-object.js';
@@ -23,15 +24,7 @@ describe('public ports: file driver', () => {
     ['not a list', 'publicPorts: 3000', /publicPorts must be a list of port numbers/],
     ['a port outside the allow-list', 'ports: [8080], publicPorts: [3000]', /publicPorts lists port 3000, which is not in ports/],
   ])('rejects %s with sandboxes_file_invalid', (_n, fields, pattern) => {
-    let err: unknown;
-    try {
-      parseSandboxesFile(`sandboxes:\n  - {namespace: a, name: b, ${fields}}`);
-    } catch (e) {
-      err = e;
-    }
-    expect(err).toBeInstanceOf(SandgateError);
-    expect((err as SandgateError).code).toBe('sandboxes_file_invalid');
-    expect((err as Error).message).toMatch(pattern);
+    expectSandgateError(() => parseSandboxesFile(`sandboxes:\n  - {namespace: a, name: b, ${fields}}`), 'sandboxes_file_invalid', pattern);
   });
 });
 

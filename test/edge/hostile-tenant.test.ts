@@ -1,12 +1,8 @@
 import { Metadata } from '@grpc/grpc-js';
-import { mkdtempSync, writeFileSync } from 'node:fs';
 import { connect, createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEvents } from '../helpers/sse.js';
-import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
-import { newApiKey } from '../../src/auth/api-keys.js';
+import { writeApiKeyFiles } from '../helpers/api-key-files.js';
 import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../../src/sessions/supervisor-token.js';
@@ -27,22 +23,7 @@ import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.j
 const PEPPER = 'pepper-for-hostile-tests-0123456789abcdef012345';
 
 /** Two teams and the admin team in a key file; returns the file, the pepper file and the keys. */
-async function teamKeys(): Promise<{ keysFile: string; pepperFile: string; keys: Record<'admin' | 'team-a' | 'team-b' | 'revoked', string> }> {
-  const dir = mkdtempSync(join(tmpdir(), 'sandgate-hostile-'));
-  const keysFile = join(dir, 'keys.yaml');
-  const pepperFile = join(dir, 'pepper');
-  writeFileSync(pepperFile, PEPPER);
-  const store = new FileApiKeyStore(keysFile);
-  const pepper = new TextEncoder().encode(PEPPER);
-  const keys = {} as Record<'admin' | 'team-a' | 'team-b' | 'revoked', string>;
-  for (const team of ['admin', 'team-a', 'team-b', 'revoked'] as const) {
-    const { key, record } = newApiKey(pepper, team === 'revoked' ? 'team-a' : team);
-    await store.add(record);
-    keys[team] = key;
-    if (team === 'revoked') await store.revoke(record.id);
-  }
-  return { keysFile, pepperFile, keys };
-}
+const teamKeys = () => writeApiKeyFiles(PEPPER, { admin: 'admin', 'team-a': 'team-a', 'team-b': 'team-b', revoked: 'team-a' }, ['revoked']);
 
 describe('finding 3: the operator API answers with the doors\' principals', () => {
   let t: TestGateway;

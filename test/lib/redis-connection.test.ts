@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Cluster, Redis } from 'ioredis';
 import { resolveConfig, redacted } from '../../src/config/load.js';
-import { SandgateError } from '../../src/domain/errors.js';
+import { expectSandgateError } from '../helpers/sandgate-error.js';
 import { createRedisClient, describeRedisTarget, keepConnecting, redactRedisOptionsText, redactRedisUrl, redisTarget, topologyOf } from '../../src/lib/redis-connection.js';
 import { eventually } from '../helpers/eventually.js';
 import { startRedisServer } from '../helpers/redis-server.js';
@@ -21,16 +21,8 @@ describe('redisTarget', () => {
   ];
   for (const t of bad) {
     it(`refuses ${t.name} (config_invalid), never echoing a password`, () => {
-      let err: unknown;
-      try {
-        redisTarget(t.url, t.options, 'presence');
-      } catch (e) {
-        err = e;
-      }
-      expect(err).toBeInstanceOf(SandgateError);
-      expect((err as SandgateError).code).toBe('config_invalid');
-      expect((err as Error).message).toMatch(t.message);
-      expect((err as Error).message).not.toContain('hunter2');
+      const err = expectSandgateError(() => redisTarget(t.url, t.options, 'presence'), 'config_invalid', t.message);
+      expect(err.message).not.toContain('hunter2');
     });
   }
 
