@@ -26,6 +26,8 @@ export const LABEL_ID = `${PREFIX}sandbox-id`;
 export const LABEL_SUPERVISOR = `${PREFIX}supervisor`;
 /** Comma-separated port allow-list. */
 export const LABEL_PORTS = `${PREFIX}ports`;
+/** `50051=h2c,8000=http`: ports that speak h2c (HTTP/2 with prior knowledge, e.g. gRPC); the rest speak HTTP/1.1. */
+export const LABEL_PORT_PROTOCOLS = `${PREFIX}port-protocols`;
 /** RFC 3339 expiry (Docker and Podman have no native one). */
 export const LABEL_SHUTDOWN_TIME = `${PREFIX}shutdown-time`;
 
@@ -153,6 +155,18 @@ function ports(text: string | undefined): number[] | undefined {
   });
 }
 
+function h2cPorts(text: string | undefined): number[] | undefined {
+  if (text === undefined || text === '') return undefined;
+  const out: number[] = [];
+  for (const part of text.split(',')) {
+    const [port, protocol] = part.trim().split('=');
+    const n = Number(port);
+    if (!Number.isInteger(n) || n < 1 || n > 65535 || (protocol !== 'h2c' && protocol !== 'http')) throw new Error(`bad entry ${JSON.stringify(part)} in ${LABEL_PORT_PROTOCOLS}`);
+    if (protocol === 'h2c') out.push(n);
+  }
+  return out.length === 0 ? undefined : out;
+}
+
 function time(text: string | undefined): number | undefined {
   if (text === undefined || text === '') return undefined;
   const ms = Date.parse(text);
@@ -189,6 +203,7 @@ function containerSnapshot(
     endpoint: addresses(c.NetworkSettings.IPAddress),
     sessionModel: sessionModel(label(l, LABEL_SUPERVISOR)),
     ports: ports(label(l, LABEL_PORTS)),
+    h2cPorts: h2cPorts(label(l, LABEL_PORT_PROTOCOLS)),
     shutdownTime: time(label(l, LABEL_SHUTDOWN_TIME)),
   };
 }
@@ -337,6 +352,7 @@ export const kubernetes: StyleMapping<KubeSandbox> = {
       endpoint: ips.length > 0 ? { kind: 'address', addresses: ips } : s.status.serviceFQDN ? { kind: 'service', fqdn: s.status.serviceFQDN } : addresses(''),
       sessionModel: sessionModel(label(a, LABEL_SUPERVISOR)),
       ports: ports(label(a, LABEL_PORTS)),
+      h2cPorts: h2cPorts(label(a, LABEL_PORT_PROTOCOLS)),
       shutdownTime: time(s.spec.shutdownTime),
       revision: desired !== undefined && current !== undefined ? { desired, current } : undefined,
     };

@@ -297,8 +297,8 @@ describe('label prefix of the example driver', () => {
   it('reads sandgate.dev/ labels; still reads sandgate.io/ ones, warning once per process', async () => {
     const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
     try {
-      const { backend, sink } = await setup([labelled(container('web', 'running'), { 'sandgate.dev/supervisor': 'none', 'sandgate.dev/ports': '8000' })]);
-      expect(sink.view.get('team-a', 'web')?.snapshot).toMatchObject({ ids: ['sbx-web'], sessionModel: 'none', ports: [8000] });
+      const { backend, sink } = await setup([labelled(container('web', 'running'), { 'sandgate.dev/supervisor': 'none', 'sandgate.dev/ports': '8000,50051', 'sandgate.dev/port-protocols': '50051=h2c,8000=http' })]);
+      expect(sink.view.get('team-a', 'web')?.snapshot).toMatchObject({ ids: ['sbx-web'], sessionModel: 'none', ports: [8000, 50051], h2cPorts: [50051] });
       expect(warn).not.toHaveBeenCalled();
 
       backend.set(oldSpelling(labelled(container('old-a', 'running', '10.0.0.4'), { 'sandgate.dev/supervisor': 'none', 'sandgate.dev/ports': '9000' })));
