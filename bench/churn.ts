@@ -29,7 +29,7 @@ const APPLIED = { driver: 'grpc/bench', result: 'applied' };
 export const churn: Section = {
   id: 'churn',
   title: '6. Churn (10k sandboxes, 10k snapshot updates/s during Check load)',
-  estimateSeconds: { quick: 25, full: 60 },
+  estimateSeconds: { quick: 30, full: 60 },
   async run(ctx) {
     const plan = blocks(ctx);
     const fed: { gw: Target; driver: Target }[] = [];

@@ -30,7 +30,7 @@ interface Door {
 export const doors: Section = {
   id: 'doors',
   title: '1. Doors: HTTP authz, ext_authz Check, ext_proc Process (1k sandboxes)',
-  estimateSeconds: { quick: 70, full: 250 },
+  estimateSeconds: { quick: 60, full: 240 },
   async run(ctx) {
     const plan = blocks(ctx);
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');

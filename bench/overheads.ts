@@ -27,7 +27,7 @@ const OFF = ['--activity-ignore', '/*'];
 export const overheads: Section = {
   id: 'overheads',
   title: '10. Overheads: tracing, the access log and activity tracking, per request',
-  estimateSeconds: { quick: 60, full: 200 },
+  estimateSeconds: { quick: 60, full: 180 },
   async run(ctx) {
     const sink = createServer((req, res) => {
       req.resume();

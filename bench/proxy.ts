@@ -34,7 +34,7 @@ async function nginxTier(ctx: BenchContext, upstream: Target, sandboxes: string)
 export const proxy: Section = {
   id: 'proxy',
   title: '2. Embedded proxy (vs a plain undici forwarder and nginx auth_request)',
-  estimateSeconds: { quick: 40, full: 130 },
+  estimateSeconds: { quick: 40, full: 120 },
   async run(ctx) {
     const plan = blocks(ctx);
     const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);

@@ -58,7 +58,7 @@ async function readyz(g: Target): Promise<string> {
 export const redisHa: Section = {
   id: 'redis-ha',
   title: '8. Redis HA (presence on Sentinel: failover, false Ready, commands/s and per request, 3 gateways)',
-  estimateSeconds: { quick: 45, full: 120 },
+  estimateSeconds: { quick: 50, full: 90 },
   async run(ctx: BenchContext) {
     const count = ctx.quick ? 1_000 : 10_000;
     const gone = Math.max(10, count / 100);

@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { parseArgs } from 'node:util';
 import { join } from 'node:path';
 import { churn } from './churn.js';
 import { doors } from './doors.js';
@@ -30,14 +31,6 @@ import { workers } from './workers.js';
 
 const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, sessions, redisHa, snapshotMemory, overheads];
 
-interface Args {
-  readonly quick: boolean;
-  readonly only: readonly string[] | undefined;
-  readonly cpuProf: boolean;
-  readonly workersList: readonly number[];
-  readonly selftest: boolean;
-}
-
 const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--workers-list 1,2,4,8] [--cpu-prof] [--selftest]`;
 
 /** The canonical result, written only by a full run of every section. */
@@ -48,28 +41,25 @@ function usage(message: string): never {
   process.exit(2);
 }
 
-function parseArgs(argv: readonly string[]): Args {
-  let quick = false;
-  let only: string[] | undefined;
-  let cpuProf = false;
-  let workersList = [1, 2, 4];
-  let selftest = false;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--quick') quick = true;
-    else if (a === '--cpu-prof') cpuProf = true;
-    else if (a === '--selftest') selftest = true;
-    else if (a === '--only' && argv[i + 1] !== undefined) only = argv[++i]!.split(',');
-    else if (a === '--workers-list' && /^\d{1,3}(,\d{1,3})*$/.test(argv[i + 1] ?? '')) workersList = argv[++i]!.split(',').map(Number);
-    else if (a === '--help' || a === '-h') {
-      console.log(USAGE);
-      process.exit(0);
-    } else usage(`unknown argument ${a}`);
+function argsOf(argv: string[]) {
+  const options = { help: { type: 'boolean', short: 'h' }, quick: { type: 'boolean' }, 'cpu-prof': { type: 'boolean' }, selftest: { type: 'boolean' }, only: { type: 'string' }, 'workers-list': { type: 'string', default: '1,2,4' } } as const;
+  let values;
+  try {
+    values = parseArgs({ args: argv, options, strict: true }).values;
+  } catch (err) {
+    usage((err as Error).message);
   }
+  if (values.help === true) {
+    console.error(USAGE);
+    process.exit(0);
+  }
+  if (!/^\d{1,3}(,\d{1,3})*$/.test(values['workers-list'])) usage('--workers-list takes worker counts such as 1,2,4,8');
+  const workersList = values['workers-list'].split(',').map(Number);
   if (workersList.some((n) => n < 1 || n > 256)) usage('--workers-list takes worker counts from 1 to 256');
+  const only = values.only?.split(',');
   const unknown = only?.filter((id) => !SECTIONS.some((s) => s.id === id)) ?? [];
   if (unknown.length > 0) usage(`unknown section ${unknown.join(', ')}`);
-  return { quick, only, cpuProf, workersList, selftest };
+  return { quick: values.quick === true, only, cpuProf: values['cpu-prof'] === true, workersList, selftest: values.selftest === true };
 }
 
 function stamp(d: Date): string {
@@ -93,7 +83,7 @@ async function runSection(s: Section, base: Omit<BenchContext, 'procs'>): Promis
 }
 
 async function main(): Promise<number> {
-  const args = parseArgs(process.argv.slice(2));
+  const args = argsOf(process.argv.slice(2));
   if (args.selftest) return selftest();
   const started = new Date();
   const t0 = performance.now();

@@ -1,10 +1,8 @@
 import { compareGrpc, compareRate, cpuPerRequest, formatRatio, INSTANCES, judgedFigure, medianOf, round2, spread, trialProblems, trialsData } from './lib/compare.js';
 import { GrpcLoad } from './lib/grpc-load.js';
-import { Histogram, summarise, type LatencySummary } from './lib/histogram.js';
-import { benchScript } from './lib/machine.js';
 import { row, target, type Row, type TargetResult } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
-import { blocks, type BenchContext, type Section } from './lib/section.js';
+import { blocks, probeOnce, type BenchContext, type Section } from './lib/section.js';
 import { startGateway, type Target } from './lib/targets.js';
 import type { ViewProbeResult } from './lib/view-probe.js';
 
@@ -25,20 +23,9 @@ const MIN_THROUGHPUT_RATIO = 0.9;
 const MAX_BYTES_PER_SANDBOX = 1024;
 const IN_FLIGHT = 64;
 
-interface Probed extends ViewProbeResult {
-  readonly latency: LatencySummary;
-}
-
-async function probe(ctx: BenchContext, size: number, ops: number): Promise<Probed> {
+function probe(ctx: BenchContext, size: number, ops: number): Promise<ViewProbeResult> {
   ctx.log(`scale: view of ${size.toLocaleString('en-US')} sandboxes in-process`);
-  const child = ctx.procs.node(`view-probe-${size}`, benchScript('lib/view-probe.js'), [], { execArgv: ['--expose-gc', '--max-old-space-size=8192'] });
-  await child.ready();
-  try {
-    const r = await child.request<ViewProbeResult>('probe', { size, ops });
-    return { ...r, latency: summarise(Histogram.fromJSON(r.histogram)) };
-  } finally {
-    await child.stop();
-  }
+  return probeOnce<ViewProbeResult>(ctx, `view-probe-${size}`, 'lib/view-probe.js', { size, ops }, ['--max-old-space-size=8192']);
 }
 
 const label = (n: number): string => (n >= 1_000_000 ? `${n / 1_000_000}M` : `${n / 1000}k`);
@@ -46,13 +33,13 @@ const label = (n: number): string => (n >= 1_000_000 ? `${n / 1_000_000}M` : `${
 export const scale: Section = {
   id: 'scale',
   title: '4. Scale (view of 1k … 1M sandboxes)',
-  estimateSeconds: { quick: 90, full: 200 },
+  estimateSeconds: { quick: 90, full: 210 },
   async run(ctx) {
     const ops = ctx.quick ? 300_000 : 3_000_000;
     const rows: Row[] = [];
     const notes: string[] = [];
     const targets: TargetResult[] = [];
-    const probes: Probed[] = [];
+    const probes: ViewProbeResult[] = [];
     for (const size of SIZES) probes.push(await probe(ctx, size, ops));
     const base = probes[0]!;
     for (const p of probes) {

@@ -57,7 +57,7 @@ async function hold(ctx: BenchContext, target: Target, count: number, secretFile
 export const sessions: Section = {
   id: 'sessions',
   title: '7. Sessions (supervisor sessions on one gateway vs a bare ws server)',
-  estimateSeconds: { quick: 20, full: 90 },
+  estimateSeconds: { quick: 30, full: 90 },
   async run(ctx) {
     const count = ctx.quick ? 1_000 : 10_000;
     const secretFile = writeSecret(ctx.tmp);

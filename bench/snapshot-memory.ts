@@ -1,7 +1,6 @@
-import { benchScript } from './lib/machine.js';
 import { row, target, type Row, type TargetResult } from './lib/report.js';
-import type { BenchContext, Section } from './lib/section.js';
-import type { SnapshotMemoryArgs, SnapshotMemoryResult } from './lib/snapshot-memory-probe.js';
+import { probeOnce, type Section } from './lib/section.js';
+import type { SnapshotMemoryResult } from './lib/snapshot-memory-probe.js';
 import type { KubeKind } from './lib/kube-variants.js';
 
 /**
@@ -14,27 +13,19 @@ const KINDS: readonly KubeKind[] = ['agent-sandbox', 'openkruise'];
 /** Well under the 6.26 KiB per sandbox OpenKruise's own gateway reports for its whole route entry. */
 const MAX_BYTES_PER_SANDBOX = 2048;
 
-async function probe(ctx: BenchContext, args: SnapshotMemoryArgs): Promise<SnapshotMemoryResult> {
-  ctx.log(`snapshot-memory: ${args.count.toLocaleString('en-US')} ${args.kind} objects`);
-  const child = ctx.procs.node(`snapshot-memory-${args.kind}`, benchScript('lib/snapshot-memory-probe.js'), [], { execArgv: ['--expose-gc'] });
-  await child.ready();
-  try {
-    return await child.request<SnapshotMemoryResult>('probe', args);
-  } finally {
-    await child.stop();
-  }
-}
-
 export const snapshotMemory: Section = {
   id: 'snapshot-memory',
   title: '9. Kubernetes snapshots (heap per sandbox)',
-  estimateSeconds: { quick: 15, full: 30 },
+  estimateSeconds: { quick: 10, full: 20 },
   async run(ctx) {
     const count = ctx.quick ? 10_000 : 25_000;
     const rows: Row[] = [];
     const targets: TargetResult[] = [];
     const results: SnapshotMemoryResult[] = [];
-    for (const kind of KINDS) results.push(await probe(ctx, { kind, count }));
+    for (const kind of KINDS) {
+      ctx.log(`snapshot-memory: ${count.toLocaleString('en-US')} ${kind} objects`);
+      results.push(await probeOnce<SnapshotMemoryResult>(ctx, `snapshot-memory-${kind}`, 'lib/snapshot-memory-probe.js', { kind, count }));
+    }
     for (const r of results) {
       rows.push(row(`${r.kind} snapshot`, 'B', r.snapshotBytes, r.rawObjectBytes, 'vs the parsed object in a store'));
       rows.push(row(`${r.kind} snapshot + store entry`, 'B', r.withStoreBytes, r.rawObjectBytes, 'vs the parsed object in a store'));

@@ -9,8 +9,8 @@ import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway } from './lib/targets.js';
 
 /**
- * 3. TLS: CPU per request of the embedded proxy's TLS listener (`--proxy-tls-port`), over HTTP/1.1 (64
- * keep-alive connections) and h2 (64 streams on one connection, the node:http2 client), beside nginx
+ * 3. TLS: CPU per request of the embedded proxy's TLS listener (`--proxy-tls-port`), over HTTP/1.1 (16
+ * keep-alive connections) and h2 (16 streams on one connection, the node:http2 client), beside nginx
  * terminating TLS on the same certificate and `proxy_pass`ing to the same upstream over a keep-alive pool;
  * each process's CPU alone, at a fixed offered rate, connections open for the whole run (handshakes are
  * not in the figure). Then what TLS adds to a request, and that a TLS port leaves the plain-HTTP door's
@@ -20,7 +20,7 @@ import { startBare, startGateway } from './lib/targets.js';
 
 const SANDBOXES = 1000;
 const RATE = 1500;
-const OPEN = 64;
+const OPEN = 16;
 const PLAIN_TARGET = "a TLS port leaves the plain-HTTP proxy's CPU per request unchanged (0 within the spread of the difference)";
 
 function makeCertificates(dir: string): { ca: Buffer; certFile: string; keyFile: string } {
@@ -39,7 +39,7 @@ function makeCertificates(dir: string): { ca: Buffer; certFile: string; keyFile:
 export const tls: Section = {
   id: 'tls',
   title: '3. TLS: the embedded proxy over HTTPS (HTTP/1.1 and h2) beside nginx on the same certificate',
-  estimateSeconds: { quick: 45, full: 160 },
+  estimateSeconds: { quick: 35, full: 140 },
   async run(ctx) {
     if (spawnSync('openssl', ['version'], { stdio: 'ignore' }).status !== 0) {
       const why = 'skipped: no openssl command line to make the certificates';

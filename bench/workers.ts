@@ -25,7 +25,7 @@ const MIN_EFFICIENCY = 0.8;
 export const workers: Section = {
   id: 'workers',
   title: '5. Workers (--workers N vs one process)',
-  estimateSeconds: { quick: 15, full: 40 },
+  estimateSeconds: { quick: 10, full: 40 },
   async run(ctx) {
     const cores = cpus().length;
     const window = ctx.quick ? { warmupMs: 1000, durationMs: 3000 } : { warmupMs: 3000, durationMs: 10_000 };

@@ -1,5 +1,5 @@
 import type { LoadResult } from './grpc-load.js';
-import { Histogram, summarise, type HistogramJson } from './histogram.js';
+import { latencies, record, summarise, type Latencies, type LatencySummary } from './histogram.js';
 
 /**
  * The one way the bench compares two servers, whatever the protocol: load switched between them every
@@ -41,7 +41,7 @@ export interface BlockResult {
   readonly errors: number;
   readonly notAllowed: number;
   readonly firstError: string | undefined;
-  readonly histogram: HistogramJson;
+  readonly latency: LatencySummary;
   /** The side's CPU over the whole block (so work its requests leave behind after its slices counts), µs. */
   readonly cpuMicros: number;
   /** The generator's own CPU over the block, µs. */
@@ -69,10 +69,10 @@ interface Tally {
   errors: number;
   notAllowed: number;
   firstError: string | undefined;
-  hist: Histogram;
+  hist: Latencies;
 }
 
-const fresh = (): Tally => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined, hist: new Histogram() });
+const fresh = (): Tally => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined, hist: latencies() });
 
 /** Unmeasured blocks before the measured ones: at least one, or as many as the plan's warm-up spans. */
 export function warmBlocks(plan: Pick<AlternationPlan, 'warmupMs' | 'blockMs'>): number {
@@ -105,7 +105,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
         } else {
           tally.completed++;
           if (outcome === 'denied') tally.notAllowed++;
-          tally.hist.record((performance.now() - began) * 1e6);
+          record(tally.hist, (performance.now() - began) * 1e6);
         }
       }
       if (plan.rate === undefined) fill();
@@ -185,7 +185,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
       errors: t.errors,
       notAllowed: t.notAllowed,
       firstError: t.firstError,
-      histogram: t.hist.toJSON(),
+      latency: summarise(t.hist),
       cpuMicros: cpu[arm][k + 1]! - cpu[arm][k]!,
       loadMicros: load[k + 1]! - load[k]!,
     };
@@ -203,11 +203,9 @@ export interface Measured extends LoadResult {
 /** One Measured per side and block. */
 export function blocksMeasured(r: AlternationResult, blockMs: number): { a: Measured[]; b: Measured[] } {
   const one = (b: BlockResult): Measured => {
-    const histogram = Histogram.fromJSON(b.histogram);
     return {
       rps: b.completed / (r.activeMs / 1000),
-      latency: summarise(histogram),
-      histogram,
+      latency: b.latency,
       durationMs: r.activeMs,
       completed: b.completed,
       errors: b.errors,

@@ -2,7 +2,7 @@ import { connect, type ClientHttp2Session } from 'node:http2';
 import { authorizationService, externalProcessorService } from '../../src/edge/envoy/protos.js';
 import { checkRequest, processingRequest } from './envoy-requests.js';
 import { alternateSlices, type AlternationPlan, type AlternationResult, type AlternationSide } from './alternation.js';
-import { Histogram, type HistogramJson } from './histogram.js';
+import { latencies, record, summarise, type LatencySummary } from './histogram.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 import { processCpuMicros } from './proc-stat.js';
 
@@ -39,7 +39,7 @@ export interface GrpcRunResult {
   readonly errors: number;
   /** Sampled responses that were not an allow (a wrong view, a not-ready gateway). */
   readonly notAllowed: number;
-  readonly histogram: HistogramJson;
+  readonly latency: LatencySummary;
   /** CPU this process used during the measured window, in cores (1 = one core busy). */
   readonly cpuCores: number;
   readonly firstError: string | undefined;
@@ -148,7 +148,7 @@ async function caller(kind: GrpcKind, target: string, sandboxes: number, seed: n
 /** `inFlight` calls open at all times for the window (after the warm-up); each answer in the window is counted. */
 async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
   const c = await caller(a.kind, a.target, a.sandboxes, a.seed);
-  const hist = new Histogram();
+  const hist = latencies();
   const r = { completed: 0, errors: 0, notAllowed: 0, firstError: undefined as string | undefined };
   const start = performance.now() + a.warmupMs;
   const end = start + a.durationMs;
@@ -168,7 +168,7 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
           r.firstError ??= err.message;
         } else if (now >= start && now < end) {
           r.completed++;
-          hist.record((now - began) * 1e6);
+          record(hist, (now - began) * 1e6);
           if (buf !== undefined && r.completed % SAMPLE_EVERY === 0 && !c.allowed(buf)) r.notAllowed++;
         }
         if (now < end) return issue();
@@ -182,7 +182,7 @@ async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
   });
   c.close();
   const used = cpu ?? process.cpuUsage(cpu0);
-  return { ...r, histogram: hist.toJSON(), cpuCores: (used.user + used.system) / 1000 / a.durationMs };
+  return { ...r, latency: summarise(hist), cpuCores: (used.user + used.system) / 1000 / a.durationMs };
 }
 
 /** One side of an interleaved comparison: where the calls go, whose CPU is read, which sandboxes the calls name. */

@@ -1,12 +1,13 @@
 import { blocksMeasured, warmBlocks, type AlternationResult, type Measured } from './alternation.js';
 import type { GrpcAlternationArgs, GrpcRunArgs, GrpcRunResult } from './grpc-load-worker.js';
-import { Histogram, summarise, type LatencySummary } from './histogram.js';
+import type { LatencySummary } from './histogram.js';
 import { benchScript } from './machine.js';
 import type { Child, ProcessGroup } from './processes.js';
 
 /**
  * Drives a gRPC target from one or more load-generator processes (grpc-load-worker.ts), splitting the
- * in-flight count between them, and merges their counts and latency histograms.
+ * in-flight count between them, and adds up their counts. Latency from several processes: p50 and the
+ * mean weighted by their answers, p99 and p99.9 the highest of theirs.
  */
 
 /** One target loaded for a window: GrpcRunArgs without the seed, which each load process gets its own of. */
@@ -15,7 +16,6 @@ export type GrpcLoadRun = Omit<GrpcRunArgs, 'seed'>;
 export interface LoadResult {
   readonly rps: number;
   readonly latency: LatencySummary;
-  readonly histogram: Histogram;
   readonly durationMs: number;
   readonly completed: number;
   readonly errors: number;
@@ -50,21 +50,21 @@ export class GrpcLoad {
         return w.request<GrpcRunResult>('run', args, r.warmupMs + r.durationMs + 60_000);
       }),
     );
-    const hist = new Histogram();
-    let completed = 0;
-    let errors = 0;
-    let notAllowed = 0;
-    let cpu = 0;
-    let firstError: string | undefined;
-    for (const res of results) {
-      hist.merge(Histogram.fromJSON(res.histogram));
-      completed += res.completed;
-      errors += res.errors;
-      notAllowed += res.notAllowed;
-      cpu += res.cpuCores;
-      firstError ??= res.firstError;
-    }
-    return { rps: completed / (r.durationMs / 1000), latency: summarise(hist), histogram: hist, durationMs: r.durationMs, completed, errors, notAllowed, loadCpuCores: cpu, firstError };
+    const sum = (f: (r: GrpcRunResult) => number): number => results.reduce((t, r) => t + f(r), 0);
+    const completed = sum((r) => r.completed);
+    const weighted = (f: (l: LatencySummary) => number): number => sum((r) => f(r.latency) * r.latency.count) / Math.max(1, completed);
+    const highest = (f: (l: LatencySummary) => number): number => Math.max(...results.map((r) => f(r.latency)));
+    const latency = { p50: weighted((l) => l.p50), mean: weighted((l) => l.mean), p99: highest((l) => l.p99), p999: highest((l) => l.p999), count: completed };
+    return {
+      rps: completed / (r.durationMs / 1000),
+      latency,
+      durationMs: r.durationMs,
+      completed,
+      errors: sum((r) => r.errors),
+      notAllowed: sum((r) => r.notAllowed),
+      loadCpuCores: sum((r) => r.cpuCores),
+      firstError: results.find((r) => r.firstError !== undefined)?.firstError,
+    };
   }
 
   /**

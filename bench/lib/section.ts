@@ -1,3 +1,4 @@
+import { benchScript } from './machine.js';
 import type { ProcessGroup } from './processes.js';
 import type { SectionOutput } from './report.js';
 import type { TargetOptions } from './targets.js';
@@ -33,4 +34,15 @@ export interface Section {
 /** A comparison's blocks: 6 of 1 s in --quick, 10 of 3 s in a full run, one block of warm-up first. */
 export function blocks(ctx: BenchContext): { readonly warmupMs: number; readonly blockMs: number; readonly blocks: number } {
   return ctx.quick ? { warmupMs: 1000, blockMs: 1000, blocks: 6 } : { warmupMs: 3000, blockMs: 3000, blocks: 10 };
+}
+
+/** Sends one `probe` request to a fresh child of `script` (`node --expose-gc`) and stops it: the in-process probes. */
+export async function probeOnce<T>(ctx: BenchContext, name: string, script: string, args: unknown, execArgv: readonly string[] = []): Promise<T> {
+  const child = ctx.procs.node(name, benchScript(script), [], { execArgv: ['--expose-gc', ...execArgv] });
+  await child.ready();
+  try {
+    return await child.request<T>('probe', args);
+  } finally {
+    await child.stop();
+  }
 }

@@ -114,27 +114,22 @@ const heartbeat = setInterval(() => {
 }, HEARTBEAT_TICK_MS);
 
 function waitAccepted(count: number, sinceMs: number, timeoutMs: number): Promise<{ accepted: number; lastAcceptedAt: number; timedOut: boolean; firstError: string | undefined }> {
-  const check = (): boolean => {
-    let n = 0;
-    for (const s of sessions) if (s.accepted && s.acceptedAt >= sinceMs) n++;
-    return n >= count;
-  };
   const result = (timedOut: boolean) => {
-    let n = 0;
-    let last = 0;
+    let accepted = 0;
+    let lastAcceptedAt = 0;
     for (const s of sessions) {
       if (s.accepted && s.acceptedAt >= sinceMs) {
-        n++;
-        if (s.acceptedAt > last) last = s.acceptedAt;
+        accepted++;
+        lastAcceptedAt = Math.max(lastAcceptedAt, s.acceptedAt);
       }
     }
-    return { accepted: n, lastAcceptedAt: last, timedOut, firstError };
+    return { accepted, lastAcceptedAt, timedOut, firstError };
   };
-  if (check()) return Promise.resolve(result(false));
+  if (result(false).accepted >= count) return Promise.resolve(result(false));
   return new Promise((resolve) => {
-    // Counting on every acceptance would be quadratic; the counter gates the full check.
+    // Counting on every acceptance would be quadratic; the counter gates the full count.
     const onAccept = (): void => {
-      if (acceptedCount >= count && check()) finish(false);
+      if (acceptedCount >= count && result(false).accepted >= count) finish(false);
     };
     const timer = setTimeout(() => finish(true), timeoutMs);
     const finish = (timedOut: boolean): void => {

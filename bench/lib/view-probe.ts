@@ -4,7 +4,7 @@ import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { envoyHeaders } from './envoy-requests.js';
 import { heapAfterGc } from './heap-after-gc.js';
-import { Histogram, type HistogramJson } from './histogram.js';
+import { latencies, record, summarise, type LatencySummary } from './histogram.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 import { decodedSnapshots } from './sandboxes.js';
 
@@ -32,7 +32,7 @@ export interface ViewProbeResult {
   readonly viewBytesPerSandbox: number;
   /** Mean time to apply one upsert while filling. */
   readonly applyNsPerSandbox: number;
-  readonly histogram: HistogramJson;
+  readonly latency: LatencySummary;
   readonly allowed: number;
 }
 
@@ -74,9 +74,9 @@ function probe(a: ViewProbeArgs): ViewProbeResult {
   const h2 = heapAfterGc();
 
   const requests = routeRequests(a.size);
-  const hist = new Histogram();
+  const hist = latencies();
   let allowed = 0;
-  const run = (ops: number, record: boolean): void => {
+  const run = (ops: number, measured: boolean): void => {
     let k = 0;
     for (let done = 0; done < ops; done += BATCH) {
       const t = process.hrtime.bigint();
@@ -84,7 +84,7 @@ function probe(a: ViewProbeArgs): ViewProbeResult {
         if (decide(view, ROUTE, requests[k]!).allow) allowed++;
         k = (k + 1) & (DISTINCT_REQUESTS - 1);
       }
-      if (record) hist.record(Number(process.hrtime.bigint() - t) / BATCH);
+      if (measured) record(hist, Number(process.hrtime.bigint() - t) / BATCH);
     }
   };
   run(Math.max(BATCH, Math.floor(a.ops / 10)), false);
@@ -95,7 +95,7 @@ function probe(a: ViewProbeArgs): ViewProbeResult {
     snapshotBytesPerSandbox: (h1 - h0) / a.size,
     viewBytesPerSandbox: (h2 - h0) / a.size,
     applyNsPerSandbox: applyNs / a.size,
-    histogram: hist.toJSON(),
+    latency: summarise(hist),
     allowed,
   };
 }

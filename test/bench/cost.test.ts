@@ -2,16 +2,14 @@ import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import type { Measured } from '../../bench/lib/alternation.js';
 import { BLOCKS, compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/compare.js';
-import { Histogram, summarise } from '../../bench/lib/histogram.js';
+import { latencies, summarise } from '../../bench/lib/histogram.js';
 import { processCpuMicros } from '../../bench/lib/proc-stat.js';
 import { agreementLines, type SectionResult } from '../../bench/lib/report.js';
 
 function trial(completed: number, targetCpuCores: number, durationMs = 2000, errors = 0): Measured {
-  const histogram = new Histogram();
   return {
     rps: completed / (durationMs / 1000),
-    latency: summarise(histogram),
-    histogram,
+    latency: summarise(latencies()),
     durationMs,
     completed,
     errors,
