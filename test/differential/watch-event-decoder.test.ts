@@ -51,7 +51,10 @@ function random32(rand: Rand, signed: boolean): number {
   return signed ? edge | 0 : edge >>> 0;
 }
 
-/** A random value of one scalar type, in the form protobufjs's fromObject takes. */
+/**
+ * A random value of one scalar type, in the form protobufjs's fromObject takes. One case per protobuf
+ * scalar type name, grouped by the value range they share, so a type driver.proto adds is seen missing here.
+ */
 function randomScalar(type: string, rand: Rand): unknown {
   switch (type) {
     case 'string':

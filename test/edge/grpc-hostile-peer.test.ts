@@ -89,6 +89,8 @@ describe('gRPC port: one hostile connection costs bounded memory', () => {
     }
   });
 
+  // Measured like the connection bound above (RSS before and after one hostile session); the bound under
+  // test is another one, the per-stream queue, with its own status.
   it('ext_proc messages queued behind a readiness wait: RESOURCE_EXHAUSTED past the bytes or the count a stream may queue', async () => {
     const before = await rss();
     const session = client();

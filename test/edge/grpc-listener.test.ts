@@ -80,6 +80,8 @@ describe('gRPC listener: deadlines and resets during a readiness wait', () => {
     expect(t.gw.view.waiters.size).toBe(0);
   });
 
+  // The Check case again, through ext_proc: its stream stays open while it waits, which is the case that
+  // could leak a waiter, so it has its own test rather than a row in a table.
   it('ext_proc Process: grpc-timeout passing mid-stream answers DEADLINE_EXCEEDED and releases the waiter', async () => {
     const s = request(PROCESS.path, { 'grpc-timeout': '300m' });
     const answered = reply(s);

@@ -451,6 +451,8 @@ describe('embedded proxy on the wire', () => {
       expect(urls()).toEqual(['/echo']);
     });
 
+    // The HTTP/1.0 request above as HTTP/1.1: the same bytes but for the version, and another answer (RFC 9112
+    // §3.2 makes Host mandatory in 1.1), so each has its own expectations.
     it('HTTP/1.1 without Host: node:http own 400 (chunked, empty), then closed', async () => {
       const c = client();
       c.write('GET /len/a HTTP/1.1\r\nAccept: */*\r\n\r\n');

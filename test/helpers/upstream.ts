@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { createServer, request, type IncomingHttpHeaders, type IncomingMessage, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
+import { WebSocketServer } from 'ws';
 
 /** A real upstream on 127.0.0.1 with a handler per test. */
 export async function startUpstream(handler: RequestListener): Promise<{ server: Server; port: number; close(): Promise<void> }> {
@@ -92,4 +93,12 @@ export function rawRequest(port: number, path: string, headers: Record<string, s
     req.on('error', reject);
     req.end();
   });
+}
+
+/** A WebSocket server on 127.0.0.1 that echoes every message back: a sandbox's WebSocket app. */
+export async function startWsEcho(): Promise<{ port: number; close(): Promise<void> }> {
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  await new Promise((r) => wss.once('listening', r));
+  wss.on('connection', (ws) => ws.on('message', (m) => ws.send(m)));
+  return { port: (wss.address() as AddressInfo).port, close: () => new Promise((r) => wss.close(() => r())) };
 }

@@ -182,6 +182,8 @@ describe('ListWatch', () => {
     expect(api.lists()).toHaveLength(5);
   });
 
+  // Starts like the dropped-connection test above: one event seen, so there is a resourceVersion to
+  // resume from; the fault that breaks the watch differs.
   it('reports a malformed line and reconnects from the last resourceVersion', async () => {
     const rec = start();
     await api.waitForWatches(1);

@@ -52,6 +52,8 @@ describe('mapOpenKruiseSandbox', () => {
     expect(s.revision).toEqual(row.revision);
   });
 
+  // The agent-sandbox mapping test has the same check on its own fixture: the CRDs differ in where
+  // identity, ids and addresses live, so each spells out the snapshot it expects.
   it('keeps identity, the sandbox-id label and only the routing fields', () => {
     const s = mapOpenKruiseSandbox(fixture(FIXTURES, 'running'), OPTS)!;
     expect(s).toEqual({

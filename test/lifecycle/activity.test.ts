@@ -1,10 +1,10 @@
 import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import WebSocket, { WebSocketServer } from 'ws';
+import WebSocket from 'ws';
 import { cond, snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { startUpstream } from '../helpers/upstream.js';
+import { startUpstream, startWsEcho } from '../helpers/upstream.js';
 import { startRedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/eventually.js';
 import { ignorePattern } from '../../src/edge/activity-recorder.js';
@@ -89,11 +89,9 @@ describe('activity', () => {
   });
 
   it('a WebSocket that only pings does not move activity; one that sends data does', async () => {
-    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
-    await new Promise((r) => wss.once('listening', r));
-    wss.on('connection', (ws) => ws.on('message', (m) => ws.send(m)));
-    cleanup.push(() => new Promise((r) => wss.close(r)));
-    const port = (wss.address() as { port: number }).port;
+    const echo = await startWsEcho();
+    cleanup.push(() => echo.close());
+    const port = echo.port;
     const c = clock();
     const t = await startTestGateway([new TestDriver([ready()])], {}, { now: c.now });
     cleanup.push(() => t.close());

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import WebSocket, { WebSocketServer } from 'ws';
+import WebSocket from 'ws';
+import { startWsEcho } from '../helpers/upstream.js';
 import { ExampleDriver } from '../../examples/driver/example-driver.js';
 import { GrpcDriver } from '../../src/drivers/grpc/grpc-driver.js';
 import { cond, snapshot } from '../helpers/snapshots.js';
@@ -23,11 +24,9 @@ async function sandboxApi(t: TestGateway, name: string): Promise<Record<string, 
 
 describe('idle pause', () => {
   it('a WebSocket that only pings does not keep its sandbox awake; one that sends data does', async () => {
-    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
-    await new Promise((r) => wss.once('listening', r));
-    wss.on('connection', (ws) => ws.on('message', (m) => ws.send(m)));
-    cleanup.push(() => new Promise((r) => wss.close(r)));
-    const port = (wss.address() as { port: number }).port;
+    const echo = await startWsEcho();
+    cleanup.push(() => echo.close());
+    const port = echo.port;
     const clock = { t: T0 };
     const driver = new TestDriver([ready('pinger'), ready('talker')]);
     const t = await startTestGateway([driver], { idleTimeout: '1m', activityReportIntervalMs: 600_000 }, { now: () => clock.t });

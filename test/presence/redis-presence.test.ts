@@ -230,6 +230,8 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
     await presenceBecomes(a, absent, 'sb', 1500);
   });
 
+  // Starts like the lapsed-lease test above (B claims, A mirrors it, B goes without releasing); what B
+  // does next — come back as a new incarnation of the same id — is the case.
   it("a restarted gateway with the same id does not resurrect its previous incarnation's records", async () => {
     const a = await started('A');
     const b1 = await started('B');

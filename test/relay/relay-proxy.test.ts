@@ -205,6 +205,8 @@ describe('relay through one gateway', () => {
     }
   });
 
+  // The steps of the proxy's own SSE test (test/edge/proxy.test.ts), here through the relay too: each path
+  // has to show that an event is not held back.
   it('flushes Server-Sent Events as they come, through the proxy and through the relay listener', async () => {
     for (const open of [() => viaProxy(g.proxy.port, { host: host(), path: '/sse' }), () => asEnvoy('/sse')]) {
       const r = await open();
