@@ -432,6 +432,18 @@ describe('embedded proxy on the wire', () => {
       }
     });
 
+    it('the HTTP/2 preface followed by bytes that are no HTTP/2 frames: the connection is closed (GOAWAY), and the port serves on', async () => {
+      const s = connect(t.gw.proxyPort!, '127.0.0.1');
+      s.on('error', () => undefined);
+      s.resume();
+      s.write('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n' + 'z'.repeat(64), 'latin1');
+      await within(once(s, 'close'), 5000, 'the server to close');
+      const c = client();
+      c.write(get('/len/after'));
+      expect((await c.read())?.body).toBe('after');
+      c.close();
+    });
+
     it('a malformed request pipelined behind a good GET: the GET is answered first, then the bare 400, and the connection closes', async () => {
       const c = client();
       c.write(get('/len/good') + 'GET /len/b HTTP/1.1\r\nHost : x\r\n\r\n');
