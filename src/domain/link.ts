@@ -77,6 +77,10 @@ export interface LinkRequest {
   readonly upgrade: boolean;
   /** The request came over TLS: the cookie gets `Secure`. */
   readonly secure: boolean;
+  /** The request's `Origin` header, if any (a cookie counts only from its own host: see sameHost()). */
+  readonly origin?: string | undefined;
+  /** The authority the request was sent to (Host / :authority). */
+  readonly host?: string | undefined;
 }
 
 /** Headers every link answer carries: the URL held a credential, so neither a Referer nor a cache may keep it. */
@@ -97,6 +101,26 @@ const OTHER_PORT = linkDeny('link_invalid', 'The link opens another port of this
 const NO_WEBSOCKET = linkDeny('link_invalid', 'The link does not allow WebSocket connections');
 const OTHER_METHOD = linkDeny('link_invalid', 'The link does not allow this method');
 const OTHER_PATH = linkDeny('link_invalid', 'The link does not open this path');
+const OTHER_ORIGIN = linkDeny('link_invalid', "The link's cookie opens WebSockets and changes only from pages of its own host");
+
+/** Methods that change nothing (RFC 9110 §9.2.1): a cross-origin one cannot act for the user, only read, which CORS governs. */
+const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * True when `origin` (an `Origin` header) names the same host and port as `host` (the authority the request
+ * went to). The scheme is not compared: a TLS-terminating front may stand between. `null` and anything
+ * unparsable are another host.
+ */
+export function sameHost(origin: string, host: string | undefined): boolean {
+  if (host === undefined) return false;
+  try {
+    const o = new URL(origin);
+    if (o.protocol !== 'http:' && o.protocol !== 'https:') return false;
+    return o.host === new URL(o.protocol + '//' + host).host;
+  } catch {
+    return false;
+  }
+}
 
 /** The reason a token was refused as a denial (shared objects for the common reasons). */
 function rejected(r: LinkRejection): Deny {
@@ -152,7 +176,14 @@ export function linkAccess(link: PresentedLink, req: LinkRequest, nowMs: number,
       const forwarded = t.path ?? req.path;
       const q = forwarded.indexOf('?');
       if (!underPrefix(q < 0 ? forwarded : forwarded.slice(0, q), c.path)) return OTHER_PATH;
-      if (link.via === 'cookie') return undefined;
+      if (link.via === 'cookie') {
+        // Sandbox hosts under one base domain are one site, so SameSite=Lax still sends the cookie on a
+        // request another sandbox's page makes. A WebSocket handshake or a change (unsafe method) counts
+        // only from a page of this host: browsers send `Origin` on both (Fetch standard), and this check
+        // runs before any `--strip-origin-on-upgrade`.
+        if (req.origin !== undefined && (req.upgrade || !SAFE_METHODS.has(req.method)) && !sameHost(req.origin, req.host)) return OTHER_ORIGIN;
+        return undefined;
+      }
       return linkRedirect(req, c, nowMs, cookiePath(t), entry);
     },
     public(entry: RouteEntry): Deny | undefined {

@@ -101,7 +101,7 @@ export class Decider {
       // A WebSocket: an HTTP/1.1 upgrade, or HTTP/2's extended CONNECT (RFC 8441), read as the GET it stands for.
       const upgrade = req.headers.upgrade !== undefined || req.headers[':protocol'] !== undefined;
       const method = upgrade && req.method === 'CONNECT' ? 'GET' : req.method;
-      return linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true }, this.links!.now(), this.links!.isRevoked, this.cookiePath);
+      return linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true, origin: req.headers.origin, host: req.host }, this.links!.now(), this.links!.isRevoked, this.cookiePath);
     }
     let token: string | undefined;
     for (const h of a.tokenHeaders) {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { accessFor, ADMIN, ANONYMOUS, INVALID_KEY, type KeyPolicy, type Principal } from '../../src/domain/access.js';
 import { decide, type Decision } from '../../src/domain/decide.js';
+import { sameHost } from '../../src/domain/link.js';
 import type { RouteOptions, RouteRequest } from '../../src/domain/route-key.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { snapshot } from '../helpers/snapshots.js';
@@ -85,5 +86,23 @@ describe('CORS preflights in decide()', () => {
   it('is not a preflight without Origin or Access-Control-Request-Method', () => {
     expect(code(decide(view, opts, req('8000-web.team-a.localhost', { method: 'OPTIONS', headers: { origin: 'https://a.example' } }), anon))).toBe('api_key_required');
     expect(code(decide(view, opts, req('8000-web.team-a.localhost', { method: 'OPTIONS', headers: { 'access-control-request-method': 'PUT' } }), anon))).toBe('api_key_required');
+  });
+});
+
+describe('sameHost(): a link cookie counts for WebSockets and changes only from its own host', () => {
+  it.each<[string, string | undefined, boolean]>([
+    ['http://3000-web.team-a.localhost:8080', '3000-web.team-a.localhost:8080', true],
+    ['https://3000-web.team-a.example.com', '3000-web.team-a.example.com', true],
+    ['http://web.example:80', 'web.example', true],
+    ['https://web.example', 'web.example:443', true],
+    ['http://WEB.example', 'web.EXAMPLE', true],
+    ['http://3000-evil.team-a.localhost:8080', '3000-web.team-a.localhost:8080', false],
+    ['http://3000-web.team-a.localhost:8081', '3000-web.team-a.localhost:8080', false],
+    ['null', '3000-web.team-a.localhost', false],
+    ['ftp://3000-web.team-a.localhost', '3000-web.team-a.localhost', false],
+    ['not a url', 'web.example', false],
+    ['http://web.example', undefined, false],
+  ])('%s vs %s → %s', (origin, host, want) => {
+    expect(sameHost(origin, host)).toBe(want);
   });
 });

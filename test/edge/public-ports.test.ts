@@ -173,6 +173,24 @@ describe('public ports and CORS preflights at every door', () => {
       expect(code(await ask()({ host: PRIVATE(), method: 'OPTIONS' }))).toBe('api_key_required');
     });
 
+    it("counts a link cookie for WebSockets and changes only from a page of the sandbox's own host", async () => {
+      const minted = await mintLinkToken(linkKeySet([{ kid: 'k1', privateKey: PRIVATE_KEY }]), { namespace: 'team-a', name: 'web', uid: 'a1', port: priv.port, team: 'team-a', ttlSeconds: 60, websocket: true }, 86_400, Date.now());
+      const cookie = `sandgate_session=${minted.token}`;
+      const host = PRIVATE();
+      const sibling = `http://${pub.port}-evil.team-a.localhost`;
+      const ws = { upgrade: 'websocket', connection: 'upgrade', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' };
+      // Another sandbox's page (same site: SameSite=Lax lets the cookie ride) is refused before the sandbox.
+      expect(code(await ask()({ host, path: '/ws', headers: { cookie, origin: sibling, ...ws } }))).toBe('link_invalid');
+      expect(code(await ask()({ host, path: '/api', method: 'POST', headers: { cookie, origin: sibling } }))).toBe('link_invalid');
+      expect(code(await ask()({ host, path: '/api', method: 'POST', headers: { cookie, origin: 'null' } }))).toBe('link_invalid');
+      // Its own pages, safe requests from anywhere (reading is CORS's business), and requests without Origin pass.
+      expect(code(await ask()({ host, path: '/api', method: 'POST', headers: { cookie, origin: `http://${host}` } }))).toBe(200);
+      expect(code(await ask()({ host, path: '/api', method: 'POST', headers: { cookie, origin: `https://${host}` } }))).toBe(200);
+      expect(code(await ask()({ host, path: '/api', headers: { cookie, origin: sibling } }))).toBe(200);
+      expect(code(await ask()({ host, path: '/api', method: 'POST', headers: { cookie } }))).toBe(200);
+      if (door !== 'proxy') expect(code(await ask()({ host, path: '/ws', headers: { cookie, origin: `http://${host}`, ...ws } }))).toBe(200);
+    });
+
     it('does not echo a header list that is not one', async () => {
       const r = await ask()({ host: PRIVATE(), method: 'OPTIONS', headers: { origin: 'https://app.example', 'access-control-request-method': 'GET', 'access-control-request-headers': 'x-a, <script>' } });
       expect(r.status).toBe(204);
