@@ -38,6 +38,7 @@ const CONFIGS = FILES.map((file) => ({ file, doc: parse(readFileSync(join(ENVOY_
 type Edit = (doc: Obj, filters: Obj[], clusters: Obj[]) => void;
 const hcmOf = (doc: Obj): Obj => connectionManagers(doc)[0] ?? {};
 const firstRoute = (doc: Obj): Obj => obj(obj(list(obj(list(obj(hcmOf(doc).route_config).virtual_hosts)[0]).routes)[0]).route);
+const routesOf = (doc: Obj): unknown[] => list(obj(list(obj(hcmOf(doc).route_config).virtual_hosts)[0]).routes);
 const lbConfig = (c: Obj | undefined): Obj => obj(c?.original_dst_lb_config);
 
 function edited(file: string, edit: Edit): unknown {
@@ -144,6 +145,36 @@ describe('the contract check rejects', () => {
       'sidecar-ext-proc.yaml',
       (_d, f) => void (obj(typed(f[1]).processing_mode).request_body_mode = 'STREAMED'),
       /request headers only/,
+    ],
+    [
+      'a client-sent protocol header reaching the decision',
+      'sidecar-ext-proc.yaml',
+      (_d, f) => void list(obj(typed(f[0]).mutations).request_mutations).pop(),
+      /x-sandgate-upstream-protocol must be removed by a header_mutation filter before/,
+    ],
+    ['no h2c route', 'edge-ext-authz-header.yaml', (d) => void routesOf(d).splice(0, 1), /a route matching x-sandgate-upstream-protocol: h2c/],
+    ['the h2c route after the catch-all', 'edge-ext-proc.yaml', (d) => void routesOf(d).push(routesOf(d).shift()), /h2c route must come before the catch-all/],
+    [
+      'an h2c cluster that speaks HTTP/1.1',
+      'edge-ext-authz-metadata.yaml',
+      (_d, _f, c) => void delete c.find((x) => x.name === 'sandbox_upstream_h2c')!.typed_extension_protocol_options,
+      /h2c route's cluster must set explicit_http_config.http2_protocol_options/,
+    ],
+    [
+      'HTTP/2 to every sandbox port',
+      'sidecar-ext-authz.yaml',
+      (_d, _f, c) => void (c.find((x) => x.name === 'sandbox_upstream')!.typed_extension_protocol_options = c.find((x) => x.name === 'sandbox_upstream_h2c')!.typed_extension_protocol_options),
+      /sandbox_upstream must not speak HTTP\/2/,
+    ],
+    ['ext_authz keeping the route picked before the check', 'edge-ext-authz-mtls.yaml', (_d, f) => void delete typed(f[1]).clear_route_cache, /clear_route_cache: true/],
+    [
+      'HTTP authz not copying the protocol header',
+      'edge-ext-authz-http.yaml',
+      (_d, f) => {
+        const patterns = list(obj(obj(obj(typed(f[1]).http_service).authorization_response).allowed_upstream_headers).patterns);
+        patterns.splice(patterns.findIndex((p) => obj(p).exact === 'x-sandgate-upstream-protocol'), 1);
+      },
+      /copy sandgate’s headers/,
     ],
     ['a route deadline', 'edge-ext-authz-http.yaml', (d) => void (firstRoute(d).timeout = '15s'), /timeout: 0s/],
     ['no WebSocket upgrades', 'edge-ext-proc.yaml', (d) => void delete hcmOf(d).upgrade_configs, /WebSocket/],

@@ -1,3 +1,4 @@
+import type { Allow } from '../domain/decide.js';
 import { hasLinkCookie, withoutLinkCookie } from '../domain/link.js';
 import { ROUTING_HEADERS, type HeaderMap } from '../domain/route-key.js';
 import type { RelayCredentials } from './relay/relay-credential.js';
@@ -91,4 +92,19 @@ export function forwardedClient(headers: HeaderMap, peer: string): string {
   if (xff === undefined) return peer;
   const last = xff.slice(xff.lastIndexOf(',') + 1).trim();
   return last === '' ? peer : last;
+}
+
+/**
+ * Set to `h2c` on an allow whose port is declared h2c (`h2cPorts`): the shipped Envoy configs route such a
+ * request to the `sandbox_upstream_h2c` cluster, which speaks HTTP/2 with prior knowledge (gRPC). Envoy
+ * removes any client copy before the decision (docs/envoy.md), and every door overwrites or removes it.
+ */
+export const UPSTREAM_PROTOCOL_HEADER = 'x-sandgate-upstream-protocol';
+
+/**
+ * True when Envoy must speak h2c to `d.upstream`: a direct decision for a port declared h2c. A relay
+ * decision's upstream is a relay listener, which takes HTTP/1.1 (docs/relay.md). One Set lookup, no allocation.
+ */
+export function upstreamIsH2c(d: Allow): boolean {
+  return !d.relay && d.entry.h2cPorts?.has(d.target.port) === true;
 }

@@ -4,7 +4,7 @@ import type { Decision, Deny } from '../domain/decide.js';
 import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
 import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
-import { cookieForSandbox, forwardedClient, headersToRemove, type DoorOptions } from './headers.js';
+import { cookieForSandbox, forwardedClient, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from './headers.js';
 import { relayHeaders } from './relay/relay-headers.js';
 import { isDeny, originForm, singleHost } from './request-target.js';
 
@@ -12,7 +12,7 @@ import { isDeny, originForm, singleHost } from './request-target.js';
  * HTTP authz: the same decision for Envoy's ext_authz `http_service` and nginx `auth_request`. Any path
  * under `/authz/` on the admin port. The original path is what follows `/authz` (Envoy's `path_prefix`
  * prepends it) unless nginx passes it in `X-Original-URI`. 200 carries the upstream header (and
- * `x-sandgate-path` when the route rewrote the path); a denial carries its status, headers and body.
+ * `x-sandgate-path` when the route rewrote the path, `x-sandgate-upstream-protocol: h2c` for an h2c port); a denial carries its status, headers and body.
  */
 
 export const AUTHZ_PREFIX = '/authz';
@@ -85,10 +85,11 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
       // instead of building its header map entry by entry (a measurable share of this door's own cost).
       const head: string[] = [opts.upstreamHeader, d.upstream, SANDBOX_HEADER, d.entry.key];
       if (d.target.path !== undefined) head.push(PATH_HEADER, d.target.path);
+      if (upstreamIsH2c(d)) head.push(UPSTREAM_PROTOCOL_HEADER, 'h2c');
       for (const [k, v] of relayHeaders(d, opts.relay)) head.push(k, v);
       // The headers this answer sets are overwritten upstream (allowed_upstream_headers); every other
       // client-sent x-sandgate-* header is removed. `head` serves as the list of names set here: its
-      // values (an address, ns/name, a path, a credential, a target) never start with x-sandgate-.
+      // values (an address, ns/name, a path, `h2c`, a credential, a target) never start with x-sandgate-.
       let remove = headersToRemove(req.headers, opts.removeHeaders, head);
       // The sandbox's own cookies replace the Cookie header (allowed_upstream_headers); added after the
       // names-set list was read, so a cookie's text never counts as a header name set here.

@@ -488,7 +488,7 @@ describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/k
       const ctx = (t: Obj): Obj => obj(t.common_tls_context);
       expect([ctx(relay).tls_certificates, ctx(relay).validation_context, relay.sni]).toEqual([ctx(doors).tls_certificates, ctx(doors).validation_context, doors.sni]);
       const routes = list(obj(list(obj(connectionManagers(doc)[0]?.route_config).virtual_hosts)[0]).routes).map(obj);
-      expect(routes.map((r) => obj(r.route).cluster)).toEqual(['relay_upstream', 'sandbox_upstream']);
+      expect(routes.map((r) => obj(r.route).cluster)).toEqual(['relay_upstream', 'sandbox_upstream_h2c', 'sandbox_upstream']);
       expect(obj(list(obj(routes[0]!.match).headers)[0])).toEqual({ name: 'x-sandgate-relay-target', present_match: true });
     });
 

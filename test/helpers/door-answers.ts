@@ -22,6 +22,8 @@ export interface DoorAnswer {
   readonly removed?: readonly string[];
   /** On an allow: the Cookie the sandbox gets (null: the header removed; undefined: left as it was). */
   readonly cookie?: string | null | undefined;
+  /** On an allow: the request headers the answer sets (overwriting a client's copy), by lower-case name. */
+  readonly set?: Record<string, string>;
 }
 
 export interface DoorRequest {
@@ -48,9 +50,13 @@ export function envoyDoors(t: TestGateway): { extAuthz: Ask; extProc: Ask; httpA
     req.attributes.request.http.scheme = scheme;
     const res = await check(authz, req);
     if (res.http_response === 'ok_response') {
-      const set = (res.ok_response.headers as { header: { key: string; value: string } }[]).find((h) => h.header.key === 'cookie');
+      const all: Record<string, string> = {};
+      for (const h of res.ok_response.headers as { header: { key: string; value: string }; append_action: string }[]) {
+        // Only an overwrite replaces a client's copy (the default action appends to it).
+        if (h.append_action === 'OVERWRITE_IF_EXISTS_OR_ADD') all[h.header.key] = h.header.value;
+      }
       const removed = (res.ok_response.headers_to_remove ?? []) as string[];
-      return { status: 200, headers: {}, body: '', removed, cookie: cookieOf(set?.header.value, removed) };
+      return { status: 200, headers: {}, body: '', removed, cookie: cookieOf(all.cookie, removed), set: all };
     }
     const headers: Record<string, string> = {};
     for (const h of res.denied_response.headers as { header: { key: string; value: string } }[]) headers[h.header.key] = h.header.value;
@@ -68,9 +74,12 @@ export function envoyDoors(t: TestGateway): { extAuthz: Ask; extProc: Ask; httpA
     stream.end();
     if (m.request_headers !== undefined) {
       const mutation = m.request_headers.response.header_mutation;
-      const set = (mutation.set_headers as { header: { key: string; raw_value: Buffer } }[]).find((h) => h.header.key === 'cookie');
+      const all: Record<string, string> = {};
+      for (const h of mutation.set_headers as { header: { key: string; raw_value: Buffer }; append_action: string }[]) {
+        if (h.append_action === 'OVERWRITE_IF_EXISTS_OR_ADD') all[h.header.key] = Buffer.from(h.header.raw_value).toString();
+      }
       const removed = (mutation.remove_headers ?? []) as string[];
-      return { status: 200, headers: {}, body: '', removed, cookie: cookieOf(set === undefined ? undefined : Buffer.from(set.header.raw_value).toString(), removed) };
+      return { status: 200, headers: {}, body: '', removed, cookie: cookieOf(all.cookie, removed), set: all };
     }
     const r = m.immediate_response;
     const headers: Record<string, string> = {};
@@ -85,7 +94,10 @@ export function envoyDoors(t: TestGateway): { extAuthz: Ask; extProc: Ask; httpA
     for (const [k, v] of Object.entries(res.headers)) if (!TRANSPORT_HEADERS.has(k)) headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
     if (res.status !== 200) return { status: res.status, headers, body: res.body };
     const removed = (headers['x-envoy-auth-headers-to-remove'] ?? '').split(',').filter((h) => h !== '');
-    return { status: 200, headers: {}, body: '', removed, cookie: cookieOf(headers.cookie, removed) };
+    // allowed_upstream_headers copies these onto the request, replacing any value there.
+    const set = { ...headers };
+    delete set['x-envoy-auth-headers-to-remove'];
+    return { status: 200, headers: {}, body: '', removed, cookie: cookieOf(headers.cookie, removed), set };
   };
 
   return { extAuthz, extProc, httpAuthz };

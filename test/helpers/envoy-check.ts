@@ -5,6 +5,7 @@ import { loadSync } from '@grpc/proto-loader';
 import { DEFAULTS } from '../../src/config/schema.js';
 import { ROUTING_HEADERS } from '../../src/domain/route-key.js';
 import { ENVOY_INCLUDE_DIRS } from '../../src/edge/envoy/protos.js';
+import { UPSTREAM_PROTOCOL_HEADER } from '../../src/edge/headers.js';
 import { AUTHZ_PREFIX, PATH_HEADER, SANDBOX_HEADER } from '../../src/edge/http-authz.js';
 import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER } from '../../src/edge/relay/relay-headers.js';
 
@@ -28,7 +29,7 @@ export const T = {
   httpOptions: 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
 } as const;
 /** Headers only sandgate may set: a client copy is removed before the decision filter reads anything. */
-const GATEWAY_HEADERS = [DEFAULTS.upstreamHeader, PATH_HEADER, SANDBOX_HEADER, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER];
+const GATEWAY_HEADERS = [DEFAULTS.upstreamHeader, PATH_HEADER, SANDBOX_HEADER, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, UPSTREAM_PROTOCOL_HEADER];
 /** The dynamic metadata namespace Envoy's ext_authz filter writes CheckResponse.dynamic_metadata into. */
 export const EXT_AUTHZ_NAMESPACE = 'envoy.filters.http.ext_authz';
 
@@ -320,6 +321,20 @@ export function contractProblems(file: string, doc: unknown): string[] {
     }
   }
 
+  // h2c ports: the route that matches sandgate's `x-sandgate-upstream-protocol: h2c` comes before the
+  // catch-all and reaches a cluster that speaks HTTP/2; every other sandbox route speaks HTTP/1.1.
+  const h2cAt = routes.findIndex(isH2cRoute);
+  const catchAll = routes.findIndex((r) => obj(r.match).headers === undefined);
+  need(h2cAt >= 0, `a route matching ${UPSTREAM_PROTOCOL_HEADER}: h2c must send h2c ports to an HTTP/2 cluster`);
+  need(h2cAt < 0 || catchAll < 0 || h2cAt < catchAll, 'the h2c route must come before the catch-all route');
+  for (const r of routes) {
+    const speaks = Object.keys(obj(obj(obj(clusterNamed(doc, obj(r.route).cluster)?.typed_extension_protocol_options)[T.httpOptions]).explicit_http_config));
+    if (isH2cRoute(r)) need(same(speaks, ['http2_protocol_options']), `the h2c route's cluster must set explicit_http_config.http2_protocol_options`);
+    else need(!speaks.includes('http2_protocol_options'), `route cluster ${String(obj(r.route).cluster)} must not speak HTTP/2 to an HTTP/1.1 port`);
+  }
+  // ext_authz picks the route before the check; only clear_route_cache re-picks it on sandgate's headers.
+  if (!proc) need(decision.clear_route_cache === true, 'ext_authz must set clear_route_cache: true (the h2c and relay routes match on headers sandgate sets)');
+
   // The sandgate cluster.
   const sandgateName = http ? server.cluster : obj(obj(decision.grpc_service).envoy_grpc).cluster_name;
   const sandgate = clusterNamed(doc, sandgateName);
@@ -365,6 +380,11 @@ export function contractProblems(file: string, doc: unknown): string[] {
     need(decision.with_request_body === undefined, 'ext_authz must not buffer bodies (breaks streaming and upgrades)');
   }
   return out;
+}
+
+/** A route that matches exactly `x-sandgate-upstream-protocol: h2c`. */
+function isH2cRoute(r: Obj): boolean {
+  return list(obj(r.match).headers).some((h) => obj(h).name === UPSTREAM_PROTOCOL_HEADER && same(obj(h).string_match, { exact: 'h2c' }));
 }
 
 // ---- One entry point for the proto check ----

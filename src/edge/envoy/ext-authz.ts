@@ -5,14 +5,16 @@ import { callSignal, type ServerCall, type UnaryHandler } from '../../lib/grpc-h
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { cookieForSandbox, headersToRemove, lowerCaseHeaders, type DoorOptions } from '../headers.js';
+import { cookieForSandbox, headersToRemove, lowerCaseHeaders, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
  * Envoy ext_authz v3 (`envoy.service.auth.v3.Authorization/Check`). Allow → `ok_response` that sets the
  * upstream header with OVERWRITE_IF_EXISTS_OR_ADD (the default action appends, and a client-sent value
  * would survive), removes client-sent routing headers, and puts `{upstream}` in dynamic metadata (the
- * `envoy.filters.http.ext_authz` namespace, for ORIGINAL_DST `metadata_key`). Deny → `denied_response`.
+ * `envoy.filters.http.ext_authz` namespace, for ORIGINAL_DST `metadata_key`). For a port declared h2c it
+ * also sets `x-sandgate-upstream-protocol: h2c`, which the configs' route matches (with the filter's
+ * `clear_route_cache`) to pick the HTTP/2 sandbox cluster. Deny → `denied_response`.
  */
 
 interface HeaderValueOption {
@@ -62,6 +64,7 @@ export function checkRequestToRoute(req: CheckRequest): RouteRequest {
 
 export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   const headers = [set(opts.upstreamHeader, d.upstream)];
+  if (upstreamIsH2c(d)) headers.push(set(UPSTREAM_PROTOCOL_HEADER, 'h2c'));
   if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
   for (const [k, v] of relayHeaders(d, opts.relay)) headers.push(set(k, v));
   const cookie = cookieForSandbox(opts, req.headers);

@@ -4,7 +4,7 @@ import { callSignal, GrpcStatus, type BidiHandler, type ServerCall } from '../..
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { addHeader, cookieForSandbox, forwardedClient, headersToRemove, type DoorOptions } from '../headers.js';
+import { addHeader, cookieForSandbox, forwardedClient, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
@@ -13,7 +13,8 @@ import { relayHeaders } from '../relay/relay-headers.js';
  *
  * `request_headers` → a header mutation that sets the upstream header (values in `raw_value`: Envoy ≥ 1.27
  * sends and expects raw bytes) with `clear_route_cache: true` (so the route is re-picked on the header we
- * set), or an `immediate_response` for a denial. Any other message kind — which a headers-only
+ * set; `x-sandgate-upstream-protocol: h2c` for a port declared h2c picks the HTTP/2 sandbox cluster), or
+ * an `immediate_response` for a denial. Any other message kind — which a headers-only
  * configuration (`request_header_mode: SEND`, the rest SKIP/NONE) should not send — gets a plain CONTINUE.
  */
 
@@ -60,7 +61,11 @@ function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
   const relay = relayHeaders(d, opts.relay);
   for (const [k, v] of relay) set_headers.push(rawSet(k, v));
-  let remove = headersToRemove(req.headers, opts.removeHeaders, relay.length === 0 ? [opts.upstreamHeader] : [opts.upstreamHeader, ...relay.map(([k]) => k)]);
+  // An h2c port's answer also sets the protocol header (never with a relay: upstreamIsH2c).
+  const h2c = upstreamIsH2c(d);
+  if (h2c) set_headers.push(rawSet(UPSTREAM_PROTOCOL_HEADER, 'h2c'));
+  const names = h2c ? [opts.upstreamHeader, UPSTREAM_PROTOCOL_HEADER] : relay.length === 0 ? [opts.upstreamHeader] : [opts.upstreamHeader, ...relay.map(([k]) => k)];
+  let remove = headersToRemove(req.headers, opts.removeHeaders, names);
   const cookie = cookieForSandbox(opts, req.headers);
   if (cookie === '') (remove ??= []).push('cookie');
   else if (cookie !== undefined) set_headers.push(rawSet('cookie', cookie));
