@@ -10,7 +10,7 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { ed25519Pem, linkKeySet, writeLinkKeys } from '../helpers/link-keys.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
-import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
+import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * Public ports (`publicPorts` / `sandgate.dev/public-ports`) at every door: a request to one needs no API
@@ -196,6 +196,14 @@ describe('public ports and CORS preflights at every door', () => {
       expect(r.status).toBe(204);
       expect(r.headers['access-control-allow-headers']).toBeUndefined();
     });
+  });
+
+  it('HTTP authz behind nginx (X-Original-Method) refuses a private port preflight with 403: auth_request allows on any 2xx', async () => {
+    const headers = { 'x-original-method': 'OPTIONS', origin: 'https://app.example', 'access-control-request-method': 'PUT' };
+    const answers = await Promise.all([PRIVATE(), `${priv.port}-nope.team-a.localhost`].map((host) => rawRequest(t.gw.adminPort, '/authz/api', { ...headers, 'x-forwarded-host': host })));
+    for (const a of answers) expect([a.status, a.headers['x-sandgate-error'], a.body]).toEqual([403, 'cors_preflight', '']);
+    // A public port's preflight is still allowed (nginx then forwards it to the sandbox).
+    expect((await rawRequest(t.gw.adminPort, '/authz/api', { ...headers, 'x-forwarded-host': PUBLIC() })).status).toBe(200);
   });
 
   it('HTTP authz reads a WebSocket handshake from `upgrade` alone, as the shipped Envoy file forwards it (no `connection`)', async () => {
