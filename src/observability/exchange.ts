@@ -92,6 +92,8 @@ export class Exchange {
   upstreamStart = 0;
   /** When the upstream's response head arrived (0: never). */
   upstreamHead = 0;
+  /** The upstream's status (0: none came); differs from `status` where the door translates it (RFC 8441: 101 → 200). */
+  upstreamStatus = 0;
   endTime = 0;
   /** Undefined when tracing is off (the id of an incoming `traceparent` is still logged). */
   readonly trace: ExchangeTrace | undefined;
@@ -157,6 +159,15 @@ export class Exchange {
   }
 
   /**
+   * A WebSocket over an HTTP/2 stream (RFC 8441 extended CONNECT): the record ends with the stream. The
+   * tunnel counts the stream's DATA bytes into `bytesIn` / `bytesOut` (an HTTP/2 connection carries other
+   * streams, so there is no socket count to read).
+   */
+  endsWithStream(stream: { once(event: 'close', fn: () => void): unknown }): void {
+    stream.once('close', () => this.finish(this.status, this.status === 0 ? CLIENT_CLOSED : undefined));
+  }
+
+  /**
    * The client's response of a forwarded request closed: the record ends with the upstream's status — unless
    * no upstream response came and the response was finished, by a denial whose writer keeps the record.
    */
@@ -165,9 +176,13 @@ export class Exchange {
     this.finish(this.status, res.writableFinished ? undefined : res.headersSent ? INCOMPLETE : CLIENT_CLOSED);
   }
 
-  /** The upstream answered with `status` (its response head; a WebSocket handshake's answer). */
-  answered(status: number): void {
+  /**
+   * The upstream answered with `upstream` (its response head; a WebSocket handshake's answer), and the
+   * client is answered `status` — the same, except for a WebSocket over HTTP/2, whose 101 is the stream's 200.
+   */
+  answered(status: number, upstream = status): void {
     this.status = status;
+    this.upstreamStatus = upstream;
     this.upstreamResponded();
   }
 

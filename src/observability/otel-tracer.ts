@@ -83,7 +83,7 @@ class RequestTrace implements ExchangeTrace {
     }
     const up = this.upstream;
     if (up !== undefined) {
-      if (x.upstreamHead !== 0) up.setAttribute('http.response.status_code', x.status);
+      if (x.upstreamHead !== 0) up.setAttribute('http.response.status_code', x.upstreamStatus);
       else up.setStatus({ code: SpanStatusCode.ERROR, message: x.code });
       up.end(epoch(x.upstreamHead || x.endTime));
     }

@@ -15,9 +15,9 @@ import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClie
 import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
- * The hostile tenant (issue 10): what a team holding its own key, or no key at all, can try against the
+ * The hostile tenant: what a team holding its own key, or no key at all, can try against the
  * surfaces around the doors. Beside the tenant matrix (tenancy.test.ts), which covers the doors' own
- * decisions. Each block is one finding, through every door it applies to.
+ * decisions. Each block is one attack, through every door it applies to.
  */
 
 const PEPPER = 'pepper-for-hostile-tests-0123456789abcdef012345';
@@ -25,7 +25,7 @@ const PEPPER = 'pepper-for-hostile-tests-0123456789abcdef012345';
 /** Two teams and the admin team in a key file; returns the file, the pepper file and the keys. */
 const teamKeys = () => writeApiKeyFiles(PEPPER, { admin: 'admin', 'team-a': 'team-a', 'team-b': 'team-b', revoked: 'team-a' }, ['revoked']);
 
-describe('finding 3: the operator API answers with the doors\' principals', () => {
+describe('the operator API answers with the doors\' principals', () => {
   let t: TestGateway;
   let driver: TestDriver;
   let keys: Awaited<ReturnType<typeof teamKeys>>['keys'];
@@ -95,7 +95,7 @@ describe('finding 3: the operator API answers with the doors\' principals', () =
   });
 });
 
-describe('finding 3: the decision door and the operator surface on separate listeners (--ops-port)', () => {
+describe('the decision door and the operator surface on separate listeners (--ops-port)', () => {
   let t: TestGateway;
   beforeAll(async () => {
     t = await startTestGateway([new TestDriver([snapshot({ namespace: 'team-a', name: 'web', sessionModel: 'none' })])], { opsPort: 0, opsListenHost: '127.0.0.1' });
@@ -137,7 +137,7 @@ function headerValues(list: { header: { key: string; value?: string; raw_value?:
   return out;
 }
 
-describe('finding 1: the relay secret never leaves the gateway; a relay credential reaches one target, briefly', () => {
+describe('the relay secret never leaves the gateway; a relay credential reaches one target, briefly', () => {
   let t: TestGateway;
   let up: Awaited<ReturnType<typeof startUpstream>>;
   let sups: SupervisorClient[];
@@ -226,7 +226,7 @@ describe('finding 1: the relay secret never leaves the gateway; a relay credenti
   });
 });
 
-describe('finding 1: owner forwarding between two gateways carries a bound credential, not the secret', () => {
+describe('owner forwarding between two gateways carries a bound credential, not the secret', () => {
   let redis: RedisServer;
   let a: RelayStack;
   let b: RelayStack;
@@ -296,7 +296,7 @@ function answerOf(response: string): [number, string | undefined] {
   return [status, status === 200 ? undefined : (JSON.parse(body.slice(body.indexOf('{'), body.lastIndexOf('}') + 1)) as { code: string }).code];
 }
 
-describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed requests at every door', () => {
+describe('gateway headers, absolute-form targets and malformed requests at every door', () => {
   let t: TestGateway;
   let up: Awaited<ReturnType<typeof startUpstream>>;
   let sup: SupervisorClient;
@@ -338,7 +338,7 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
     await up.close();
   });
 
-  describe('finding 5: every client x-sandgate-* header is stripped', () => {
+  describe('every client x-sandgate-* header is stripped', () => {
     it('embedded proxy, direct and over the local relay: the sandbox sees none', async () => {
       seen.length = 0;
       for (const host of [webHost('team-a'), relayHost()]) {
@@ -384,7 +384,7 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
     });
   });
 
-  describe('finding 6: an absolute-form target routes on its authority and is forwarded origin-form', () => {
+  describe('an absolute-form target routes on its authority and is forwarded origin-form', () => {
     it('embedded proxy: same authority → routed, forwarded as /path?query', async () => {
       seen.length = 0;
       const res = await raw(t.gw.proxyPort!, `GET http://${webHost('team-a')}/abs?q=1 HTTP/1.1\r\nHost: ${webHost('team-a')}\r\nConnection: close\r\n\r\n`);
@@ -417,7 +417,7 @@ describe('findings 5, 6, 7: gateway headers, absolute-form targets and malformed
     });
   });
 
-  describe('finding 7: malformed requests get a typed answer', () => {
+  describe('malformed requests get a typed answer', () => {
     it('two Host headers → 400 invalid_route at the proxy, the relay listener and HTTP authz; nothing forwarded', async () => {
       seen.length = 0;
       const twoHosts = `Host: ${webHost('team-a')}\r\nHost: ${webHost('team-b')}\r\n`;

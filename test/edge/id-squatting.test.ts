@@ -7,7 +7,7 @@ import { authzClient, check, envoyCheckRequest, json, startTestGateway, type Tes
 import { rawRequest, text, viaProxy } from '../helpers/upstream.js';
 
 /**
- * Id squatting through the doors (issue 10, finding 2): team-b's sandboxes declare team-a's legacy id and
+ * Id squatting through the doors: team-b's sandboxes declare team-a's legacy id and
  * an id team-a's sandbox already holds, from another driver, and are reported before it. Team-a's and
  * team-b's upstreams listen on the same port of two loopback addresses, so a request routed to the wrong
  * sandbox would really reach team-b's server: the test asserts it never does.

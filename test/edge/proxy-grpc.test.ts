@@ -173,6 +173,11 @@ describe('gRPC through the embedded proxy to an h2c sandbox port', () => {
     plainH2?.close();
   });
 
+  it('shows the h2c ports in the sandbox API', async () => {
+    const body = (await (await fetch(`${t.admin}/v1/sandboxes/team-a/grpc`)).json()) as { ports: number[]; h2cPorts: number[] };
+    expect(body).toMatchObject({ ports: [echo.port], h2cPorts: [echo.port] });
+  });
+
   it('carries unary, server, client and bidi streaming calls over h2c on the plain port', async () => {
     const c = client(proxyPort, authority());
     try {

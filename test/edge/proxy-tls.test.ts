@@ -10,6 +10,7 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startUpstream } from '../helpers/upstream.js';
+import { serverFrames, maskedText } from '../helpers/ws-frames.js';
 import { CURL_HTTP2, makeCa, needsCurl, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
 
 /**
@@ -183,7 +184,7 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the proxy over TLS'), () => {
       const status = await new Promise<IncomingHttpHeaders>((resolve) => ws.once('response', resolve));
       expect(status[':status']).toBe(200);
       expect(status['sec-websocket-protocol']).toBe('chat');
-      const frames = frameReader(ws);
+      const frames = serverFrames(ws);
       expect(await frames.next()).toBe('hello /chat?room=1 chat');
       ws.write(maskedText('ping over h2'));
       expect(await frames.next()).toBe('echo ping over h2');
@@ -279,34 +280,3 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the plain proxy port redirecting to HTTP
     expect(await get({ host: 'a.localhost' }, 'http://evil.example/')).toMatchObject({ status: 400, code: 'invalid_route' });
   });
 });
-
-/** A client's WebSocket text frame (RFC 6455 §5.2: masked, FIN, payload < 126 bytes). */
-function maskedText(text: string): Buffer {
-  const payload = Buffer.from(text);
-  const mask = Buffer.from([1, 2, 3, 4]);
-  const out = Buffer.alloc(6 + payload.length);
-  out[0] = 0x81;
-  out[1] = 0x80 | payload.length;
-  mask.copy(out, 2);
-  for (let i = 0; i < payload.length; i++) out[6 + i] = payload[i]! ^ mask[i % 4]!;
-  return out;
-}
-
-/** Reads the server's unmasked text frames (payload < 126 bytes) off a stream. */
-function frameReader(stream: NodeJS.ReadableStream): { next(): Promise<string> } {
-  let buf = Buffer.alloc(0);
-  const queue: string[] = [];
-  const waiting: ((s: string) => void)[] = [];
-  stream.on('data', (c: Buffer) => {
-    buf = Buffer.concat([buf, c]);
-    while (buf.length >= 2 && buf.length >= 2 + (buf[1]! & 0x7f)) {
-      const n = buf[1]! & 0x7f;
-      const text = buf.subarray(2, 2 + n).toString();
-      buf = buf.subarray(2 + n);
-      const w = waiting.shift();
-      if (w !== undefined) w(text);
-      else queue.push(text);
-    }
-  });
-  return { next: () => (queue.length > 0 ? Promise.resolve(queue.shift()!) : new Promise((r) => waiting.push(r))) };
-}

@@ -1,4 +1,6 @@
+import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { connect as h2Connect, type IncomingHttpHeaders } from 'node:http2';
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { cond, snapshot } from '../helpers/snapshots.js';
@@ -7,6 +9,8 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { startUpstream, startWsEcho } from '../helpers/upstream.js';
 import { startRedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/eventually.js';
+import { makeCa, needsOpenssl, OPENSSL } from '../helpers/tls-certs.js';
+import { maskedFrame, maskedText, OPCODE, serverFrames } from '../helpers/ws-frames.js';
 import { ignorePattern } from '../../src/edge/activity-recorder.js';
 import { ActivityReporter } from '../../src/edge/activity-reporter.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
@@ -111,6 +115,38 @@ describe('activity', () => {
     c.t += 60_000;
     ws.send('hello');
     await new Promise((r) => ws.once('message', r));
+    expect((await sandboxApi(t)).lastActivity.at).toBe('2026-01-01T00:02:00.000Z');
+  });
+
+  it.skipIf(!OPENSSL)(needsOpenssl('a WebSocket over HTTP/2 (RFC 8441) that only pings does not move activity; one that sends data does'), async () => {
+    const echo = await startWsEcho();
+    cleanup.push(() => echo.close());
+    const port = echo.port;
+    const ca = makeCa();
+    cleanup.push(() => ca.remove());
+    const leaf = ca.issue('wild', ['*.team-a.localhost']);
+    const c = clock();
+    const t = await startTestGateway([new TestDriver([ready()])], { proxyTlsPort: 0, tlsCertFile: leaf.certFile, tlsKeyFile: leaf.keyFile }, { now: c.now });
+    cleanup.push(() => t.close());
+    const host = `${port}-web.team-a.localhost`;
+    const session = h2Connect(`https://127.0.0.1:${t.gw.proxyTlsPort}`, { ca: readFileSync(ca.caFile), servername: host });
+    cleanup.push(() => session.destroy());
+    const stream = session.request({ ':method': 'CONNECT', ':protocol': 'websocket', ':scheme': 'https', ':path': '/', ':authority': host, 'sec-websocket-version': '13' }, { endStream: false });
+    expect((await new Promise<IncomingHttpHeaders>((r) => stream.once('response', r)))[':status']).toBe(200);
+    const frames = serverFrames(stream);
+    const opened = (await sandboxApi(t)).lastActivity.at;
+    expect(opened).toBe('2026-01-01T00:00:00.000Z');
+
+    c.t += 60_000;
+    for (let i = 0; i < 5; i++) {
+      stream.write(maskedFrame(OPCODE.PING, Buffer.from('keepalive')));
+      expect((await frames.nextFrame()).opcode).toBe(OPCODE.PONG);
+    }
+    expect((await sandboxApi(t)).lastActivity.at).toBe(opened);
+
+    c.t += 60_000;
+    stream.write(maskedText('hello'));
+    expect(await frames.next()).toBe('hello');
     expect((await sandboxApi(t)).lastActivity.at).toBe('2026-01-01T00:02:00.000Z');
   });
 

@@ -17,7 +17,7 @@ import { startTestGateway } from '../helpers/gateway.js';
 import { wsMessages } from '../helpers/ws-messages.js';
 
 /**
- * Issue 10, finding 4: a supervisor session never outlives its token. It ends at the last heartbeat round
+ * A supervisor session never outlives its token. It ends at the last heartbeat round
  * before `exp` unless a `refresh` frame (verified like the hello token) brings a newer one, and rotating a
  * signing key out of the key set closes the sessions it signed. Time is an injected clock driven by hand
  * (the server's sweep is called, not timed).

@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { ServerHttp2Stream } from 'node:http2';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
 import { openWhileOpen, readAnswerHead, watchData, type Connect } from '../forwarding/websocket-tunnel.js';
+import type { Exchange } from '../../observability/exchange.js';
 import { h2ResponseHeaders } from './h2-request.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -27,7 +28,8 @@ const OWN = new Set(['sec-websocket-key', 'sec-websocket-accept']);
  * Opens the upstream with `open`, sends the handshake (`GET path`, `headers` already filtered by the
  * proxy's rules, plus Connection/Upgrade/Sec-WebSocket-Key) and answers the stream from the upstream's
  * answer. `fail` gets the error when the upstream could not be opened or did not answer a handshake
- * (nothing was sent on the stream yet).
+ * (nothing was sent on the stream yet). `x`, when records are kept, gets the status the stream was
+ * answered with (200 for an accepted WebSocket, else the sandbox's) and the DATA bytes both ways.
  */
 export function tunnelExtendedConnect(
   stream: ServerHttp2Stream,
@@ -37,6 +39,7 @@ export function tunnelExtendedConnect(
   idleTimeoutMs: number,
   fail: (err: unknown) => void,
   activity?: () => void,
+  x?: Exchange,
 ): void {
   openWhileOpen(stream, open, fail, (up) => {
     const key = randomBytes(16).toString('base64');
@@ -55,6 +58,7 @@ export function tunnelExtendedConnect(
         return fail(new Error('the upstream answered the upgrade with no HTTP/1.1 head'));
       }
       if (answer.status !== 101) {
+        x?.answered(answer.status);
         stream.respond(h2ResponseHeaders(answer.status, withoutLength(forwardResponseHeaders(answer.raw))), { endStream: true });
         return void up.destroy();
       }
@@ -65,8 +69,14 @@ export function tunnelExtendedConnect(
       }
       const negotiated: string[] = [];
       for (let i = 0; i < answer.raw.length; i += 2) if (NEGOTIATED.has(answer.raw[i]!.toLowerCase())) negotiated.push(answer.raw[i]!, answer.raw[i + 1]!);
+      x?.answered(200, 101);
       stream.respond(h2ResponseHeaders(200, negotiated));
       if (rest.length > 0) stream.write(rest);
+      if (x !== undefined) {
+        x.bytesOut += rest.length;
+        stream.on('data', (chunk: Buffer) => (x.bytesIn += chunk.length));
+        up.on('data', (chunk: Buffer) => (x.bytesOut += chunk.length));
+      }
       // Data frames either way count as the sandbox's activity; pings alone do not (ws-frames.ts).
       if (activity !== undefined) watchData(true, stream, up, EMPTY, rest, activity);
       // The upstream's end (a close frame, then FIN) ends the stream cleanly; the client's END_STREAM ends the upstream's writing side.

@@ -459,35 +459,46 @@ export class EmbeddedProxy implements ExchangeOwner {
     const req = h2Request(stream, headers, clientIp, secure);
     const res = new H2Response(stream);
     if (req.method !== 'CONNECT') return this.request(req, res);
-    if (headers[':protocol'] !== 'websocket') return this.refuse(res, H2_CONNECT, this.route(req));
+    // Recorded as an HTTP/1.1 upgrade is: one record per stream, ended when the stream closes.
+    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    if (headers[':protocol'] !== 'websocket') return this.refuse(res, H2_CONNECT, this.route(req), x);
     const t = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(t)) return this.refuse(res, t, this.route(req));
+    if (isDeny(t)) return this.refuse(res, t, this.route(req), x);
     const route = this.route(req, t);
-    this.decideFor(route, res, this.guard.bind(req, res, (d: Decision) => {
-      if (stream.destroyed) return;
-      if (!d.allow) return this.refuse(res, d, route);
-      if (d.entry.h2cPorts?.has(d.target.port) === true) return this.refuse(res, deny('upgrade_not_supported', undefined, d.entry), route);
-      if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route);
-      const raw = this.opts.stripOriginOnUpgrade ? withoutOrigin(req.rawHeaders) : req.rawHeaders;
-      const headers = this.withoutLinkCookie(forwardRequestHeaders(raw, this.drop, this.context(req)), req.headers.cookie);
-      const upstream = this.tunnel(d, headers);
-      if (isDeny(upstream)) return this.refuse(res, upstream, route);
-      tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route), this.tunnelActivity(d));
-    }));
+    this.decideFor(
+      route,
+      res,
+      this.guard.bind(req, res, (d: Decision) => {
+        if (stream.destroyed) return;
+        if (!d.allow) return this.refuse(res, d, route, x);
+        if (d.entry.h2cPorts?.has(d.target.port) === true) return this.refuse(res, deny('upgrade_not_supported', undefined, d.entry), route, x);
+        if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route, x);
+        const raw = this.opts.stripOriginOnUpgrade ? withoutOrigin(req.rawHeaders) : req.rawHeaders;
+        const headers = this.withoutLinkCookie(forwardRequestHeaders(raw, this.drop, this.context(req)), req.headers.cookie);
+        const upstream = this.tunnel(d, headers);
+        if (isDeny(upstream)) return this.refuse(res, upstream, route, x);
+        if (x !== undefined) {
+          injectTraceparent(headers, x, upstream.host);
+          x.endsWithStream(stream);
+        }
+        tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route, x), this.tunnelActivity(d), x);
+      }),
+      x,
+    );
   }
 
   /**
    * Where a tunnel (a WebSocket) for an allowed decision goes: the sandbox, the local session's relay
    * stream, or a peer's relay listener (its relay headers added to `headers`); each with the denial a
-   * failure to open it gets.
+   * failure to open it gets, and the `upstream_host` its record names.
    */
-  private tunnel(d: Allow, headers: string[]): { open: Connect; denial: (err: unknown) => Deny } | Deny {
-    if (!d.relay) return { open: tcpConnect(d.upstream, this.opts.connectTimeoutMs), denial: (err) => deny(forwardFailure('sandbox', err), undefined, d.entry) };
+  private tunnel(d: Allow, headers: string[]): { open: Connect; denial: (err: unknown) => Deny; host: string } | Deny {
+    if (!d.relay) return { open: tcpConnect(d.upstream, this.opts.connectTimeoutMs), denial: (err) => deny(forwardFailure('sandbox', err), undefined, d.entry), host: d.upstream };
     const local = this.localRelay(d);
     if (local === 'unreachable') return deny('sandbox_unreachable', undefined, d.entry);
-    if (local !== undefined) return { open: local, denial: (err) => relayDenial(err, d.entry) };
+    if (local !== undefined) return { open: local, denial: (err) => relayDenial(err, d.entry), host: relayStreamHost(d.entry.namespace, d.entry.name, d.target.port) };
     for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    return { open: this.peers.connect(d.upstream), denial: (err) => deny(forwardFailure('peer_gateway', err), undefined, d.entry) };
+    return { open: this.peers.connect(d.upstream), denial: (err) => deny(forwardFailure('peer_gateway', err), undefined, d.entry), host: d.upstream };
   }
 }
 
