@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
 import { newApiKey } from '../../src/auth/api-keys.js';
 import { mintLinkToken } from '../../src/auth/link-tokens.js';
+import { eventually } from '../helpers/eventually.js';
 import { envoyDoors, TRANSPORT_HEADERS, type Ask, type DoorAnswer } from '../helpers/door-answers.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { ed25519Pem, linkKeySet, writeLinkKeys } from '../helpers/link-keys.js';
@@ -212,5 +213,28 @@ describe('public ports and CORS preflights at every door', () => {
     const ask = async (token: string) => code(await httpAuthz({ host: PRIVATE(), path: '/ws', headers: { cookie: `sandgate_session=${token}`, upgrade: 'websocket' } }));
     expect(await ask(await link(false))).toBe('link_invalid');
     expect(await ask(await link(true))).toBe(200);
+  });
+});
+
+describe('public ports keep the gateway bounds', () => {
+  it('an anonymous request to a public port counts against --max-connections-per-sandbox like any other', async () => {
+    const held: (() => void)[] = [];
+    const up = await startUpstream((_req, res) => held.push(() => res.end('done')));
+    const at = { kind: 'address' as const, addresses: ['127.0.0.1'] };
+    const t = await startTestGateway([new TestDriver([snapshot({ name: 'web', sessionModel: 'none', endpoint: at, publicPorts: [up.port], accessToken: 'tok' })])], { maxConnectionsPerSandbox: 1 });
+    try {
+      const host = `${up.port}-web.team-a.localhost`;
+      const first = viaProxy(t.gw.proxyPort!, { host });
+      await eventually(() => held.length === 1, 5000, 'the first request to reach the upstream');
+      const second = await viaProxy(t.gw.proxyPort!, { host });
+      expect([second.status, JSON.parse(await text(second)).code]).toEqual([429, 'too_many_connections']);
+      held[0]!();
+      const r = await first;
+      expect([r.status, await text(r)]).toEqual([200, 'done']);
+    } finally {
+      for (const release of held) release();
+      await t.close();
+      await up.close();
+    }
   });
 });
