@@ -103,6 +103,12 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
     const r = renderDenial(d, req.headers.accept, req.headers['sec-fetch-mode']);
     const head: string[] = [];
     for (const [k, v] of r.headers) head.push(k, v);
+    // nginx's auth_request allows on any 2xx (Envoy's http_service only on 200): behind nginx (which
+    // names the original method in X-Original-Method) the preflight answer is refused as 403 instead.
+    if (r.status < 300 && req.headers['x-original-method'] !== undefined) {
+      head.push('content-length', '0');
+      return { status: 403, head, body: '' };
+    }
     if (r.status !== 204) head.push('content-length', String(Buffer.byteLength(r.body)));
     return { status: r.status, head, body: r.body };
   };

@@ -5,12 +5,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
 import { newApiKey } from '../../src/auth/api-keys.js';
 import { mintLinkToken } from '../../src/auth/link-tokens.js';
+import { eventually } from '../helpers/eventually.js';
 import { envoyDoors, TRANSPORT_HEADERS, type Ask, type DoorAnswer } from '../helpers/door-answers.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { ed25519Pem, linkKeySet, writeLinkKeys } from '../helpers/link-keys.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
-import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
+import { rawRequest, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 /**
  * Public ports (`publicPorts` / `sandgate.dev/public-ports`) at every door: a request to one needs no API
@@ -198,11 +199,42 @@ describe('public ports and CORS preflights at every door', () => {
     });
   });
 
+  it('HTTP authz behind nginx (X-Original-Method) refuses a private port preflight with 403: auth_request allows on any 2xx', async () => {
+    const headers = { 'x-original-method': 'OPTIONS', origin: 'https://app.example', 'access-control-request-method': 'PUT' };
+    const answers = await Promise.all([PRIVATE(), `${priv.port}-nope.team-a.localhost`].map((host) => rawRequest(t.gw.adminPort, '/authz/api', { ...headers, 'x-forwarded-host': host })));
+    for (const a of answers) expect([a.status, a.headers['x-sandgate-error'], a.body]).toEqual([403, 'cors_preflight', '']);
+    // A public port's preflight is still allowed (nginx then forwards it to the sandbox).
+    expect((await rawRequest(t.gw.adminPort, '/authz/api', { ...headers, 'x-forwarded-host': PUBLIC() })).status).toBe(200);
+  });
+
   it('HTTP authz reads a WebSocket handshake from `upgrade` alone, as the shipped Envoy file forwards it (no `connection`)', async () => {
     const keysOf = linkKeySet([{ kid: 'k1', privateKey: PRIVATE_KEY }]);
     const link = async (websocket: boolean) => (await mintLinkToken(keysOf, { namespace: 'team-a', name: 'web', uid: 'a1', port: priv.port, team: 'team-a', ttlSeconds: 60, websocket }, 86_400, Date.now())).token;
     const ask = async (token: string) => code(await httpAuthz({ host: PRIVATE(), path: '/ws', headers: { cookie: `sandgate_session=${token}`, upgrade: 'websocket' } }));
     expect(await ask(await link(false))).toBe('link_invalid');
     expect(await ask(await link(true))).toBe(200);
+  });
+});
+
+describe('public ports keep the gateway bounds', () => {
+  it('an anonymous request to a public port counts against --max-connections-per-sandbox like any other', async () => {
+    const held: (() => void)[] = [];
+    const up = await startUpstream((_req, res) => held.push(() => res.end('done')));
+    const at = { kind: 'address' as const, addresses: ['127.0.0.1'] };
+    const t = await startTestGateway([new TestDriver([snapshot({ name: 'web', sessionModel: 'none', endpoint: at, publicPorts: [up.port], accessToken: 'tok' })])], { maxConnectionsPerSandbox: 1 });
+    try {
+      const host = `${up.port}-web.team-a.localhost`;
+      const first = viaProxy(t.gw.proxyPort!, { host });
+      await eventually(() => held.length === 1, 5000, 'the first request to reach the upstream');
+      const second = await viaProxy(t.gw.proxyPort!, { host });
+      expect([second.status, JSON.parse(await text(second)).code]).toEqual([429, 'too_many_connections']);
+      held[0]!();
+      const r = await first;
+      expect([r.status, await text(r)]).toEqual([200, 'done']);
+    } finally {
+      for (const release of held) release();
+      await t.close();
+      await up.close();
+    }
   });
 });

@@ -17,6 +17,8 @@ import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpe
 // B's gateway lease — by A's embedded proxy, or by Envoy (A's decision names B's listener).
 
 const MiB = 1024 * 1024;
+/** 64 MiB through the relay is CPU-bound: beside a busy neighbour it takes far longer than the default. */
+const BULK_TIMEOUT_MS = 120_000;
 
 let redis: RedisServer;
 let a: RelayStack;
@@ -80,7 +82,7 @@ describe('relay across two gateways (Redis presence)', () => {
     expect(await sha256Of(download.res)).toEqual(want);
     // The streams rode B's session; A opened none of its own.
     expect(a.supervisors.relay.active).toBe(0);
-  });
+  }, BULK_TIMEOUT_MS);
 
   it('Envoy with A as its decision service sends the request straight to B', async () => {
     const d = a.decider.decide('ext_authz', { headers: {}, host: host(), path: '/envoy' }) as Allow;

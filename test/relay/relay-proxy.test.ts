@@ -15,6 +15,8 @@ import { patternStream, sha256Of, startUpstream, text, viaProxy, type ProxyRespo
 // reference supervisor dials.
 
 const MiB = 1024 * 1024;
+/** 64 MiB through the relay is CPU-bound: beside a busy neighbour it takes far longer than the default. */
+const BULK_TIMEOUT_MS = 120_000;
 const WINDOW = 256 * 1024;
 /** Stream buffers besides the window: readable/writable high-water marks and a chunk in hand. */
 const SLACK = 256 * 1024;
@@ -112,7 +114,7 @@ describe('relay through one gateway', () => {
     // Chunked this time (no Content-Length): the relay hop frames the body again.
     const b = await asEnvoy('/hash', { 'transfer-encoding': 'chunked' }, 'POST', patternStream(64 * MiB));
     expect(JSON.parse(await text(b))).toEqual(want);
-  });
+  }, BULK_TIMEOUT_MS);
 
   it('streams a 64 MiB download byte-exact, through the proxy and through the relay listener', async () => {
     const want = await sha256Of(patternStream(64 * MiB));
@@ -120,7 +122,7 @@ describe('relay through one gateway', () => {
     expect(await sha256Of(a.res)).toEqual(want);
     const b = await asEnvoy(`/download/${64 * MiB}`);
     expect(await sha256Of(b.res)).toEqual(want);
-  });
+  }, BULK_TIMEOUT_MS);
 
   it('carries 32 concurrent streams on one session, each byte-exact, and frees every stream after', async () => {
     const sizes = Array.from({ length: 32 }, (_, i) => 100_000 + i * 7919);
