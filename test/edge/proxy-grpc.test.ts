@@ -129,6 +129,14 @@ async function everyKindOfCall(c: EchoClient): Promise<void> {
   expect(answers).toEqual(['echo x', 'echo y', 'echo z']);
 }
 
+/** A call that hangs past its deadline ends DEADLINE_EXCEEDED, and the server sees the call cancelled. */
+async function expectDeadlineReachesServer(c: EchoClient, echo: EchoServer): Promise<void> {
+  const cancelled = once(echo.events, 'cancelled');
+  const err = await failure(unary(c, 'hang', new Metadata(), Date.now() + 300));
+  expect(err.code).toBe(status.DEADLINE_EXCEEDED);
+  await cancelled;
+}
+
 const h2c = (port: number): Partial<BackendSnapshot> => ({ ports: [port], h2cPorts: [port] });
 
 describe('gRPC through the embedded proxy to an h2c sandbox port', () => {
@@ -221,10 +229,7 @@ describe('gRPC through the embedded proxy to an h2c sandbox port', () => {
   it('passes the deadline on (grpc-timeout): a call past it ends DEADLINE_EXCEEDED and the server sees it cancelled', async () => {
     const c = client(proxyPort, authority());
     try {
-      const cancelled = once(echo.events, 'cancelled');
-      const err = await failure(unary(c, 'hang', new Metadata(), Date.now() + 300));
-      expect(err.code).toBe(status.DEADLINE_EXCEEDED);
-      await cancelled;
+      await expectDeadlineReachesServer(c, echo);
     } finally {
       c.close();
     }
@@ -470,10 +475,7 @@ describe('gRPC to a relay sandbox whose session a peer gateway holds (Redis pres
     const c = client(a.proxy.port, `${echo.port}-peer.team-a.localhost`);
     try {
       await everyKindOfCall(c);
-      const cancelled = once(echo.events, 'cancelled');
-      const err = await failure(unary(c, 'hang', new Metadata(), Date.now() + 300));
-      expect(err.code).toBe(status.DEADLINE_EXCEEDED);
-      await cancelled;
+      await expectDeadlineReachesServer(c, echo);
     } finally {
       c.close();
     }
