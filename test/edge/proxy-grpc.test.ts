@@ -13,8 +13,7 @@ import type { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
 import { eventually } from '../helpers/eventually.js';
 import { startFrontProxy } from '../helpers/front-proxy.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { RELAY_CREDENTIALS, relaySandbox, startRelayStack, startSupervisor, type RelayStack } from '../helpers/relay-stack.js';
+import { RELAY_CREDENTIALS, relaySandbox, startGatewayPair, startRelayStack, startSupervisor, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
@@ -550,29 +549,19 @@ describe('gRPC over a relay (supervisor session) sandbox', () => {
 
 describe('gRPC to a relay sandbox whose session a peer gateway holds (Redis presence)', () => {
   let echo: EchoServer;
-  let redis: RedisServer;
-  let a: RelayStack;
-  let b: RelayStack;
-  let sup: SupervisorClient;
+  let peers: GatewayPair;
 
   beforeAll(async () => {
     echo = await startEchoServer();
-    redis = await startRedisServer();
-    const common = { sandboxes: [{ ...relaySandbox('peer'), ...h2c(echo.port) }], presence: redis.url, keyPrefix: 'grpc-peer' };
-    a = await startRelayStack({ gatewayId: 'gw-a', ...common });
-    b = await startRelayStack({ gatewayId: 'gw-b', ...common });
-    sup = await startSupervisor(b.supervisorUrl, 'peer');
-    await eventually(() => a.view.get('team-a', 'peer')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session");
+    peers = await startGatewayPair({ ...relaySandbox('peer'), ...h2c(echo.port) }, 'grpc-peer');
   });
   afterAll(async () => {
-    sup?.stop();
-    await Promise.all([a?.close(), b?.close()]);
+    await peers?.close();
     await echo?.close();
-    await redis?.stop();
   });
 
   it("carries every kind of call from A through a tunnel to B's relay listener", async () => {
-    const c = client(a.proxy.port, `${echo.port}-peer.team-a.localhost`);
+    const c = client(peers.a.proxy.port, `${echo.port}-peer.team-a.localhost`);
     try {
       await everyKindOfCall(c);
       await expectDeadlineReachesServer(c, echo);
@@ -582,11 +571,11 @@ describe('gRPC to a relay sandbox whose session a peer gateway holds (Redis pres
   });
 
   it('refuses a tunnel without a valid relay credential (401 relay_unauthorized), and one whose credential names another target', async () => {
-    const forged = await connectTo(b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': 'forged' });
+    const forged = await connectTo(peers.b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': 'forged' });
     expect(forged).toMatchObject({ status: 401, code: 'relay_unauthorized' });
-    const other = await connectTo(b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': RELAY_CREDENTIALS.mint('team-a/peer:1') });
+    const other = await connectTo(peers.b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': RELAY_CREDENTIALS.mint('team-a/peer:1') });
     expect(other).toMatchObject({ status: 401, code: 'relay_unauthorized' });
-    const none = await connectTo(b.relayAddress, {});
+    const none = await connectTo(peers.b.relayAddress, {});
     expect(none).toMatchObject({ status: 400, code: 'invalid_route' });
   });
 });
