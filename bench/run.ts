@@ -13,7 +13,6 @@ import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
 import { selftest } from './selftest.js';
-import { sessions } from './sessions.js';
 import { snapshotMemory } from './snapshot-memory.js';
 import { tls } from './tls.js';
 import { workers } from './workers.js';
@@ -29,7 +28,7 @@ import { workers } from './workers.js';
  * A section is one module exporting a Section; adding one is that module plus one line below.
  */
 
-const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, sessions, redisHa, snapshotMemory, overheads];
+const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, redisHa, snapshotMemory, overheads];
 
 const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--workers-list 1,2,4,8] [--cpu-prof] [--selftest]`;
 
