@@ -1,5 +1,5 @@
 import type { Measured } from './lib/alternation.js';
-import { compareGrpc, formatDiff, judgedFigure, round2, spread, trialProblems, trialsData } from './lib/compare.js';
+import { compareGrpc, formatDiff, round2, spread, trialProblems } from './lib/compare.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import { metricValue } from './lib/metrics.js';
 import { row, target } from './lib/report.js';
@@ -78,11 +78,9 @@ export const churn: Section = {
           `${UPDATES / 1000}k changes/s cost ≤ ${Math.round(MAX_SHARE * 100)} % of Check throughput (the gateway's extra CPU ≤ ${MAX_SHARE} of its one core)`,
           extra.median <= MAX_SHARE,
           `${extraText}, ${perUpdateUs.toFixed(1)} µs per update at ${Math.round(appliedPerSecond)} applied/s; the driver's own CPU ${round2(driverCores)} cores`,
-          judgedFigure(extra, 'cores'),
         ),
       ],
       notes: [`${label}: the gateway's extra CPU ${extraText}; the driver process's own CPU ${round2(driverCores)} cores (not counted as the gateway's)`, ...trialProblems({ a: 'churning', b: 'quiet' }, c)],
-      data: { ...trialsData(c), extraCores: round2(extra.median), appliedPerSecond: Math.round(appliedPerSecond), perUpdateUs: round2(perUpdateUs) },
     };
   },
 };

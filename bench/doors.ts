@@ -1,4 +1,4 @@
-import { compareCost, compareGrpc, compareHttp, compareRate, costNotes, costRows, costTarget, limitRows, trialProblems, trialsData, type ComparePlan, type Trials } from './lib/compare.js';
+import { compareCost, compareGrpc, compareHttp, compareRate, costNotes, costRows, costTarget, limitRows, trialProblems, type ComparePlan, type Trials } from './lib/compare.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import type { Row, TargetResult } from './lib/report.js';
 import { authzRequests, writeSandboxesFile } from './lib/sandboxes.js';
@@ -48,7 +48,6 @@ export const doors: Section = {
     const rows: Row[] = [];
     const notes: string[] = [];
     const targets: TargetResult[] = [];
-    const data: Record<string, unknown> = {};
     for (const door of list) {
       const at = `${door.label} @ ${JUDGED_AT} ${door.open}`;
       ctx.log(`doors: ${door.label}: CPU per request at ${door.rate} req/s, req/s at the limit, latency at 1 open`);
@@ -58,8 +57,7 @@ export const doors: Section = {
       rows.push(...costRows(at, cost, undefined, `vs ${door.baseline}`), ...limitRows(at, limit), ...limitRows(`${door.label} @ 1 ${door.open}`, single));
       notes.push(...costNotes(at, cost), ...trialProblems({ a: `sandgate ${at}`, b: `${door.baseline} ${at}` }, limit));
       targets.push(costTarget(`${door.label} vs ${door.baseline}`, MAX_EXTRA_US, cost, { r: limit, min: MIN_RATIO }));
-      data[door.label] = { cost: trialsData(cost), limit: trialsData(limit), single: trialsData(single) };
     }
-    return { baseline: 'a bare server of the same protocol, constant allow', rows, targets, notes, data };
+    return { baseline: 'a bare server of the same protocol, constant allow', rows, targets, notes };
   },
 };

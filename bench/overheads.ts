@@ -1,7 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { compareCost, compareGrpc, compareHttp, costNotes, costRows, trialsData, type CostComparison, type HttpSide } from './lib/compare.js';
+import { compareCost, compareGrpc, compareHttp, costNotes, costRows, type CostComparison, type HttpSide } from './lib/compare.js';
 import { GrpcLoad } from './lib/grpc-load.js';
 import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
 import type { Row } from './lib/report.js';
@@ -53,11 +53,9 @@ export const overheads: Section = {
       const plan = blocks(ctx);
       const rows: Row[] = [];
       const notes: string[] = [];
-      const data: Record<string, unknown> = {};
       const report = (label: string, cost: CostComparison): void => {
         rows.push(...costRows(label, cost, undefined, 'vs the same gateway with all of it off'));
         notes.push(...costNotes(label, cost));
-        data[label] = trialsData(cost);
       };
       for (const [label, t] of variants) {
         ctx.log(`overheads: ${label} vs all off, proxied, CPU per request at ${PROXY_RATE} req/s @ ${CONNECTIONS} conn`);
@@ -68,7 +66,7 @@ export const overheads: Section = {
       const load = await GrpcLoad.start(ctx.procs, 1);
       const checks = await compareGrpc({ ...plan, rate: CHECK_RATE, inFlight: CHECK_IN_FLIGHT }, load, 'check', [{ target: activity, sandboxes: SANDBOXES }], [{ target: off, sandboxes: SANDBOXES }]);
       report(`Check with activity tracking @ ${CHECK_IN_FLIGHT} in flight`, compareCost(CHECK_RATE, checks, { a: 'activity tracking', b: 'all off' }));
-      return { baseline: 'the same gateway with tracing, the access log and activity tracking off', rows, targets: [], notes, data };
+      return { baseline: 'the same gateway with tracing, the access log and activity tracking off', rows, targets: [], notes };
     } finally {
       await new Promise((r) => sink.close(r));
     }

@@ -1,4 +1,4 @@
-import { compareCost, compareHttp, compareRate, costNotes, costRows, costTarget, formatRatio, INSTANCES, limitRows, trialProblems, trialsData, type HttpSide } from './lib/compare.js';
+import { compareCost, compareHttp, compareRate, costNotes, costRows, costTarget, formatRatio, INSTANCES, limitRows, trialProblems, type HttpSide } from './lib/compare.js';
 import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
 import { authRequestServer, findNginx, startNginx } from './lib/nginx.js';
 import { CombinedTarget } from './lib/proc-cpu.js';
@@ -58,7 +58,6 @@ export const proxy: Section = {
     const rows: Row[] = costRows(at, cost, rate, 'vs undici forwarder, the proxy process alone');
     const notes = [...costNotes(`embedded proxy vs forwarder ${at}`, cost), ...trialProblems({ a: 'embedded proxy', b: 'forwarder' }, rate)];
     const targets: TargetResult[] = [costTarget(`embedded proxy vs the plain undici forwarder ${at}`, MAX_EXTRA_US, cost, { r: rate, min: MIN_VS_FORWARDER })];
-    const data: Record<string, unknown> = { cost: trialsData(cost), limit: trialsData(rate) };
 
     if (typeof nginx === 'string') {
       notes.push(nginx);
@@ -70,8 +69,7 @@ export const proxy: Section = {
       rows.push(...limitRows(`embedded proxy ${at}`, vsNginx, 'vs nginx auth_request → sandgate, whole tiers'));
       notes.push(...trialProblems({ a: 'embedded proxy', b: 'nginx auth_request' }, vsNginx));
       targets.push(target(NGINX_TARGET, vsNginx.ratio.median > 1, formatRatio(vsNginx.ratio)));
-      data.nginx = trialsData(vsNginx);
     }
-    return { baseline: 'as each row says', rows, targets, notes, data };
+    return { baseline: 'as each row says', rows, targets, notes };
   },
 };

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
 import { join } from 'node:path';
@@ -6,14 +6,13 @@ import { churn } from './churn.js';
 import { doors } from './doors.js';
 import { machineFacts, ROOT } from './lib/machine.js';
 import { ProcessGroup } from './lib/processes.js';
-import { agreementLines, runMarkdown, sectionMarkdown, skippedLines, targetLines, type RunResult, type SectionResult } from './lib/report.js';
+import { runMarkdown, sectionMarkdown, skippedLines, targetLines, type RunResult, type SectionResult } from './lib/report.js';
 import type { BenchContext, Section } from './lib/section.js';
 import { overheads } from './overheads.js';
 import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
 import { selftest } from './selftest.js';
-import { snapshotMemory } from './snapshot-memory.js';
 import { tls } from './tls.js';
 import { workers } from './workers.js';
 
@@ -22,13 +21,13 @@ import { workers } from './workers.js';
  * runs every section in order, each against servers in their own processes on loopback, prints the tables,
  * the PASS/FAIL/SKIP lines and what was skipped. A full run of every section is the canonical one: it
  * replaces bench/results/latest.json and regenerates BENCHMARKS.md. A --quick or --only run is kept in
- * bench/results/runs/ (not committed) and compared with latest.json. `--selftest` checks the harness
+ * bench/results/runs/ (not committed). `--selftest` checks the harness
  * itself (selftest.ts) and measures nothing.
  *
  * A section is one module exporting a Section; adding one is that module plus one line below.
  */
 
-const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, redisHa, snapshotMemory, overheads];
+const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, redisHa, overheads];
 
 const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--workers-list 1,2,4,8] [--cpu-prof] [--selftest]`;
 
@@ -108,14 +107,12 @@ async function main(): Promise<number> {
   const result: RunResult = { mode: args.quick ? 'quick' : 'full', machine, seconds: (performance.now() - t0) / 1000, sections };
   // A profiled run measures the profiler too: it is never the canonical one.
   const canonical = !args.quick && args.only === undefined && !args.cpuProf && sections.every((s) => s.error === undefined);
-  const latestPath = join(resultsDir, LATEST);
-  const latest = !canonical && existsSync(latestPath) ? (JSON.parse(readFileSync(latestPath, 'utf8')) as RunResult) : undefined;
   let jsonPath: string;
   if (canonical) {
     // Superseded results go: the folder holds the one run BENCHMARKS.md was made from.
     mkdirSync(resultsDir, { recursive: true });
     for (const f of readdirSync(resultsDir)) if (f.endsWith('.json')) rmSync(join(resultsDir, f));
-    jsonPath = latestPath;
+    jsonPath = join(resultsDir, LATEST);
     writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
     writeFileSync(join(ROOT, 'BENCHMARKS.md'), runMarkdown(result));
   } else {
@@ -126,7 +123,6 @@ async function main(): Promise<number> {
   const out = ['### Targets', '', ...targetLines(sections), ''];
   const skipped = skippedLines(sections);
   if (skipped.length > 0) out.push('### Skipped', '', ...skipped, '');
-  if (latest !== undefined) out.push(`### Against the canonical ${latest.mode} run of ${latest.machine.date} (${LATEST})`, '', ...agreementLines(sections, latest.sections), '');
   process.stdout.write(out.join('\n') + '\n');
   log(
     canonical

@@ -1,7 +1,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { compareCost, compareHttp, costNotes, costRows, formatDiff, judgedFigure, trialProblems, trialsData, type HttpSide } from './lib/compare.js';
+import { compareCost, compareHttp, costNotes, costRows, formatDiff, trialProblems, type HttpSide } from './lib/compare.js';
 import { checkReachesUpstream, NAMESPACES, proxyRequests, sandboxNamespace, writeSandboxesFile } from './lib/sandboxes.js';
 import { findNginx, startNginx, tlsProxyServer } from './lib/nginx.js';
 import { target, type Row } from './lib/report.js';
@@ -64,13 +64,11 @@ export const tls: Section = {
     const requests = proxyRequests(1, upstream.port('main'));
     const rows: Row[] = [];
     const notes: string[] = [];
-    const data: Record<string, unknown> = {};
     const measure = async (label: string, a: HttpSide, b: HttpSide, names: { a: string; b: string }, note: string) => {
       ctx.log(`tls: ${label}, CPU per request at ${RATE} req/s`);
       const cost = compareCost(RATE, await compareHttp({ ...plan, rate: RATE, inFlight: OPEN }, requests, [a], [b]), names);
       rows.push(...costRows(`${label} @ ${OPEN} open`, cost, undefined, note));
       notes.push(...costNotes(label, cost), ...trialProblems(names, cost));
-      data[label] = trialsData(cost);
       return cost;
     };
     if (nginx === undefined) notes.push(`nginx rows skipped: ${'skipped' in found ? found.skipped : ''}`);
@@ -81,7 +79,7 @@ export const tls: Section = {
     await measure('HTTPS/1.1 against plain HTTP', https(false), plain, { a: 'HTTPS', b: 'plain HTTP' }, 'vs plain HTTP on a gateway without TLS');
     const door = await measure('plain HTTP', plainOfTls, plain, { a: 'with a TLS port', b: 'without' }, 'vs the same on a gateway without a TLS port');
     const unchanged = door.diffUs.min <= 0 && door.diffUs.max >= 0;
-    const targets = [target(PLAIN_TARGET, unchanged, formatDiff(door.diffUs), judgedFigure(door.diffUs, 'µs'))];
-    return { baseline: 'as each row says', rows, targets, notes, data };
+    const targets = [target(PLAIN_TARGET, unchanged, formatDiff(door.diffUs))];
+    return { baseline: 'as each row says', rows, targets, notes };
   },
 };

@@ -33,7 +33,6 @@ export const workers: Section = {
     const rows: Row[] = [];
     const notes: string[] = [];
     const targets: TargetResult[] = [];
-    const data: Record<string, unknown> = {};
     let one: LoadResult | undefined;
     for (const n of [1, ...ctx.workersList.filter((w) => w !== 1)]) {
       const name = `--workers ${n} scales Check req/s with efficiency ≥ ${MIN_EFFICIENCY}`;
@@ -57,9 +56,8 @@ export const workers: Section = {
       const efficiency = r.rps / (n * one.rps);
       rows.push(row(`Check req/s @ ${IN_FLIGHT_PER_WORKER} in flight per worker, ${n} worker(s)`, 'req/s', r.rps, n * one.rps, `vs ${n} × one process`));
       notes.push(`${n} worker(s): gateway ${round2(gatewayCores)} cores, load generators ${round2(r.loadCpuCores)} cores; p99 ${Math.round(r.latency.p99)} µs${r.errors > 0 ? `; ${r.errors} errors (${r.firstError ?? ''})` : ''}`);
-      data[`workers-${n}`] = { rps: Math.round(r.rps), p99us: r.latency.p99, gatewayCores: round2(gatewayCores), loadCores: round2(r.loadCpuCores), efficiency: round2(efficiency) };
       if (n > 1) targets.push(target(name, efficiency >= MIN_EFFICIENCY, `efficiency ${efficiency.toFixed(2)} (${Math.round(r.rps)} vs ${n} × ${Math.round(one.rps)} req/s)`));
     }
-    return { baseline: 'N × one process', rows, targets, notes, data };
+    return { baseline: 'N × one process', rows, targets, notes };
   },
 };

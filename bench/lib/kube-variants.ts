@@ -4,7 +4,7 @@ import { parseAllDocuments } from 'yaml';
 import { ROOT } from './machine.js';
 
 /**
- * Kubernetes sandbox objects for the snapshot-memory section and its correctness test: N distinct objects
+ * Kubernetes sandbox objects for the scale section's Kubernetes views and their correctness test: N distinct objects
  * shaped like a fixture under test/fixtures/kubernetes (own name, namespace, uid, resourceVersion, pod IP,
  * sandbox id), as JSON text, the way a watch delivers them.
  */

@@ -123,28 +123,6 @@ export function skippedLines(sections: readonly SectionResult[]): string[] {
   return out;
 }
 
-/**
- * Each judged figure of this run beside the same target's in an earlier run: they agree when each median
- * lies within the other's spread (a --quick run and a full one must).
- */
-export function agreementLines(now: readonly SectionResult[], before: readonly SectionResult[]): string[] {
-  const earlier = new Map<string, JudgedFigure>();
-  for (const s of before) for (const t of s.targets) if (t.judged !== undefined) earlier.set(t.target, t.judged);
-  const out: string[] = [];
-  for (const s of now) {
-    for (const t of s.targets) {
-      const a = t.judged;
-      const b = earlier.get(t.target);
-      if (a === undefined || b === undefined) continue;
-      const agree = (a.median >= b.min && a.median <= b.max) || (b.median >= a.min && b.median <= a.max);
-      const f = (j: JudgedFigure): string => `${j.median.toFixed(2)} ${j.unit} (${j.min.toFixed(2)} … ${j.max.toFixed(2)})`;
-      out.push(`${agree ? 'agree ' : 'DIFFER'}  ${t.target}: now ${f(a)}, then ${f(b)}`);
-    }
-  }
-  if (out.length === 0) out.push('no judged figure in common');
-  return out;
-}
-
 /** The whole run as markdown: what BENCHMARKS.md holds and what the runner prints. */
 export function runMarkdown(r: RunResult): string {
   const m = r.machine;

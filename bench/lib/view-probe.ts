@@ -1,18 +1,24 @@
 import { decide } from '../../src/domain/decide.js';
 import type { RouteOptions, RouteRequest } from '../../src/domain/route-key.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
+import { mapAgentSandbox } from '../../src/drivers/kubernetes/agent-sandbox-mapping.js';
+import { mapOpenKruiseSandbox } from '../../src/drivers/kubernetes/openkruise-mapping.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { envoyHeaders } from './envoy-requests.js';
 import { heapAfterGc } from './heap-after-gc.js';
 import { latencies, record, summarise, type LatencySummary } from './histogram.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
+import { kubeVariants, type KubeKind } from './kube-variants.js';
 import { decodedSnapshots } from './sandboxes.js';
 
 /**
- * The in-process half of the scale section, run in a child of its own per view size (`node --expose-gc`):
- * it fills a SandboxView the way a driver's list does, measures heap after GC with the snapshots alone and
+ * The in-process half of the scale section, run in a child of its own per view (`node --expose-gc`): it
+ * fills a SandboxView the way a driver's list does, measures heap after GC with the snapshots alone and
  * with the view holding them, then times decide() — parse the route, look the sandbox up, decide — over
- * Envoy-shaped requests for random sandboxes.
+ * Envoy-shaped requests for random sandboxes. The snapshots are the file driver's, or a Kubernetes
+ * driver's mapping of objects shaped like test/fixtures/kubernetes, parsed from JSON text as a watch
+ * delivers them; for those the parsed objects themselves, held by namespace/name, are the baseline: what
+ * a driver that kept the raw objects would cost.
  *
  * One decide() takes a few hundred nanoseconds, less than the resolution worth trusting from a clock read,
  * so calls are timed in batches of BATCH and each batch's mean per call is one sample: the percentiles are
@@ -21,8 +27,10 @@ import { decodedSnapshots } from './sandboxes.js';
 
 export interface ViewProbeArgs {
   readonly size: number;
-  /** Timed decide() calls (after a warm-up of a tenth as many). */
+  /** Timed decide() calls (after a warm-up of a tenth as many); 0 measures memory only. */
   readonly ops: number;
+  /** A Kubernetes driver whose mapped objects fill the view; the file driver's snapshots when absent. */
+  readonly kube?: KubeKind;
 }
 
 export interface ViewProbeResult {
@@ -30,8 +38,8 @@ export interface ViewProbeResult {
   /** Heap after GC per sandbox: the decoded snapshots alone, and the view holding them. */
   readonly snapshotBytesPerSandbox: number;
   readonly viewBytesPerSandbox: number;
-  /** Mean time to apply one upsert while filling. */
-  readonly applyNsPerSandbox: number;
+  /** Kubernetes only: the parsed objects held by namespace/name. */
+  readonly rawObjectBytesPerSandbox?: number;
   readonly latency: LatencySummary;
   readonly allowed: number;
 }
@@ -42,6 +50,8 @@ const CHUNK = 10_000;
 
 /** The options `sandgate serve` runs with by default. */
 const ROUTE: RouteOptions = { order: ['headers', 'e2b-headers', 'host', 'path'], baseDomain: 'localhost', defaultNamespace: 'default', defaultPort: 49983, pathPrefix: '' };
+
+const MAPPERS = { 'agent-sandbox': mapAgentSandbox, openkruise: mapOpenKruiseSandbox } as const;
 
 /** What the ext_authz door hands decide(): the lower-cased header map, the authority and the path. */
 function routeRequests(size: number): RouteRequest[] {
@@ -55,49 +65,74 @@ function routeRequests(size: number): RouteRequest[] {
   return out;
 }
 
-function probe(a: ViewProbeArgs): ViewProbeResult {
-  const h0 = heapAfterGc();
-  let snapshots: BackendSnapshot[] | undefined = [];
-  for (let from = 0; from < a.size; from += CHUNK) {
-    for (const s of decodedSnapshots(from, Math.min(CHUNK, a.size - from))) snapshots.push(s);
+/** The input texts of a Kubernetes view, held for the whole probe so that every heap reading includes them alike. */
+let texts: string[] = [];
+
+function snapshotsOf(a: ViewProbeArgs): BackendSnapshot[] {
+  const out: BackendSnapshot[] = [];
+  if (a.kube === undefined) {
+    for (let from = 0; from < a.size; from += CHUNK) for (const s of decodedSnapshots(from, Math.min(CHUNK, a.size - from))) out.push(s);
+    return out;
   }
+  const map = MAPPERS[a.kube];
+  for (const t of texts) {
+    const s = map(JSON.parse(t), { defaultSessionModel: 'none' });
+    if (s === undefined) throw new Error(`a ${a.kube} object did not map to a snapshot`);
+    out.push(s);
+  }
+  return out;
+}
+
+/** Heap after GC per object of the parsed Kubernetes objects, held in a Map by namespace/name. */
+function rawObjectBytes(): number {
+  const r0 = heapAfterGc();
+  const raw = new Map<string, unknown>();
+  for (const t of texts) {
+    const o = JSON.parse(t) as { metadata: { namespace: string; name: string } };
+    raw.set(`${o.metadata.namespace}/${o.metadata.name}`, o);
+  }
+  const bytes = (heapAfterGc() - r0) / raw.size;
+  if (raw.size !== texts.length) throw new Error(`${texts.length - raw.size} objects collided`);
+  return bytes;
+}
+
+function probe(a: ViewProbeArgs): ViewProbeResult {
+  texts = a.kube === undefined ? [] : kubeVariants(a.kube, a.size);
+  const h0 = heapAfterGc();
+  let snapshots: BackendSnapshot[] | undefined = snapshotsOf(a);
   const h1 = heapAfterGc();
   const now = Date.parse('2025-06-01T00:00:00Z');
   const view = new SandboxView({ now: () => now });
   view.registerDriver('bench');
   view.replace('bench', []);
-  const t0 = process.hrtime.bigint();
   for (const s of snapshots) view.apply('bench', { type: 'upsert', snapshot: s });
-  const applyNs = Number(process.hrtime.bigint() - t0);
   // The array of snapshots goes: what stays is what the view holds.
   snapshots = undefined;
   const h2 = heapAfterGc();
+  if (view.size !== a.size) throw new Error(`the view holds ${view.size} of ${a.size} sandboxes`);
 
-  const requests = routeRequests(a.size);
   const hist = latencies();
   let allowed = 0;
-  const run = (ops: number, measured: boolean): void => {
-    let k = 0;
-    for (let done = 0; done < ops; done += BATCH) {
-      const t = process.hrtime.bigint();
-      for (let j = 0; j < BATCH; j++) {
-        if (decide(view, ROUTE, requests[k]!).allow) allowed++;
-        k = (k + 1) & (DISTINCT_REQUESTS - 1);
+  if (a.ops > 0) {
+    const requests = routeRequests(a.size);
+    const run = (ops: number, measured: boolean): void => {
+      let k = 0;
+      for (let done = 0; done < ops; done += BATCH) {
+        const t = process.hrtime.bigint();
+        for (let j = 0; j < BATCH; j++) {
+          if (decide(view, ROUTE, requests[k]!).allow) allowed++;
+          k = (k + 1) & (DISTINCT_REQUESTS - 1);
+        }
+        if (measured) record(hist, Number(process.hrtime.bigint() - t) / BATCH);
       }
-      if (measured) record(hist, Number(process.hrtime.bigint() - t) / BATCH);
-    }
-  };
-  run(Math.max(BATCH, Math.floor(a.ops / 10)), false);
-  allowed = 0;
-  run(a.ops, true);
-  return {
-    size: a.size,
-    snapshotBytesPerSandbox: (h1 - h0) / a.size,
-    viewBytesPerSandbox: (h2 - h0) / a.size,
-    applyNsPerSandbox: applyNs / a.size,
-    latency: summarise(hist),
-    allowed,
-  };
+    };
+    run(Math.max(BATCH, Math.floor(a.ops / 10)), false);
+    allowed = 0;
+    run(a.ops, true);
+  }
+  const rawObjectBytesPerSandbox = a.kube === undefined ? undefined : rawObjectBytes();
+  texts = [];
+  return { size: a.size, snapshotBytesPerSandbox: (h1 - h0) / a.size, viewBytesPerSandbox: (h2 - h0) / a.size, rawObjectBytesPerSandbox, latency: summarise(hist), allowed };
 }
 
 exitWithParent();

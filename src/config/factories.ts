@@ -14,6 +14,7 @@ import type { Logger } from '../observability/logger.js';
 import { MemoryPresence } from '../sessions/presence/memory-presence.js';
 import type { PresenceStore } from '../sessions/presence/presence-store.js';
 import type { GrpcServerLimits } from '../lib/grpc-h2-connection.js';
+import type { H2cLimits } from '../edge/forwarding/h2c-pool.js';
 import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connection.js';
 import { createRedisPresence } from '../sessions/presence/redis-presence.js';
 import { CertificateStore, type ReloadEvent } from '../lib/tls/certificate-store.js';
@@ -36,6 +37,11 @@ export function grpcLimits(c: Config): GrpcServerLimits {
     idleTimeoutMs: c.grpcIdleTimeoutMs,
     goawayGraceMs: c.grpcGoawayGraceMs,
   };
+}
+
+/** The embedded proxy's bounds on HTTP/2 sessions to h2c sandbox ports (`--h2c-*`). */
+export function h2cLimits(c: Pick<Config, 'h2cMaxSessionsPerUpstream' | 'h2cMaxStreamsPerSession' | 'h2cIdleTimeoutMs'>): H2cLimits {
+  return { maxSessionsPerUpstream: c.h2cMaxSessionsPerUpstream, maxStreamsPerSession: c.h2cMaxStreamsPerSession, idleMs: c.h2cIdleTimeoutMs };
 }
 
 export function routeOptions(c: Config): RouteOptions {

@@ -1,4 +1,5 @@
 import { ROUTE_SOURCES } from '../domain/route-key.js';
+import { DEFAULT_H2C_LIMITS as H2C } from '../edge/forwarding/h2c-pool.js';
 import { GRPC_SERVER_LIMITS as GRPC } from '../lib/grpc-h2-connection.js';
 
 /**
@@ -123,6 +124,27 @@ export const SCHEMA = {
   proxyConnectTimeoutMs: { kind: 'int', default: 5000, min: 1, max: 600_000, description: 'Embedded proxy: connecting to a sandbox (past it: 504 upstream_timeout).' },
   proxyHeadersTimeoutMs: { kind: 'int', default: 300_000, min: 1, max: 3_600_000, description: 'Embedded proxy: waiting for a sandbox\'s response headers (past it: 504 upstream_timeout).' },
   proxyIdleTimeoutMs: { kind: 'int', default: 300_000, min: 1, max: 86_400_000, description: 'Embedded proxy: silence on an open body or WebSocket before both sides are closed.' },
+  h2cMaxSessionsPerUpstream: {
+    kind: 'int',
+    default: H2C.maxSessionsPerUpstream,
+    min: 1,
+    max: 10_000,
+    description: 'Embedded proxy: HTTP/2 connections to one h2c sandbox port (one address and port, or one port over a relay session); when each carries its maximum of streams, a request is refused at once with 429 too_many_connections (gRPC: RESOURCE_EXHAUSTED).',
+  },
+  h2cMaxStreamsPerSession: {
+    kind: 'int',
+    default: H2C.maxStreamsPerSession,
+    min: 1,
+    max: 1_000_000,
+    description: "Embedded proxy: streams (requests) on one HTTP/2 connection to an h2c sandbox port; the sandbox's own SETTINGS_MAX_CONCURRENT_STREAMS wins when lower.",
+  },
+  h2cIdleTimeoutMs: {
+    kind: 'int',
+    default: H2C.idleMs,
+    min: 1,
+    max: 86_400_000,
+    description: 'Embedded proxy: an HTTP/2 connection to an h2c sandbox port without a stream for this long is closed (GOAWAY).',
+  },
   stripHeaders: { kind: 'list', default: [], description: 'Request headers the embedded proxy never forwards to a sandbox, besides hop-by-hop, routing and upstream headers.' },
   stripOriginOnUpgrade: { kind: 'bool', default: false, description: 'Embedded proxy: drop `Origin` on WebSocket upgrades (browser IDEs in sandboxes reject a foreign Origin).' },
   relayPort: port(8082, 'Relay listener: Envoy and peer gateways send requests for relay-only sandboxes whose supervisor session this gateway holds (0 = any free port).'),

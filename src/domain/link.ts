@@ -70,6 +70,8 @@ export interface PresentedLink {
 }
 
 /** What of the request a link check reads beyond its target. */
+// Written like decide.ts Deny and edge/decider.ts DeciderOptions (documented readonly fields), but it
+// shares no field with either: the likeness is the declaration style, not a type to extract.
 export interface LinkRequest {
   readonly method: string;
   /** The path and query as the client sent it (the redirect's Location is built from it). */

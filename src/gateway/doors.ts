@@ -1,4 +1,4 @@
-import { grpcLimits } from '../config/factories.js';
+import { grpcLimits, h2cLimits } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { listenFailed } from '../config/start-errors.js';
 import { startGrpcServer, type GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
@@ -82,6 +82,9 @@ type ProxySlice = Pick<
   | 'maxConnectionsPerSandbox'
   | 'proxyRedirectHttpsPort'
   | 'upstreamConnectRetryMs'
+  | 'h2cMaxSessionsPerUpstream'
+  | 'h2cMaxStreamsPerSession'
+  | 'h2cIdleTimeoutMs'
 >;
 
 export interface ProxyDoor {
@@ -112,9 +115,11 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       connectRetry: { ms: config.upstreamConnectRetryMs, now: core.now },
       tls: core.certificates.proxyTls,
       redirectHttpsPort: config.proxyRedirectHttpsPort,
+      h2c: h2cLimits(config),
     },
     log.child({ part: 'proxy' }),
   );
+  core.metrics.watchH2c(proxy.h2c);
   await startListener(life, '--proxy-port', { host, port: config.proxyPort }, () => proxy.start(), (_, ms) => proxy.close(ms));
   const tlsPort = core.certificates.proxyTls === undefined ? undefined : await startListener(life, '--proxy-tls-port', { host, port: core.certificates.proxyTls.port }, () => proxy.startTls(), (_, ms) => proxy.closeTls(ms));
   return { port: proxy.port, tlsPort };

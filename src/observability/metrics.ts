@@ -219,6 +219,39 @@ export class GatewayMetrics {
   }
 
   /**
+   * Exposes the embedded proxy's HTTP/2 sessions to h2c sandbox ports (read at scrape time; the pool knows
+   * nothing of metrics). No label: the pool is keyed by upstream, and an upstream is a tenant's to multiply.
+   */
+  watchH2c(pool: { readonly sessions: number; readonly streams: number; readonly refused: number }): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'sandgate_proxy_h2c_sessions',
+      help: 'HTTP/2 connections open or opening from the embedded proxy to h2c sandbox ports',
+      registers,
+      collect() {
+        this.set(pool.sessions);
+      },
+    });
+    new Gauge({
+      name: 'sandgate_proxy_h2c_streams',
+      help: 'Streams open or opening on the embedded proxy\'s HTTP/2 connections to h2c sandbox ports',
+      registers,
+      collect() {
+        this.set(pool.streams);
+      },
+    });
+    new Counter({
+      name: 'sandgate_proxy_h2c_refused_total',
+      help: 'Requests to h2c sandbox ports refused (429 too_many_connections, gRPC RESOURCE_EXHAUSTED) because every connection to their port carried --h2c-max-streams-per-session and the port had --h2c-max-sessions-per-upstream',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(pool.refused);
+      },
+    });
+  }
+
+  /**
    * Exposes what `/readyz` answers, read at scrape time: `sandgate_readiness_state` one-hot over ready,
    * degraded and not_ready (alerts need it without probing), and per Redis user whether it is degraded.
    */

@@ -109,8 +109,8 @@ function printable(s: unknown, max: number): s is string {
 }
 
 /** Parses a text frame from a supervisor. Never throws. */
-// Validates field by field like redis-codec.ts decodeRecord: a frame from a
-// supervisor and a record from Redis are different inputs with different errors (a close code vs a skip).
+// Parses and checks field by field like redis-codec.ts decodeMessage: a frame from a supervisor and a
+// presence message from Redis are different inputs with different errors (a close code vs a skip).
 export function parseClientFrame(text: string): ClientMessage | FrameError {
   let v: unknown;
   try {

@@ -4,7 +4,6 @@ import type { Measured } from '../../bench/lib/alternation.js';
 import { BLOCKS, compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/compare.js';
 import { latencies, summarise } from '../../bench/lib/histogram.js';
 import { processCpuMicros } from '../../bench/lib/proc-stat.js';
-import { agreementLines, type SectionResult } from '../../bench/lib/report.js';
 
 function trial(completed: number, targetCpuCores: number, durationMs = 2000, errors = 0): Measured {
   return {
@@ -41,20 +40,6 @@ describe('bench cost figures', () => {
     expect(c.diffUs.min).toBeCloseTo(44 - 400 / 9, 6);
     expect(c.diffUs.max).toBeCloseTo(20, 6);
     expect(c.shortfalls).toEqual(['baseline trial 3: 4500 of 5000 req/s']);
-  });
-
-  it('says whether a run agrees with an earlier one within the spreads', () => {
-    const section = (median: number, min: number, max: number): SectionResult => ({
-      id: 's',
-      title: 's',
-      seconds: 1,
-      baseline: '',
-      rows: [],
-      notes: [],
-      targets: [{ verdict: 'PASS', target: 't', detail: '', judged: { median, min, max, unit: 'µs' } }],
-    });
-    expect(agreementLines([section(1.5, 1, 2)], [section(1.8, 1.2, 2.4)])[0]).toMatch(/^agree/);
-    expect(agreementLines([section(5, 4.5, 5.5)], [section(1.8, 1.2, 2.4)])[0]).toMatch(/^DIFFER/);
   });
 
   it('reads the CPU of another process from /proc, without its help', async () => {

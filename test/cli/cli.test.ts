@@ -93,6 +93,10 @@ describe('sandgate serve', () => {
       stderr: expect.stringContaining('--presence redis://'),
     });
     await expect(run(process.execPath, [CLI, 'serve', '--grpc-prot', '1'])).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('did you mean --grpc-port') });
+    await expect(run(process.execPath, [CLI, 'serve', '--h2c-max-streams-per-session', '0'])).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--h2c-max-streams-per-session: must be between 1 and 1000000'),
+    });
     await expect(run(process.execPath, [CLI, 'frobnicate'])).rejects.toMatchObject({ code: 2 });
   });
 

@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { configMarkdown } from '../../src/config/docs.js';
+import { h2cLimits } from '../../src/config/factories.js';
 import { redacted, resolveConfig } from '../../src/config/load.js';
+import { DEFAULT_H2C_LIMITS } from '../../src/edge/forwarding/h2c-pool.js';
 import { DEFAULTS } from '../../src/config/schema.js';
 import { expectSandgateError } from '../helpers/sandgate-error.js';
 
@@ -50,6 +52,25 @@ describe('configuration', () => {
     rejects(() => resolveConfig({ argv: ['--presence-shards', '2.5'] }), /--presence-shards.*whole number/);
     expect(resolveConfig({ env: { SANDGATE_PRESENCE_SHARDS: '16' } }).presenceShards).toBe(16);
     rejects(() => resolveConfig({ argv: ['--config', 'x.yaml'], readFile: () => '- a\n- b' }), /mapping/);
+  });
+
+  it("bounds the proxy's HTTP/2 sessions to h2c ports from file, environment and flags, and rejects bad bounds", () => {
+    expect(h2cLimits(resolveConfig())).toEqual(DEFAULT_H2C_LIMITS);
+    const c = resolveConfig({
+      argv: ['--config', '/etc/sg.yaml', '--h2c-max-streams-per-session', '1'],
+      env: { SANDGATE_H2C_IDLE_TIMEOUT_MS: '250' },
+      readFile: () => 'h2c-max-sessions-per-upstream: 2\nh2cIdleTimeoutMs: 900\n',
+    });
+    expect(h2cLimits(c)).toEqual({ maxSessionsPerUpstream: 2, maxStreamsPerSession: 1, idleMs: 250 });
+    rejects(() => resolveConfig({ argv: ['--h2c-max-sessions-per-upstream', '0'] }), /--h2c-max-sessions-per-upstream: must be between 1 and 10000/);
+    rejects(() => resolveConfig({ argv: ['--h2c-max-sessions-per-upstream=10001'] }), /--h2c-max-sessions-per-upstream: must be between 1 and 10000/);
+    rejects(() => resolveConfig({ argv: ['--h2c-max-streams-per-session', '-1'] }), /--h2c-max-streams-per-session: must be between 1 and 1000000/);
+    rejects(() => resolveConfig({ argv: ['--h2c-max-streams-per-session'] }), /--h2c-max-streams-per-session needs a value/);
+    rejects(() => resolveConfig({ argv: ['--h2c-idle-timeout-ms', '1.5'] }), /--h2c-idle-timeout-ms: expected a whole number/);
+    rejects(() => resolveConfig({ argv: ['--h2c-idle-timeout-ms', '0'] }), /--h2c-idle-timeout-ms: must be between 1 and 86400000/);
+    rejects(() => resolveConfig({ env: { SANDGATE_H2C_MAX_STREAMS_PER_SESSION: 'many' } }), /SANDGATE_H2C_MAX_STREAMS_PER_SESSION: expected a whole number/);
+    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'h2cIdleTimeoutMs: 1e9' }), /h2cIdleTimeoutMs in f.yaml: must be between 1 and 86400000/);
+    rejects(() => resolveConfig({ argv: ['--h2c-max-stream-per-session', '1'] }), /did you mean --h2c-max-streams-per-session\?/);
   });
 
   it('redacts secrets and the passwords inside connection strings when printed', () => {

@@ -1,11 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_HEAD_BYTES, MAX_HEADERS } from '../../src/edge/http-front.js';
-import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
-import { startFrontProxy } from '../helpers/front-proxy.js';
+import { startFrontOverUpstream, type FrontOverUpstream } from '../helpers/front-proxy.js';
 import { fuzzPlan } from '../helpers/fuzz.js';
 import { RawClient } from '../helpers/raw-http-client.js';
-import { snapshot } from '../helpers/snapshots.js';
-import { startUpstream } from '../helpers/upstream.js';
 
 /**
  * The hand-written HTTP/1.1 front (src/edge/http-front.ts) against plain node:http, on the embedded proxy's
@@ -150,30 +147,23 @@ function sameAnswers(front: string, node: string): boolean {
 const REGRESSIONS = (host: string): string[] => ['}', 'a1://x/', `http://${host}"/x`].map((t) => `GET ${t} HTTP/1.1\r\nHost: ${host}\r\n\r\n`);
 
 describe('differential: http-front against node:http, on the proxy door', () => {
-  let proxy: EmbeddedProxy;
-  let upstream: Awaited<ReturnType<typeof startUpstream>>;
-  let host: string;
+  let door: FrontOverUpstream;
 
   beforeAll(async () => {
-    upstream = await startUpstream((req, res) => {
+    door = await startFrontOverUpstream((req, res) => {
       req.resume();
       const seen = JSON.stringify([req.method, req.url, req.httpVersion, req.rawHeaders]);
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(seen) }).end(seen);
     });
-    proxy = await startFrontProxy([snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })]);
-    host = `${upstream.port}-web.team-a.localhost`;
   });
-  afterAll(async () => {
-    await proxy.close(100);
-    await upstream.close();
-  });
+  afterAll(() => door.close());
 
   /**
    * Writes `bytes` on a new connection; all the server sent until it closed (cut after 3 s if it never does).
    * `first`: a request written, and answered, before them.
    */
   async function exchange(bytes: string, first?: string): Promise<string> {
-    const c = new RawClient(proxy.port);
+    const c = new RawClient(door.proxy.port);
     if (first !== undefined) {
       c.write(first);
       // Answered before the rest goes out: node:http answers a malformed head with 400 only when no
@@ -188,18 +178,18 @@ describe('differential: http-front against node:http, on the proxy door', () => 
   }
 
   it(`${REGRESSIONS('').length} regressions and ${plan.runs} generated heads and pipelined pairs get node:http's answer (seed ${plan.seed})`, async () => {
-    const OPTIONS = `OPTIONS /handoff HTTP/1.1\r\nHost: ${host}\r\n\r\n`;
+    const OPTIONS = `OPTIONS /handoff HTTP/1.1\r\nHost: ${door.host}\r\n\r\n`;
     /** The OPTIONS answer ahead of the rest: its head and its Content-Length body. */
     const optionsAnswer = (s: string): number => {
       const end = s.indexOf('\r\n\r\n');
       const length = /\r\ncontent-length: (\d+)/i.exec(s.slice(0, end));
       return s.startsWith('HTTP/1.1 200 OK\r\n') && length !== null ? end + 4 + Number(length[1]) : -1;
     };
-    const last = `GET /last HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
+    const last = `GET /last HTTP/1.1\r\nHost: ${door.host}\r\nConnection: close\r\n\r\n`;
     let reachedSandbox = 0;
-    const regressions = REGRESSIONS(host);
+    const regressions = REGRESSIONS(door.host);
     for (let i = 0; i < regressions.length + plan.runs; i++) {
-      const bytes = (regressions[i] ?? head(host) + (chance(0.3) ? pipelined(host) : '')) + last;
+      const bytes = (regressions[i] ?? head(door.host) + (chance(0.3) ? pipelined(door.host) : '')) + last;
       const where = `seed ${plan.seed}, case ${i}: ${JSON.stringify(bytes.length > 600 ? bytes.slice(0, 300) + '…' + bytes.slice(-300) : bytes)}`;
       const front = await exchange(bytes);
       const node = await exchange(bytes, OPTIONS);

@@ -6,9 +6,8 @@ import { writeApiKeyFiles } from '../helpers/api-key-files.js';
 import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { mintSupervisorToken } from '../../src/sessions/supervisor-token.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/eventually.js';
-import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startRelayStack, startSupervisor, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { KEYS, relaySandbox, RELAY_CREDENTIALS, RELAY_SECRET, startGatewayPair, viaRelay, type GatewayPair } from '../helpers/relay-stack.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { authzClient, check, envoyCheckRequest, envoyRequestHeaders, extProcClient, json, startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -227,22 +226,15 @@ describe('the relay secret never leaves the gateway; a relay credential reaches 
 });
 
 describe('owner forwarding between two gateways carries a bound credential, not the secret', () => {
-  let redis: RedisServer;
-  let a: RelayStack;
-  let b: RelayStack;
-  let sup: SupervisorClient;
+  let peers: GatewayPair;
   let up: Awaited<ReturnType<typeof startUpstream>>;
   let tap: NetServer;
   const seen: Buffer[] = [];
 
   beforeAll(async () => {
-    redis = await startRedisServer();
     up = await startUpstream((_req, res) => res.end('served by B'));
-    const common = { sandboxes: [relaySandbox('box')], presence: redis.url, keyPrefix: 'hostile-forward' };
-    a = await startRelayStack({ gatewayId: 'gw-a', ...common });
-    b = await startRelayStack({ gatewayId: 'gw-b', ...common });
-    sup = await startSupervisor(b.supervisorUrl, 'box');
-    await eventually(() => a.view.get('team-a', 'box')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session");
+    peers = await startGatewayPair(relaySandbox('box'), 'hostile-forward');
+    const { a, b } = peers;
     // A wiretap between A and B's relay listener: what crosses the network between gateways.
     tap = createNetServer((client) => {
       const [host, port] = b.relayAddress.split(':');
@@ -257,21 +249,19 @@ describe('owner forwarding between two gateways carries a bound credential, not 
     a.view.setRelayResolver((id) => (id === 'gw-b' ? tapped : id === 'gw-a' ? a.relayAddress : undefined));
   });
   afterAll(async () => {
-    sup.stop();
     tap.close();
-    await Promise.all([a.close(), b.close()]);
+    await peers.close();
     await up.close();
-    await redis.stop();
   });
 
   it("A's proxy reaches B with a credential bound to the target; B refuses it for any other target", async () => {
-    const r = await viaProxy(a.proxy.port, { host: `${up.port}-box.team-a.localhost`, path: '/x' });
+    const r = await viaProxy(peers.a.proxy.port, { host: `${up.port}-box.team-a.localhost`, path: '/x' });
     expect([r.status, await text(r)]).toEqual([200, 'served by B']);
     const wire = Buffer.concat(seen).toString('latin1');
     expect(wire).not.toContain(RELAY_SECRET);
     const credential = /x-sandgate-relay-auth: ([^\r]+)\r\n/i.exec(wire)![1]!;
     expect(RELAY_CREDENTIALS.verify(credential, `team-a/box:${up.port}`)).toBe('ok');
-    const other = await viaRelay(b.relayAddress, { headers: { 'x-sandgate-relay-auth': credential, 'x-sandgate-relay-target': `team-a/other:${up.port}` } });
+    const other = await viaRelay(peers.b.relayAddress, { headers: { 'x-sandgate-relay-auth': credential, 'x-sandgate-relay-target': `team-a/other:${up.port}` } });
     expect([other.status, JSON.parse(await text(other)).code]).toEqual([401, 'relay_unauthorized']);
   });
 });

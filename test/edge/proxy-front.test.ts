@@ -1,12 +1,10 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HttpFront, type FrontHandler } from '../../src/edge/http-front.js';
-import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
-import { startFrontProxy } from '../helpers/front-proxy.js';
+import { startFrontOverUpstream, type FrontOverUpstream } from '../helpers/front-proxy.js';
 import { snapshot } from '../helpers/snapshots.js';
-import { startUpstream } from '../helpers/upstream.js';
 import { RawClient } from '../helpers/raw-http-client.js';
 
 /**
@@ -27,67 +25,64 @@ async function exchange(port: number, bytes: string): Promise<string> {
 
 const dateless = (s: string): string => s.replace(/\r\nDate: [^\r]*/gi, '\r\nDate: -');
 
+/** The upstream's answers, one per path, each a framing the front must pass on as node:http would. */
+const answer: RequestListener = (req, res) => {
+  const path = req.url ?? '/';
+  if (req.method === 'OPTIONS') return void res.writeHead(200, { 'content-length': '0' }).end();
+  if (path === '/length') return void res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '5' }).end('hello');
+  if (path === '/chunked') {
+    res.writeHead(200, { 'content-type': 'text/plain', 'x-a': 'one' });
+    res.write('first ');
+    setImmediate(() => res.end('second'));
+    return;
+  }
+  if (path === '/empty') return void res.writeHead(200, { 'x-empty': '1' }).end();
+  if (path === '/no-content') return void res.writeHead(204, { 'x-b': '2' }).end();
+  if (path === '/not-modified') return void res.writeHead(304, { etag: '"v1"' }).end();
+  if (path === '/dated') return void res.writeHead(200, ['Date', 'Tue, 01 Jan 2030 00:00:00 GMT', 'Set-Cookie', 'a=1', 'set-cookie', 'b=2', 'X-Case', 'MiXeD']).end('dated');
+  if (path === '/sse') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: one\n\n');
+  res.writeHead(404).end('nothing here');
+};
+
 describe('the embedded proxy front: the bytes node:http would send', () => {
-  let proxy: EmbeddedProxy;
-  let upstream: Awaited<ReturnType<typeof startUpstream>>;
-  let host: string;
+  let door: FrontOverUpstream;
 
   beforeAll(async () => {
-    upstream = await startUpstream((req, res) => {
-      const path = req.url ?? '/';
-      if (req.method === 'OPTIONS') return void res.writeHead(200, { 'content-length': '0' }).end();
-      if (path === '/length') return void res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '5' }).end('hello');
-      if (path === '/chunked') {
-        res.writeHead(200, { 'content-type': 'text/plain', 'x-a': 'one' });
-        res.write('first ');
-        setImmediate(() => res.end('second'));
-        return;
-      }
-      if (path === '/empty') return void res.writeHead(200, { 'x-empty': '1' }).end();
-      if (path === '/no-content') return void res.writeHead(204, { 'x-b': '2' }).end();
-      if (path === '/not-modified') return void res.writeHead(304, { etag: '"v1"' }).end();
-      if (path === '/dated') return void res.writeHead(200, ['Date', 'Tue, 01 Jan 2030 00:00:00 GMT', 'Set-Cookie', 'a=1', 'set-cookie', 'b=2', 'X-Case', 'MiXeD']).end('dated');
-      if (path === '/sse') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: one\n\n');
-      res.writeHead(404).end('nothing here');
-    });
-    proxy = await startFrontProxy([
-      snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } }),
-      snapshot({ name: 'paused', uid: 'u2', state: 'paused', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } }),
-    ]);
-    host = `${upstream.port}-web.team-a.localhost`;
+    door = await startFrontOverUpstream(answer, [snapshot({ name: 'paused', uid: 'u2', state: 'paused', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })]);
   });
-  afterAll(async () => {
-    await proxy.close(100);
-    await upstream.close();
-  });
+  afterAll(() => door.close());
 
-  const get = (path: string, method = 'GET', h = host, extra = '') => `${method} ${path} HTTP/1.1\r\nHost: ${h}\r\nAccept: */*\r\n${extra}\r\n`;
+  const get = (path: string, method = 'GET', h = door.host, extra = '') => `${method} ${path} HTTP/1.1\r\nHost: ${h}\r\nAccept: */*\r\n${extra}\r\n`;
   /** An OPTIONS request first: the front hands the connection to node:http, which then reads what follows. */
   const OPTIONS = (h: string): string => `OPTIONS /options HTTP/1.1\r\nHost: ${h}\r\n\r\n`;
   const OPTIONS_ANSWER = /^HTTP\/1\.1 200 OK\r\n[^]*?\r\n\r\n/;
 
   async function both(requests: string): Promise<{ front: string; node: string }> {
-    const front = await exchange(proxy.port, requests);
-    const node = await exchange(proxy.port, OPTIONS(host) + requests);
+    const front = await exchange(door.proxy.port, requests);
+    const node = await exchange(door.proxy.port, OPTIONS(door.host) + requests);
     expect(node).toMatch(OPTIONS_ANSWER);
     return { front: dateless(front), node: dateless(node.replace(OPTIONS_ANSWER, '')) };
   }
 
   it.each([
-    ['a Content-Length body', get('/length')],
-    ['a chunked body (the upstream sent no length), written in two parts', get('/chunked')],
-    ['an empty body without a length', get('/empty')],
-    ['204 No Content', get('/no-content')],
-    ['304 Not Modified', get('/not-modified')],
-    ["the sandbox's own Date, repeated Set-Cookie, header case", get('/dated')],
-    ['Server-Sent Events', get('/sse')],
-    ['HEAD of a Content-Length body', get('/length', 'HEAD')],
-    ['HEAD of a chunked body', get('/chunked', 'HEAD')],
-    ['a 404 from the sandbox', get('/missing')],
-  ])('%s: keep-alive then Connection: close, pipelined', async (_what, request) => {
+    ['a Content-Length body', '/length'],
+    ['a chunked body (the upstream sent no length), written in two parts', '/chunked'],
+    ['an empty body without a length', '/empty'],
+    ['204 No Content', '/no-content'],
+    ['304 Not Modified', '/not-modified'],
+    ["the sandbox's own Date, repeated Set-Cookie, header case", '/dated'],
+    ['Server-Sent Events', '/sse'],
+    ['HEAD of a Content-Length body', '/length', 'HEAD'],
+    ['HEAD of a chunked body', '/chunked', 'HEAD'],
+    ['a 404 from the sandbox', '/missing'],
+  ])('%s: keep-alive then Connection: close, pipelined', async (_what, path, method = 'GET') => {
+    // Built here, not in the table: the Host names the upstream's port, known once beforeAll has run.
+    const request = get(path, method);
     const closing = request.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n');
     const { front, node } = await both(request + closing);
     expect(front).toBe(node);
+    // The sandbox answered, not the gateway refusing an unknown Host.
+    expect(front).not.toContain('x-sandgate-error');
     expect(front.split('HTTP/1.1 ')).toHaveLength(3);
     expect(front).toContain('Connection: keep-alive\r\nKeep-Alive: timeout=65\r\n');
   });
@@ -104,20 +99,20 @@ describe('the embedded proxy front: the bytes node:http would send', () => {
   });
 
   it('an absolute-form target is routed on its authority and forwarded origin-form, as by node:http', async () => {
-    const { front, node } = await both(`GET http://${host}/length HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    const { front, node } = await both(`GET http://${door.host}/length HTTP/1.1\r\nHost: ${door.host}\r\nConnection: close\r\n\r\n`);
     expect(front).toBe(node);
     expect(front).toMatch(/hello$/);
   });
 
   it('reads GET and HEAD itself and hands a connection to node:http at its first request with a body', async () => {
-    const c = new RawClient(proxy.port);
+    const c = new RawClient(door.proxy.port);
     await c.connected;
     c.write(get('/length'));
     await c.until((got) => got.endsWith('hello'));
-    expect(proxy.front!.size).toBe(1);
-    c.write(`POST /length HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 2\r\n\r\nhi`);
+    expect(door.proxy.front!.size).toBe(1);
+    c.write(`POST /length HTTP/1.1\r\nHost: ${door.host}\r\nContent-Length: 2\r\n\r\nhi`);
     await c.until((got) => got.split('hello').length === 3);
-    expect(proxy.front!.size).toBe(0);
+    expect(door.proxy.front!.size).toBe(0);
     c.close();
   });
 });

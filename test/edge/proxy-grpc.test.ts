@@ -7,13 +7,13 @@ import { createServer as createNetServer, type AddressInfo, type Server as NetSe
 import { credentials, loadPackageDefinition, Metadata, Server, ServerCredentials, status, type ChannelCredentials, type Client, type ServiceError, type ServerUnaryCall, type ServerWritableStream, type ServerReadableStream, type ServerDuplexStream, type sendUnaryData } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseFlags } from '../../src/config/load.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import type { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
 import { eventually } from '../helpers/eventually.js';
 import { startFrontProxy } from '../helpers/front-proxy.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { RELAY_CREDENTIALS, relaySandbox, startRelayStack, startSupervisor, type RelayStack } from '../helpers/relay-stack.js';
+import { RELAY_CREDENTIALS, relaySandbox, startGatewayPair, startRelayStack, startSupervisor, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
@@ -418,6 +418,105 @@ describe('h2c bounds: one tenant cannot take another tenant\'s HTTP/2 capacity',
   });
 });
 
+/** The samples of /metrics whose name starts `sandgate_proxy_h2c_`, as written (name and labels) → value. */
+async function h2cSeries(admin: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${admin}/metrics`)).text();
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('sandgate_proxy_h2c_')) continue;
+    const at = line.lastIndexOf(' ');
+    out.set(line.slice(0, at), Number(line.slice(at + 1)));
+  }
+  return out;
+}
+
+describe('--h2c-* flags bound the proxy\'s pool, and /metrics shows it', () => {
+  let a: EchoServer;
+  let b: EchoServer;
+  let t: TestGateway;
+  const sandbox = { sessionModel: 'none' as const, endpoint: { kind: 'address' as const, addresses: ['127.0.0.1'] } };
+
+  beforeAll(async () => {
+    a = await startEchoServer();
+    b = await startEchoServer();
+    // One connection of one stream per port, closed 300 ms after its last stream (the default is 30 s).
+    const flags = parseFlags(['--h2c-max-sessions-per-upstream', '1', '--h2c-max-streams-per-session=1', '--h2c-idle-timeout-ms', '300']).values;
+    t = await startTestGateway(
+      [
+        new TestDriver([
+          snapshot({ namespace: 'team-a', name: 'a', ...sandbox, ...h2c(a.port) }),
+          snapshot({ namespace: 'team-b', name: 'b', uid: 'u-b', ...sandbox, ...h2c(b.port) }),
+        ]),
+      ],
+      flags,
+    );
+  });
+  afterAll(async () => {
+    await t?.close();
+    await a?.close();
+    await b?.close();
+  });
+
+  it('refuses the second concurrent stream (RESOURCE_EXHAUSTED, 429), counts it, and the gauges follow the streams down to 0', async () => {
+    expect(await h2cSeries(t.admin)).toEqual(new Map([['sandgate_proxy_h2c_sessions', 0], ['sandgate_proxy_h2c_streams', 0], ['sandgate_proxy_h2c_refused_total', 0]]));
+    const ca = client(t.gw.proxyPort!, `${a.port}-a.team-a.localhost`);
+    const cb = client(t.gw.proxyPort!, `${b.port}-b.team-b.localhost`);
+    try {
+      const arrived = once(a.events, 'hang');
+      let call: { cancel(): void } | undefined;
+      const held = new Promise<ServiceError | null>((resolve) => {
+        call = ca.Unary({ text: 'hang' }, new Metadata(), {}, (err) => resolve(err));
+      });
+      await arrived;
+      const open = await h2cSeries(t.admin);
+      expect([open.get('sandgate_proxy_h2c_sessions'), open.get('sandgate_proxy_h2c_streams')]).toEqual([1, 1]);
+
+      const err = await failure(unary(ca, 'second'));
+      expect(err.code).toBe(status.RESOURCE_EXHAUSTED);
+      expect(err.details).toMatch(/^too_many_connections: /);
+      const plain = await h1Get(t.gw.proxyPort!, `${a.port}-a.team-a.localhost`, '/');
+      expect(plain.status).toBe(429);
+      expect(plain.headers['x-sandgate-error']).toBe('too_many_connections');
+      expect((await h2cSeries(t.admin)).get('sandgate_proxy_h2c_refused_total')).toBe(2);
+
+      // Another tenant's port has its own connection.
+      expect(await unary(cb, 'other tenant')).toMatchObject({ text: 'echo other tenant' });
+
+      call!.cancel();
+      expect((await held)?.code).toBe(status.CANCELLED);
+      await eventually(async () => (await h2cSeries(t.admin)).get('sandgate_proxy_h2c_streams') === 0, 5000, 'the streams gauge back to 0');
+      // Closed after --h2c-idle-timeout-ms, long before the default 30 s.
+      await eventually(async () => (await h2cSeries(t.admin)).get('sandgate_proxy_h2c_sessions') === 0, 5000, 'the sessions gauge back to 0');
+      expect(await unary(ca, 'again')).toMatchObject({ text: 'echo again' });
+    } finally {
+      ca.close();
+      cb.close();
+    }
+  });
+
+  it('hostile: streams to other ports, refusals and unknown names add no series (no label a tenant can multiply)', async () => {
+    const clients = [client(t.gw.proxyPort!, `${a.port}-a.team-a.localhost`), client(t.gw.proxyPort!, `${b.port}-b.team-b.localhost`), client(t.gw.proxyPort!, `${a.port}-nope-${'x'.repeat(40)}.team-a.localhost`)];
+    try {
+      const arrived = once(a.events, 'hang');
+      let call: { cancel(): void } | undefined;
+      const held = new Promise<ServiceError | null>((resolve) => {
+        call = clients[0]!.Unary({ text: 'hang' }, new Metadata(), {}, (err) => resolve(err));
+      });
+      await arrived;
+      expect((await failure(unary(clients[0]!, 'refused'))).code).toBe(status.RESOURCE_EXHAUSTED);
+      expect(await unary(clients[1]!, 'b')).toMatchObject({ text: 'echo b' });
+      expect((await failure(unary(clients[2]!, 'x'))).code).toBe(status.NOT_FOUND);
+      const series = await h2cSeries(t.admin);
+      expect([...series.keys()].sort()).toEqual(['sandgate_proxy_h2c_refused_total', 'sandgate_proxy_h2c_sessions', 'sandgate_proxy_h2c_streams']);
+      expect(series.get('sandgate_proxy_h2c_streams')).toBe(1);
+      call!.cancel();
+      await held;
+    } finally {
+      for (const c of clients) c.close();
+    }
+  });
+});
+
 describe('gRPC over a relay (supervisor session) sandbox', () => {
   let echo: EchoServer;
   let stack: RelayStack;
@@ -450,29 +549,19 @@ describe('gRPC over a relay (supervisor session) sandbox', () => {
 
 describe('gRPC to a relay sandbox whose session a peer gateway holds (Redis presence)', () => {
   let echo: EchoServer;
-  let redis: RedisServer;
-  let a: RelayStack;
-  let b: RelayStack;
-  let sup: SupervisorClient;
+  let peers: GatewayPair;
 
   beforeAll(async () => {
     echo = await startEchoServer();
-    redis = await startRedisServer();
-    const common = { sandboxes: [{ ...relaySandbox('peer'), ...h2c(echo.port) }], presence: redis.url, keyPrefix: 'grpc-peer' };
-    a = await startRelayStack({ gatewayId: 'gw-a', ...common });
-    b = await startRelayStack({ gatewayId: 'gw-b', ...common });
-    sup = await startSupervisor(b.supervisorUrl, 'peer');
-    await eventually(() => a.view.get('team-a', 'peer')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session");
+    peers = await startGatewayPair({ ...relaySandbox('peer'), ...h2c(echo.port) }, 'grpc-peer');
   });
   afterAll(async () => {
-    sup?.stop();
-    await Promise.all([a?.close(), b?.close()]);
+    await peers?.close();
     await echo?.close();
-    await redis?.stop();
   });
 
   it("carries every kind of call from A through a tunnel to B's relay listener", async () => {
-    const c = client(a.proxy.port, `${echo.port}-peer.team-a.localhost`);
+    const c = client(peers.a.proxy.port, `${echo.port}-peer.team-a.localhost`);
     try {
       await everyKindOfCall(c);
       await expectDeadlineReachesServer(c, echo);
@@ -482,11 +571,11 @@ describe('gRPC to a relay sandbox whose session a peer gateway holds (Redis pres
   });
 
   it('refuses a tunnel without a valid relay credential (401 relay_unauthorized), and one whose credential names another target', async () => {
-    const forged = await connectTo(b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': 'forged' });
+    const forged = await connectTo(peers.b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': 'forged' });
     expect(forged).toMatchObject({ status: 401, code: 'relay_unauthorized' });
-    const other = await connectTo(b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': RELAY_CREDENTIALS.mint('team-a/peer:1') });
+    const other = await connectTo(peers.b.relayAddress, { 'x-sandgate-relay-target': `team-a/peer:${echo.port}`, 'x-sandgate-relay-auth': RELAY_CREDENTIALS.mint('team-a/peer:1') });
     expect(other).toMatchObject({ status: 401, code: 'relay_unauthorized' });
-    const none = await connectTo(b.relayAddress, {});
+    const none = await connectTo(peers.b.relayAddress, {});
     expect(none).toMatchObject({ status: 400, code: 'invalid_route' });
   });
 });

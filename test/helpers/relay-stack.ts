@@ -21,6 +21,8 @@ import { SupervisorServer } from '../../src/sessions/supervisor-server.js';
 import { SUBPROTOCOL } from '../../src/sessions/supervisor-protocol.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
+import { eventually } from './eventually.js';
+import { startRedisServer, type RedisServer } from './redis-server.js';
 import type { ProxyResponse } from './upstream.js';
 
 /**
@@ -152,6 +154,42 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
       await Promise.all([listener.close(200), proxy.close(200)]);
     },
   };
+}
+
+/** Gateways A and B sharing presence through their own redis-server, the sandbox's supervisor connected to B. */
+export interface GatewayPair {
+  readonly redis: RedisServer;
+  readonly a: RelayStack;
+  readonly b: RelayStack;
+  readonly sup: SupervisorClient;
+  /** Stops the supervisor, both gateways and the redis-server. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts a GatewayPair serving `sandbox` (a relay sandbox) and resolves once A sees B hold its session and
+ * knows B's relay address. `own` adds one stack's own options (its relay TLS, say) by gateway id. What
+ * started is closed again when a later step fails.
+ */
+export async function startGatewayPair(sandbox: BackendSnapshot, keyPrefix: string, own: (gatewayId: string) => Partial<StackOptions> = () => ({})): Promise<GatewayPair> {
+  const redis = await startRedisServer();
+  const started: { a?: RelayStack; b?: RelayStack; sup?: SupervisorClient } = {};
+  const close = async (): Promise<void> => {
+    started.sup?.stop();
+    await Promise.all([started.a?.close(), started.b?.close()]);
+    await redis.stop();
+  };
+  try {
+    const common = { sandboxes: [sandbox], presence: redis.url, keyPrefix };
+    const a = (started.a = await startRelayStack({ gatewayId: 'gw-a', ...common, ...own('gw-a') }));
+    const b = (started.b = await startRelayStack({ gatewayId: 'gw-b', ...common, ...own('gw-b') }));
+    const sup = (started.sup = await startSupervisor(b.supervisorUrl, sandbox.name, undefined, undefined, sandbox.namespace));
+    await eventually(() => a.view.get(sandbox.namespace, sandbox.name)?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session and B's relay address");
+    return { redis, a, b, sup, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
 }
 
 /** A reference supervisor for `namespace`/`name` (team-a unless given), connected to `gateway`; resolves once accepted. */

@@ -5,7 +5,7 @@ import { mapAgentSandbox } from '../../src/drivers/kubernetes/agent-sandbox-mapp
 import { mapOpenKruiseSandbox } from '../../src/drivers/kubernetes/openkruise-mapping.js';
 
 /**
- * The objects the snapshot-memory benchmark section measures (bench/snapshot-memory.ts) map to what they
+ * The objects whose views the benchmark's scale section measures (bench/lib/view-probe.ts) map to what they
  * should: every one to a ready snapshot of its own sandbox, with its own address (and, for OpenKruise,
  * its own sandbox id). The heap figures themselves live in the benchmark, not here.
  */
@@ -20,7 +20,7 @@ function mapAll(kind: 'agent-sandbox' | 'openkruise', map: (obj: unknown, opts: 
   });
 }
 
-describe('Kubernetes object variants (the snapshot-memory benchmark input)', () => {
+describe('Kubernetes object variants (the scale benchmark input)', () => {
   it.each([
     ['agent-sandbox', mapAgentSandbox],
     ['openkruise', mapOpenKruiseSandbox],

@@ -60,7 +60,7 @@ describe('/metrics matches the table in docs/operations.md', () => {
     for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_seconds', 'nodejs_gc_duration_seconds']) expect(metrics.has(name), name).toBe(true);
     const own = [...metrics.keys()].filter((n) => !n.startsWith('process_') && !n.startsWith('nodejs_'));
     expect(own.length).toBeGreaterThan(0);
-    for (const n of own) expect(n).toMatch(/^sandgate_[a-z]+_[a-z_]+$/);
+    for (const n of own) expect(n).toMatch(/^sandgate_[a-z]+_[a-z0-9_]+$/);
     expect([...metrics.keys()].filter((n) => n.startsWith('sandgate_process'))).toEqual([]);
   });
 

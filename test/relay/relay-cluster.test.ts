@@ -7,9 +7,8 @@ import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
 import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { relayHeaders } from '../../src/edge/relay/relay-headers.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/eventually.js';
-import { relaySandbox, RELAY_CREDENTIALS, startRelayStack, startSupervisor, viaRelay, type RelayStack } from '../helpers/relay-stack.js';
+import { relaySandbox, RELAY_CREDENTIALS, startGatewayPair, startSupervisor, viaRelay, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 // Two gateways in one process sharing presence through a real redis-server. The supervisor holds its
@@ -20,7 +19,7 @@ const MiB = 1024 * 1024;
 /** 64 MiB through the relay is CPU-bound: beside a busy neighbour it takes far longer than the default. */
 const BULK_TIMEOUT_MS = 120_000;
 
-let redis: RedisServer;
+let peers: GatewayPair;
 let a: RelayStack;
 let b: RelayStack;
 let sup: SupervisorClient;
@@ -32,7 +31,6 @@ const host = () => `${up.port}-box.team-a.localhost`;
 const ownerOn = (g: RelayStack) => g.view.get('team-a', 'box')?.relayOwner;
 
 beforeAll(async () => {
-  redis = await startRedisServer();
   up = await startUpstream((req, res) => {
     if (req.url === '/hash') return void sha256Of(req).then((r) => res.end(JSON.stringify(r)));
     if (req.url?.startsWith('/download/')) {
@@ -50,19 +48,16 @@ beforeAll(async () => {
   });
   wss = new WebSocketServer({ server: up.server });
   wss.on('connection', (ws) => ws.on('message', (m, isBinary) => ws.send(m, { binary: isBinary })));
-  const common = { sandboxes: [relaySandbox('box')], presence: redis.url, keyPrefix: 'relay-cluster' };
-  a = await startRelayStack({ gatewayId: 'gw-a', ...common });
-  b = await startRelayStack({ gatewayId: 'gw-b', ...common });
-  sup = await startSupervisor(b.supervisorUrl, 'box');
-  await eventually(() => ownerOn(a) === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session and B's relay address");
+  peers = await startGatewayPair(relaySandbox('box'), 'relay-cluster');
+  ({ a, b, sup } = peers);
 });
 
 afterAll(async () => {
+  // A test moves the session to a supervisor of its own, so the one now connected is stopped here.
   sup.stop();
   wss.close();
-  await Promise.all([a.close(), b.close()]);
+  await peers.close();
   await up.close();
-  await redis.stop();
 });
 
 describe('relay across two gateways (Redis presence)', () => {

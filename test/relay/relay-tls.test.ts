@@ -11,10 +11,7 @@ import { relayHeaders } from '../../src/edge/relay/relay-headers.js';
 import type { ServerTls } from '../../src/lib/http-listen.js';
 import { CertificateStore } from '../../src/lib/tls/certificate-store.js';
 import { PeerTls } from '../../src/lib/tls/peer-tls.js';
-import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { eventually } from '../helpers/eventually.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { relaySandbox, RELAY_CREDENTIALS, startRelayStack, startSupervisor, type RelayStack } from '../helpers/relay-stack.js';
+import { relaySandbox, RELAY_CREDENTIALS, startGatewayPair, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
 import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
@@ -25,12 +22,11 @@ import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpe
 
 let ca: TestCa;
 let stranger: TestCa;
-let redis: RedisServer;
+let peers: GatewayPair;
 let a: RelayStack;
 let b: RelayStack;
 let aStore: CertificateStore;
 let bStore: CertificateStore;
-let sup: SupervisorClient;
 let up: Awaited<ReturnType<typeof startUpstream>>;
 let wss: WebSocketServer;
 let reached = 0;
@@ -100,7 +96,6 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
     const clientCa = readFileSync(ca.caFile);
     aStore = new CertificateStore(doorsPair(ca, 'gw-a'), { clientCa });
     bStore = new CertificateStore(doorsPair(ca, 'gw-b'), { clientCa });
-    redis = await startRedisServer();
     up = await startUpstream((req, res) => {
       reached++;
       if (req.url === '/hash') return void sha256Of(req).then((r) => res.end(JSON.stringify(r)));
@@ -108,19 +103,15 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
     });
     wss = new WebSocketServer({ server: up.server });
     wss.on('connection', (ws) => ws.on('message', (m, isBinary) => ws.send(m, { binary: isBinary })));
-    const common = { sandboxes: [relaySandbox('box')], presence: redis.url, keyPrefix: 'relay-tls' };
-    a = await startRelayStack({ gatewayId: 'gw-a', ...common, tls: { listener: serverTls(aStore), peer: new PeerTls(aStore) } });
-    b = await startRelayStack({ gatewayId: 'gw-b', ...common, tls: { listener: serverTls(bStore), peer: new PeerTls(bStore) } });
-    sup = await startSupervisor(b.supervisorUrl, 'box');
-    await eventually(() => a.view.get('team-a', 'box')?.relayOwner === 'gw-b' && a.view.relayAddress('gw-b') === b.relayAddress, 5000, "A to see B's session and B's relay address");
+    const storeOf = (gatewayId: string): CertificateStore => (gatewayId === 'gw-a' ? aStore : bStore);
+    peers = await startGatewayPair(relaySandbox('box'), 'relay-tls', (id) => ({ tls: { listener: serverTls(storeOf(id)), peer: new PeerTls(storeOf(id)) } }));
+    ({ a, b } = peers);
   }, 60_000);
 
   afterAll(async () => {
-    sup?.stop();
     wss?.close();
-    await Promise.all([a?.close(), b?.close()]);
+    await peers?.close();
     await up?.close();
-    await redis?.stop();
     aStore?.close();
     bStore?.close();
     ca?.remove();

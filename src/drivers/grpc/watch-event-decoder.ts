@@ -176,6 +176,14 @@ function append<T>(list: readonly T[], v: T): T[] {
   return list as T[];
 }
 
+/** A packed repeated uint32 field's values, appended to `list` (what the field held so far). */
+function packedUint32s(r: Reader, list: readonly number[]): readonly number[] {
+  const outer = r.enter();
+  while (r.pos < r.end) list = append(list, r.uint32());
+  r.leave(outer);
+  return list;
+}
+
 /** An enum value by name, or the number itself when the enum has no such value (as proto-loader does). */
 function enumName<T extends string>(names: readonly T[], n: number): T | number {
   return n >= 0 && n < names.length ? names[n]! : n;
@@ -276,6 +284,8 @@ function emptySandbox(): Mutable<WireSandbox> {
   };
 }
 
+// One case per field, in driver.proto's order, each reading its own wire form: a table of field readers
+// would add a lookup and an indirect call per field on the path every driver update takes.
 function sandbox(r: Reader): WireSandbox {
   const s = emptySandbox();
   while (r.pos < r.end) {
@@ -321,13 +331,10 @@ function sandbox(r: Reader): WireSandbox {
       case 0x68:
         s.ports = append(s.ports!, r.uint32());
         break;
-      case 0x6a: {
+      case 0x6a:
         // Packed (proto3's default for repeated scalars); the unpacked form above is accepted too.
-        const outer = r.enter();
-        while (r.pos < r.end) s.ports = append(s.ports!, r.uint32());
-        r.leave(outer);
+        s.ports = packedUint32s(r, s.ports!);
         break;
-      }
       case 0x72:
         s.shutdown_time = nested(r, timestamp);
         break;
@@ -352,22 +359,16 @@ function sandbox(r: Reader): WireSandbox {
         // Field 20 (h2c_ports), unpacked and packed (0xa2) like ports.
         s.h2c_ports = append(s.h2c_ports!, r.uint32());
         break;
-      case 0xa2: {
-        const outer = r.enter();
-        while (r.pos < r.end) s.h2c_ports = append(s.h2c_ports!, r.uint32());
-        r.leave(outer);
+      case 0xa2:
+        s.h2c_ports = packedUint32s(r, s.h2c_ports!);
         break;
-      }
       case 0xa8:
         // Field 21 (public_ports), unpacked and packed (0xaa) like ports.
         s.public_ports = append(s.public_ports!, r.uint32());
         break;
-      case 0xaa: {
-        const outer = r.enter();
-        while (r.pos < r.end) s.public_ports = append(s.public_ports!, r.uint32());
-        r.leave(outer);
+      case 0xaa:
+        s.public_ports = packedUint32s(r, s.public_ports!);
         break;
-      }
       default:
         r.skip(tag & 7);
     }

@@ -42,6 +42,7 @@ interface Held {
 export class H2cPool {
   private readonly upstreams = new Map<string, Held[]>();
   private closed = false;
+  private saturated = 0;
 
   constructor(private readonly limits: H2cLimits = DEFAULT_H2C_LIMITS) {}
 
@@ -50,6 +51,18 @@ export class H2cPool {
     let n = 0;
     for (const list of this.upstreams.values()) n += list.length;
     return n;
+  }
+
+  /** Streams open or opening, over every session. */
+  get streams(): number {
+    let n = 0;
+    for (const list of this.upstreams.values()) for (const h of list) n += h.streams;
+    return n;
+  }
+
+  /** Requests refused with H2cSaturated since the pool was made. */
+  get refused(): number {
+    return this.saturated;
   }
 
   /**
@@ -78,7 +91,10 @@ export class H2cPool {
     let list = this.upstreams.get(key);
     if (list !== undefined) {
       for (const h of list) if (!h.done && h.streams < this.streamCap(h)) return h;
-      if (list.length >= this.limits.maxSessionsPerUpstream) throw new H2cSaturated(`every HTTP/2 connection to this port carries its maximum of streams (${this.limits.maxSessionsPerUpstream} connections)`);
+      if (list.length >= this.limits.maxSessionsPerUpstream) {
+        this.saturated++;
+        throw new H2cSaturated(`every HTTP/2 connection to this port carries its maximum of streams (${this.limits.maxSessionsPerUpstream} connections)`);
+      }
     } else {
       list = [];
       this.upstreams.set(key, list);

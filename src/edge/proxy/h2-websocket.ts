@@ -31,6 +31,8 @@ const OWN = new Set(['sec-websocket-key', 'sec-websocket-accept']);
  * (nothing was sent on the stream yet). `x`, when records are kept, gets the status the stream was
  * answered with (200 for an accepted WebSocket, else the sandbox's) and the DATA bytes both ways.
  */
+// The upstream half of the parameters is spliceUpgrade's (websocket-tunnel.ts), in the same order, so a
+// door calls both alike; the client side differs (an HTTP/2 stream here, a socket and its head there).
 export function tunnelExtendedConnect(
   stream: ServerHttp2Stream,
   path: string,
