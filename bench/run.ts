@@ -13,7 +13,6 @@ import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
 import { selftest } from './selftest.js';
-import { sessions } from './sessions.js';
 import { tls } from './tls.js';
 import { workers } from './workers.js';
 
@@ -23,7 +22,7 @@ import { workers } from './workers.js';
  * exporting a Section, listed once below.
  */
 
-const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, sessions, redisHa, overheads];
+const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, redisHa, overheads];
 
 const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--workers-list 1,2,4,8] [--cpu-prof] [--selftest]`;
 
