@@ -166,5 +166,5 @@ export async function startBare(group: ProcessGroup, name: string, script: strin
   const port = await freePort();
   const child = group.node(name, benchScript(script), [String(port), ...args], { execArgv: nodeFlags(name, opts) });
   const bound = Number((await child.ready()).port);
-  return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound });
+  return new Target(child, { grpc: bound, admin: bound, main: bound });
 }
