@@ -24,7 +24,7 @@ const NGINX_TARGET = `embedded proxy ahead of nginx auth_request → sandgate (r
 
 /** nginx auth_request → a gateway of its own → the upstream, as one tier, or why it was not measured. */
 async function nginxTier(ctx: BenchContext, upstream: Target, sandboxes: string): Promise<HttpSide | string> {
-  const found = await findNginx(['http_auth_request_module']);
+  const found = findNginx(['http_auth_request_module']);
   if ('skipped' in found) return `nginx rows skipped: ${found.skipped}`;
   const authz = await startGateway(ctx.procs, { name: 'sandgate-authz', sandboxes }, ctx.targetOptions);
   const nginx = await startNginx(ctx.procs, ctx.tmp, found.bin, authRequestServer(authz.port('admin')));

@@ -17,21 +17,15 @@ import { tls } from './tls.js';
 import { workers } from './workers.js';
 
 /**
- * `npm run bench [-- --quick] [-- --only id,id] [-- --workers-list 1,2,4,8] [-- --cpu-prof] [-- --selftest]`:
- * runs every section in order, each against servers in their own processes on loopback, prints the tables,
- * the PASS/FAIL/SKIP lines and what was skipped. A full run of every section is the canonical one: it
- * replaces bench/results/latest.json and regenerates BENCHMARKS.md. A --quick or --only run is kept in
- * bench/results/runs/ (not committed). `--selftest` checks the harness
- * itself (selftest.ts) and measures nothing.
- *
- * A section is one module exporting a Section; adding one is that module plus one line below.
+ * `npm run bench`: runs the chosen sections in order and prints their tables, the PASS/FAIL/SKIP lines
+ * and what was skipped (options and results: docs/benchmarks.md, "Running it"). A section is one module
+ * exporting a Section, listed once below.
  */
 
 const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, redisHa, overheads];
 
 const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--workers-list 1,2,4,8] [--cpu-prof] [--selftest]`;
 
-/** The canonical result, written only by a full run of every section. */
 const LATEST = 'latest.json';
 
 function usage(message: string): never {

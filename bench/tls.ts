@@ -50,7 +50,7 @@ export const tls: Section = {
     const https = (h2: boolean): HttpSide => ({ target: withTls, url: withTls.url('proxy-tls', 'https'), ca: certs.ca, h2 });
     const plain: HttpSide = { target: plainGw, url: plainGw.url('proxy') };
     const plainOfTls: HttpSide = { target: withTls, url: withTls.url('proxy') };
-    const found = await findNginx(['http_ssl_module', 'http_v2_module']);
+    const found = findNginx(['http_ssl_module', 'http_v2_module']);
     const nginx = 'skipped' in found ? undefined : await startNginx(ctx.procs, ctx.tmp, found.bin, tlsProxyServer(certs.certFile, certs.keyFile, upstream.port('main')));
     const nginxSide = (h2: boolean): HttpSide => ({ target: nginx!, url: nginx!.url('main', 'https'), ca: certs.ca, h2 });
     await checkReachesUpstream([https(false), plain, plainOfTls, ...(nginx === undefined ? [] : [nginxSide(false)])], upstream.port('main'));

@@ -2,10 +2,10 @@ import type { LoadResult } from './grpc-load.js';
 import { latencies, record, summarise, type Latencies } from './histogram.js';
 
 /**
- * The one way the bench compares two servers, whatever the protocol: load switched between them every
- * slice of a block (A B B A A B B A), both processes' CPU read at every block boundary, in the process
- * that switches the load, so the boundaries read at are the ones the load changes at. Each block is one
- * pair, so whatever else the machine does over a second or two falls on both sides alike.
+ * The one way the bench compares two servers: load switched between them every slice of a block
+ * (A B B A A B B A), both processes' CPU read at every block boundary by the process that switches the
+ * load. Each block is one pair, so whatever else the machine does over a second or two falls on both
+ * sides alike.
  *
  * With a `rate`, requests leave evenly spread in time (every millisecond, as many as are due), at most
  * `maxInFlight` open per side; a request beyond that is not sent, and the block then answers fewer than

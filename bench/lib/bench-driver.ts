@@ -104,7 +104,6 @@ serveIpc({
   },
   churn: ({ rate }: { rate: number }) => churn(rate),
   stop: () => stop(),
-  watchers: () => watchers.size,
 });
 server.bindAsync(`127.0.0.1:${port}`, ServerCredentials.createInsecure(), (err, bound) => {
   if (err) throw err;

@@ -2,7 +2,7 @@ import { connect, type ClientHttp2Session } from 'node:http2';
 import { Pool } from 'undici';
 import { alternateSlices, type Measured, type Outcome } from './alternation.js';
 import { grpcCaller, SAMPLE_EVERY, type GrpcKind, type GrpcLoad } from './grpc-load.js';
-import { row, target, type JudgedFigure, type Row, type SectionOutput, type TargetResult } from './report.js';
+import { row, target, type Row, type SectionOutput, type TargetResult } from './report.js';
 import type { Target } from './targets.js';
 
 /**
@@ -193,10 +193,6 @@ export function spread(values: readonly number[]): Spread {
   return { median, min: sorted[0]!, max: sorted[n - 1]!, values };
 }
 
-export function judgedFigure(s: Spread, unit: string): JudgedFigure {
-  return { median: s.median, min: s.min, max: s.max, unit };
-}
-
 /** The median over blocks of one figure of a side. */
 export function medianOf(ms: readonly Measured[], f: (m: Measured) => number): number {
   return spread(ms.map(f)).median;
@@ -333,8 +329,3 @@ export function round2(v: number): number {
   return Math.round(v * 100) / 100;
 }
 
-/** The raw figures of a comparison, for the JSON file: one record per side and block. */
-export function trialsData(r: Trials): Record<string, unknown> {
-  const one = (m: Measured) => ({ rps: Math.round(m.rps), p50us: m.latency.p50, p99us: m.latency.p99, completed: m.completed, errors: m.errors, cpuUsPerRequest: round2(cpuPerRequest(m)) });
-  return { a: r.a.map(one), b: r.b.map(one) };
-}

@@ -7,7 +7,7 @@ import { benchScript } from './machine.js';
 import type { Child, ProcessGroup } from './processes.js';
 
 /**
- * gRPC load: Envoy-shaped calls for sandboxes drawn at random, and the load-generator processes
+ * gRPC load: Envoy-shaped calls for sandboxes across the view, and the load-generator processes
  * (grpc-load-worker.ts) that keep a number of them in flight against one target. Requests are encoded
  * once up front and responses decoded only for a sample, so the generator spends its CPU on the
  * transport, not on protobuf; the target decodes and encodes every message as it would behind Envoy.
@@ -24,18 +24,6 @@ export type GrpcKind = 'check' | 'process';
 const DISTINCT_REQUESTS = 1024;
 /** One response in SAMPLE_EVERY is decoded and checked. */
 export const SAMPLE_EVERY = 64;
-
-/** A small deterministic generator (mulberry32), so runs pick the same sandboxes. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Method {
   readonly path: string;
@@ -66,17 +54,16 @@ export interface GrpcCaller {
   close(): void;
 }
 
-/** Envoy-shaped calls of `kind` to `target` (host:port) for sandboxes drawn from 0 … sandboxes-1, over one connection. */
+/** Envoy-shaped calls of `kind` to `target` (host:port) for sandboxes 0 … sandboxes-1, over one connection. */
 export async function grpcCaller(kind: GrpcKind, target: string, sandboxes: number, seed: number): Promise<GrpcCaller> {
   const Ctor = kind === 'check' ? authorizationService() : externalProcessorService();
   const m = (Ctor.service as unknown as Record<string, Method>)[kind === 'check' ? 'Check' : 'Process']!;
-  const rnd = random(0x5eed + seed);
-  const framed: Buffer[] = [];
-  for (let k = 0; k < DISTINCT_REQUESTS; k++) {
-    const i = Math.floor(rnd() * sandboxes);
+  const framed = Array.from({ length: DISTINCT_REQUESTS }, (_, k) => {
+    // Scattered over the view by a stride prime to any count of sandboxes the bench uses, the same in every run.
+    const i = ((seed * DISTINCT_REQUESTS + k) * 7919) % sandboxes;
     const id = `bench-${seed}-${k}`;
-    framed.push(grpcFrame(m.requestSerialize(kind === 'check' ? checkRequest(i, id) : processingRequest(i, id))));
-  }
+    return grpcFrame(m.requestSerialize(kind === 'check' ? checkRequest(i, id) : processingRequest(i, id)));
+  });
   const session = connect('http://' + target);
   await new Promise<void>((resolve, reject) => {
     session.once('connect', () => resolve());
