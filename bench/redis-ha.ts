@@ -13,22 +13,16 @@ import type { Accepted } from './lib/supervisor-swarm.js';
 import { startGateway, TargetStartError, type Target } from './lib/targets.js';
 
 /**
- * 7. Redis HA: presence on a Sentinel-managed Redis (master, replica, three sentinels), N supervisor
- * sessions (10k; 1k in --quick) spread over three gateways, each in a swarm of reference supervisors
- * (lib/supervisor-swarm.ts).
+ * 7. Redis HA: presence on a Sentinel-managed Redis (master, replica, three sentinels), N sessions of
+ * reference supervisors (10k; 1k in --quick; lib/supervisor-swarm.ts) spread over three gateways:
  *
- * - the gateways' heap (after GC) and RSS per session, and the time for all N to connect and be Ready;
- * - Redis commands per second at N idle sessions (INFO commandstats on the master);
- * - Redis commands per routed request: the commands during a Check load on one gateway, less what the
- *   idle rate accounts for, over the requests it decided (the hot path must not touch Redis: target 0);
- * - failover time: from kill -9 of the master until every gateway's /readyz is `ready` again and the new
- *   master holds all N presence records (every session re-asserted), with the sentinels' detection
- *   (down-after 1 s) shown apart;
- * - false-Ready observations during it: a few sessions are closed before the kill, and each gateway's
- *   Ready count is polled every 25 ms; a count above the live sessions is a sandbox Ready with no session
- *   (target 0). The lowest count seen is reported too (a gateway serving from its mirror stays at N);
- * - then a gateway's failover: kill -9 of one gateway, until its sessions are accepted by the next one in
- *   their supervisors' list and all N are Ready there.
+ * - the gateways' heap after GC and RSS per session, and the time for all N to connect and be Ready;
+ * - Redis commands/s at N idle sessions (INFO commandstats on the master), and per routed request: the
+ *   commands during a Check load on one gateway beyond the idle rate, over its decisions (target 0);
+ * - kill -9 of the master: time until every gateway's /readyz is `ready` and the new master holds all N
+ *   records, beside the sentinels' own switch. A few sessions close just before, and every gateway's
+ *   Ready count is polled every 25 ms: a count above the live sessions is a false Ready (target 0);
+ * - kill -9 of a gateway: time until its sessions are accepted by the next in their supervisors' list.
  */
 
 const GATEWAYS = 3;
@@ -65,15 +59,21 @@ function readyCount(g: Target): Promise<number> {
   return metricValue(g.adminUrl, 'sandgate_view_sandboxes_by_phase', { phase: 'Ready' });
 }
 
-/** Polls until every one of `gateways` counts `n` Ready sandboxes; resolves with when they did (epoch ms). */
-async function allReady(gateways: readonly Target[], n: number): Promise<number> {
+/** Polls `probe` every 25 ms until `done` holds of its reading; after TIMEOUT_MS, throws what the last one was. */
+async function poll<T>(probe: () => Promise<T>, done: (v: T) => boolean, what: (v: T) => string): Promise<T> {
   const deadline = Date.now() + TIMEOUT_MS;
   for (;;) {
-    const ready = await Promise.all(gateways.map(readyCount));
-    if (ready.every((r) => r === n)) return Date.now();
-    if (Date.now() > deadline) throw new Error(`Ready sandboxes on ${gateways.map((g) => g.name).join(', ')}: ${ready.join(', ')}, not ${n}, after ${TIMEOUT_MS} ms`);
+    const v = await probe();
+    if (done(v)) return v;
+    if (Date.now() > deadline) throw new Error(`${what(v)} after ${TIMEOUT_MS} ms`);
     await sleep(25);
   }
+}
+
+/** Resolves when every one of `gateways` counts `n` Ready sandboxes (epoch ms). */
+async function allReady(gateways: readonly Target[], n: number): Promise<number> {
+  await poll(() => Promise.all(gateways.map(readyCount)), (r) => r.every((x) => x === n), (r) => `Ready sandboxes on ${gateways.map((g) => g.name).join(', ')}: ${r.join(', ')}, not ${n},`);
+  return Date.now();
 }
 
 /** A swarm process holding sessions for sandboxes from … from+count-1 on `gateways` (the first, then the next). */
@@ -84,16 +84,15 @@ async function swarm(ctx: BenchContext, name: string, gateways: readonly Target[
   return { child, startedAt };
 }
 
-/** Polls the swarms until `n` of their sessions are up and were accepted since `sinceMs`; resolves with when the last was (epoch ms). */
+/** Resolves when `n` of the swarms' sessions are up and were accepted since `sinceMs`, with when the last was (epoch ms). */
 async function untilAccepted(swarms: readonly { child: Child }[], n: number, sinceMs: number): Promise<number> {
-  const deadline = Date.now() + TIMEOUT_MS;
-  for (;;) {
-    const seen = await Promise.all(swarms.map((s) => s.child.request<Accepted>('accepted', { sinceMs })));
-    const up = seen.reduce((sum, a) => sum + a.count, 0);
-    if (up >= n) return Math.max(...seen.map((a) => a.lastAt));
-    if (Date.now() > deadline) throw new Error(`only ${up} of ${n} sessions accepted within ${TIMEOUT_MS} ms (closes by code in each swarm: ${seen.map((a) => JSON.stringify(a.closes)).join(', ')})`);
-    await sleep(25);
-  }
+  const up = (seen: Accepted[]) => seen.reduce((sum, a) => sum + a.count, 0);
+  const seen = await poll(
+    () => Promise.all(swarms.map((s) => s.child.request<Accepted>('accepted', { sinceMs }))),
+    (v) => up(v) >= n,
+    (v) => `${up(v)} of ${n} sessions accepted (closes by code in each swarm: ${v.map((a) => JSON.stringify(a.closes)).join(', ')})`,
+  );
+  return Math.max(...seen.map((a) => a.lastAt));
 }
 
 export const redisHa: Section = {
@@ -114,24 +113,13 @@ export const redisHa: Section = {
       return skipped((err as Error).message.split('\n')[0]!);
     }
     try {
-      const gateways: Target[] = [];
-      for (let i = 0; i < GATEWAYS; i++) {
-        try {
-          gateways.push(
-            await startGateway(
-              ctx.procs,
-              {
-                name: `sandgate-ha-${i}`,
-                sandboxes,
-                args: ['--supervisor-secret-file', secretFile, '--max-sessions-per-source', '1000000', '--presence', 'redis://127.0.0.1', '--gateway-id', `ha-${i}`, '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)],
-              },
-              ctx.targetOptions,
-            ),
-          );
-        } catch (err) {
-          if (err instanceof TargetStartError) return skipped(err.reason);
-          throw err;
-        }
+      const args = (i: number) => ['--supervisor-secret-file', secretFile, '--max-sessions-per-source', '1000000', '--presence', 'redis://127.0.0.1', '--gateway-id', `ha-${i}`, '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)];
+      let gateways: Target[];
+      try {
+        gateways = await Promise.all(Array.from({ length: GATEWAYS }, (_, i) => startGateway(ctx.procs, { name: `sandgate-ha-${i}`, sandboxes, args: args(i) }, ctx.targetOptions)));
+      } catch (err) {
+        if (err instanceof TargetStartError) return skipped(err.reason);
+        throw err;
       }
       const n = count.toLocaleString('en-US');
       const rows: Row[] = [];
@@ -195,14 +183,11 @@ export const redisHa: Section = {
         await redis.kill(master);
         const promoted = await redis.switched(master, TIMEOUT_MS);
         switchedMs = Date.now() - t0;
-        const deadline = Date.now() + TIMEOUT_MS;
-        for (;;) {
-          const states = await Promise.all(gateways.map(readyz));
-          const records = await redis.hlen(promoted, PRESENCE_KEY).catch(() => -1);
-          if (states.every((s) => s === 'ready') && records === count) break;
-          if (Date.now() > deadline) throw new Error(`not recovered within ${TIMEOUT_MS} ms: /readyz ${states.join(', ')}, ${records} records on the new master`);
-          await sleep(25);
-        }
+        await poll(
+          async () => ({ states: await Promise.all(gateways.map(readyz)), records: await redis.hlen(promoted, PRESENCE_KEY).catch(() => -1) }),
+          (v) => v.states.every((s) => s === 'ready') && v.records === count,
+          (v) => `not recovered: /readyz ${v.states.join(', ')}, ${v.records} records on the new master,`,
+        );
         recoveredMs = Date.now() - t0;
       } finally {
         polling = false;
