@@ -8,9 +8,9 @@ import { latencies, record, summarise, type Latencies } from './histogram.js';
  * sides alike.
  *
  * With a `rate`, requests leave evenly spread in time (every millisecond, as many as are due), at most
- * `maxInFlight` open per side; a request beyond that is not sent, and the block then answers fewer than
+ * `inFlight` open per side; a request beyond that is not sent, and the block then answers fewer than
  * offered (reported by the caller as a rate not sustained). Without one, the side whose slice it is keeps
- * `maxInFlight` requests open (at the limit).
+ * `inFlight` requests open (at the limit).
  */
 
 /** How one request ended: undefined answered as expected, 'denied' answered otherwise, an Error not answered. */
@@ -24,8 +24,9 @@ export interface AlternationSide {
 }
 
 export interface AlternationPlan {
-  readonly maxInFlight: number;
-  /** Requests per second offered to the side whose slice it is; undefined: as many as `maxInFlight` allows. */
+  /** Connections (HTTP/1.1), streams (HTTP/2) or calls (gRPC) open per side at most. */
+  readonly inFlight: number;
+  /** Requests per second offered to the side whose slice it is; undefined: as many as `inFlight` allows (at the limit). */
   readonly rate?: number | undefined;
   /** Unmeasured blocks first (at least one): connections open and the code on both sides warm. */
   readonly warmupMs: number;
@@ -61,7 +62,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   const sliceMs = plan.blockMs / SLICES.length;
   const warm = Math.max(1, Math.ceil(plan.warmupMs / plan.blockMs));
   const tallies: { a: Tally; b: Tally }[] = [];
-  const inFlight = { a: 0, b: 0 };
+  const open = { a: 0, b: 0 };
   const cpu = { a: [] as number[], b: [] as number[] };
   const load: number[] = [];
 
@@ -72,9 +73,9 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   let over = false;
   const send = (arm: 'a' | 'b', tally: Tally | undefined): void => {
     const began = performance.now();
-    inFlight[arm]++;
+    open[arm]++;
     sides[arm].issue((outcome) => {
-      inFlight[arm]--;
+      open[arm]--;
       if (tally !== undefined) {
         if (outcome instanceof Error) {
           tally.errors++;
@@ -89,10 +90,10 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
     });
   };
   /**
-   * Sends what the current slice's side is due (at the limit: up to maxInFlight open). What is due counts
+   * Sends what the current slice's side is due (at the limit: up to inFlight open). What is due counts
    * the side's earlier slices of the block too, so a slice a busy machine gave no tick near its end is made
    * up in the side's next slice of the block: the offered rate holds per block, and load still goes to a
-   * side only in its own slices. What maxInFlight keeps from being sent is given up (the rate was not
+   * side only in its own slices. What inFlight keeps from being sent is given up (the rate was not
    * sustained).
    */
   const fill = (): void => {
@@ -103,7 +104,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
     const tally = block < 0 ? undefined : (tallies[block] ??= { a: fresh(), b: fresh() })[arm];
     const ownBefore = SLICES.slice(0, inBlock).filter((s) => s === arm).length;
     const due = plan.rate === undefined ? Infinity : Math.floor(((ownBefore * sliceMs + performance.now() - sliceStart) / 1000) * plan.rate);
-    while (issued[arm] < due && inFlight[arm] < plan.maxInFlight) {
+    while (issued[arm] < due && open[arm] < plan.inFlight) {
       issued[arm]++;
       send(arm, tally);
     }
@@ -148,7 +149,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   });
   const drain = async (): Promise<void> => {
     const deadline = performance.now() + DRAIN_MS;
-    while ((inFlight.a > 0 || inFlight.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
+    while ((open.a > 0 || open.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
   };
   await schedule.catch(async (err: unknown) => {
     await drain();

@@ -1,6 +1,6 @@
 import { connect, type ClientHttp2Session } from 'node:http2';
 import { Pool } from 'undici';
-import { alternateSlices, type Measured, type Outcome } from './alternation.js';
+import { alternateSlices, type AlternationPlan, type Measured, type Outcome } from './alternation.js';
 import { grpcCaller, SAMPLE_EVERY, type GrpcKind, type GrpcLoad } from './grpc-load.js';
 import { row, target, type Row, type SectionOutput, type TargetResult } from './report.js';
 import type { Target } from './targets.js';
@@ -22,15 +22,7 @@ import type { Target } from './targets.js';
  */
 export const INSTANCES = 2;
 
-export interface ComparePlan {
-  /** Requests per second offered to the side whose slice it is; undefined: each side at its limit. */
-  readonly rate?: number | undefined;
-  /** Connections (HTTP/1.1), streams (HTTP/2) or calls (gRPC) open per side at most. */
-  readonly inFlight: number;
-  readonly warmupMs: number;
-  readonly blockMs: number;
-  readonly blocks: number;
-}
+export type ComparePlan = AlternationPlan;
 
 export interface HttpRequestSpec {
   readonly method: string;
@@ -152,8 +144,8 @@ function pair<S extends { readonly target: Target }>(a: readonly S[], b: readonl
         const senders: Sender[] = [];
         try {
           for (const s of [x, y]) senders.push(await open(s, plan));
-          const side = (s: S, sender: Sender) => ({ cpuMicros: () => s.target.cpuMicrosNow(), issue: (finish: (o: Outcome) => void) => sender.send(finish) });
-          return await alternateSlices({ maxInFlight: plan.inFlight, rate: plan.rate, warmupMs: plan.warmupMs, blockMs: plan.blockMs, blocks }, { a: side(x, senders[0]!), b: side(y, senders[1]!) });
+          const side = (s: S, sender: Sender) => ({ cpuMicros: () => s.target.cpuMicrosNow(), issue: sender.send });
+          return await alternateSlices({ ...plan, blocks }, { a: side(x, senders[0]!), b: side(y, senders[1]!) });
         } finally {
           await Promise.all(senders.map((s) => s.close()));
         }
