@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { churn } from './churn.js';
 import { doors } from './doors.js';
 import { machineFacts, ROOT } from './lib/machine.js';
@@ -101,19 +101,14 @@ async function main(): Promise<number> {
   const result: RunResult = { mode: args.quick ? 'quick' : 'full', machine, seconds: (performance.now() - t0) / 1000, sections };
   // A profiled run measures the profiler too: it is never the canonical one.
   const canonical = !args.quick && args.only === undefined && !args.cpuProf && sections.every((s) => s.error === undefined);
-  let jsonPath: string;
+  const jsonPath = canonical ? join(resultsDir, LATEST) : join(resultsDir, 'runs', `${stamp(started)}-${result.mode}.json`);
+  mkdirSync(dirname(jsonPath), { recursive: true });
   if (canonical) {
     // Superseded results go: the folder holds the one run BENCHMARKS.md was made from.
-    mkdirSync(resultsDir, { recursive: true });
     for (const f of readdirSync(resultsDir)) if (f.endsWith('.json')) rmSync(join(resultsDir, f));
-    jsonPath = join(resultsDir, LATEST);
-    writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
     writeFileSync(join(ROOT, 'BENCHMARKS.md'), runMarkdown(result));
-  } else {
-    mkdirSync(join(resultsDir, 'runs'), { recursive: true });
-    jsonPath = join(resultsDir, 'runs', `${stamp(started)}-${result.mode}.json`);
-    writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
   }
+  writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
   const out = ['### Targets', '', ...targetLines(sections), ''];
   const skipped = skippedLines(sections);
   if (skipped.length > 0) out.push('### Skipped', '', ...skipped, '');
