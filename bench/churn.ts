@@ -1,6 +1,5 @@
 import type { Measured } from './lib/alternation.js';
-import { compareGrpc, formatDiff, round2, spread, trialProblems } from './lib/compare.js';
-import { GrpcLoad } from './lib/grpc-load.js';
+import { formatDiff, grpcPair, round2, spread, trialProblems } from './lib/compare.js';
 import { metricValue } from './lib/metrics.js';
 import { row, target } from './lib/report.js';
 import { blocks, type Section } from './lib/section.js';
@@ -39,14 +38,13 @@ export const churn: Section = {
       const gw = await startGateway(ctx.procs, { name: `sandgate-churn-${name}`, drivers: [`grpc://127.0.0.1:${driver.port('main')}?name=bench`] }, ctx.targetOptions);
       fed.push({ gw, driver });
     }
-    const load = await GrpcLoad.start(ctx.procs, 1);
     ctx.log(`churn: ${UPDATES} updates/s, gateway CPU at ${CHECK_RATE} Checks/s, ${plan.blocks} pairs`);
     const c = { a: [] as Measured[], b: [] as Measured[], sent: 0, applied: 0, seconds: 0, driverUs: 0 };
     for (const [hot, quiet] of [[fed[0]!, fed[1]!], [fed[1]!, fed[0]!]] as const) {
       const before = await metricValue(hot.gw.adminUrl, 'sandgate_drivers_events_total', APPLIED);
       const cpu0 = hot.driver.cpuMicrosNow();
       await hot.driver.child.request('churn', { rate: UPDATES });
-      const r = await compareGrpc({ ...plan, rate: CHECK_RATE, inFlight: IN_FLIGHT, blocks: plan.blocks / 2 }, load, 'check', [{ target: hot.gw, sandboxes: SANDBOXES }], [{ target: quiet.gw, sandboxes: SANDBOXES }]);
+      const r = await grpcPair('check', [{ target: hot.gw, sandboxes: SANDBOXES }], [{ target: quiet.gw, sandboxes: SANDBOXES }])({ ...plan, rate: CHECK_RATE, inFlight: IN_FLIGHT, blocks: plan.blocks / 2 });
       const s = await hot.driver.child.request<{ sent: number; seconds: number }>('stop');
       c.driverUs += hot.driver.cpuMicrosNow() - cpu0;
       // Let the gateway finish what is in flight on the stream before counting.

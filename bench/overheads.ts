@@ -1,10 +1,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { compareCost, compareGrpc, compareHttp, costNotes, costRows, type CostComparison, type HttpSide } from './lib/compare.js';
-import { GrpcLoad } from './lib/grpc-load.js';
+import { Findings, grpcPair, httpPair, measureCost, type HttpSide } from './lib/compare.js';
 import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
-import type { Row } from './lib/report.js';
 import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway, type GatewaySpec, type Target } from './lib/targets.js';
 
@@ -51,22 +49,18 @@ export const overheads: Section = {
       await checkReachesUpstream([off, ...variants.map(([, t]) => t)].map(http), upstream.port('main'));
       const requests = proxyRequests(SANDBOXES, upstream.port('main'));
       const plan = blocks(ctx);
-      const rows: Row[] = [];
-      const notes: string[] = [];
-      const report = (label: string, cost: CostComparison): void => {
-        rows.push(...costRows(label, cost, undefined, 'vs the same gateway with all of it off'));
-        notes.push(...costNotes(label, cost));
-      };
+      const f = new Findings();
+      const note = 'vs the same gateway with all of it off';
       for (const [label, t] of variants) {
         ctx.log(`overheads: ${label} vs all off, proxied, CPU per request at ${PROXY_RATE} req/s @ ${CONNECTIONS} conn`);
-        const trials = await compareHttp({ ...plan, rate: PROXY_RATE, inFlight: CONNECTIONS }, requests, [http(t)], [http(off)]);
-        report(`proxied with ${label} @ ${CONNECTIONS} conn`, compareCost(PROXY_RATE, trials, { a: label, b: 'all off' }));
+        const cost = await measureCost(httpPair(requests, [http(t)], [http(off)]), { ...plan, inFlight: CONNECTIONS }, PROXY_RATE, { a: label, b: 'all off' });
+        f.cost(`proxied with ${label} @ ${CONNECTIONS} conn`, cost, { note });
       }
       ctx.log(`overheads: activity tracking vs all off, Check at ${CHECK_RATE}/s @ ${CHECK_IN_FLIGHT} in flight`);
-      const load = await GrpcLoad.start(ctx.procs, 1);
-      const checks = await compareGrpc({ ...plan, rate: CHECK_RATE, inFlight: CHECK_IN_FLIGHT }, load, 'check', [{ target: activity, sandboxes: SANDBOXES }], [{ target: off, sandboxes: SANDBOXES }]);
-      report(`Check with activity tracking @ ${CHECK_IN_FLIGHT} in flight`, compareCost(CHECK_RATE, checks, { a: 'activity tracking', b: 'all off' }));
-      return { baseline: 'the same gateway with tracing, the access log and activity tracking off', rows, targets: [], notes };
+      const checks = grpcPair('check', [{ target: activity, sandboxes: SANDBOXES }], [{ target: off, sandboxes: SANDBOXES }]);
+      const cost = await measureCost(checks, { ...plan, inFlight: CHECK_IN_FLIGHT }, CHECK_RATE, { a: 'activity tracking', b: 'all off' });
+      f.cost(`Check with activity tracking @ ${CHECK_IN_FLIGHT} in flight`, cost, { note });
+      return f.output('the same gateway with tracing, the access log and activity tracking off');
     } finally {
       await new Promise((r) => sink.close(r));
     }

@@ -1,8 +1,8 @@
-import { compareCost, compareHttp, compareRate, costNotes, costRows, costTarget, formatRatio, INSTANCES, limitRows, trialProblems, type HttpSide } from './lib/compare.js';
+import { compareRate, costTarget, Findings, formatRatio, httpPair, INSTANCES, measureCost, type HttpSide } from './lib/compare.js';
 import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
 import { authRequestServer, findNginx, startNginx } from './lib/nginx.js';
 import { CombinedTarget } from './lib/proc-cpu.js';
-import { target, type Row, type TargetResult } from './lib/report.js';
+import { target } from './lib/report.js';
 import { blocks, type BenchContext, type Section } from './lib/section.js';
 import { startBare, startGateway, type Target } from './lib/targets.js';
 
@@ -24,7 +24,7 @@ const NGINX_TARGET = `embedded proxy ahead of nginx auth_request → sandgate (r
 
 /** nginx auth_request → a gateway of its own → the upstream, as one tier, or why it was not measured. */
 async function nginxTier(ctx: BenchContext, upstream: Target, sandboxes: string): Promise<HttpSide | string> {
-  const found = await findNginx(['http_auth_request_module']);
+  const found = findNginx(['http_auth_request_module']);
   if ('skipped' in found) return `nginx rows skipped: ${found.skipped}`;
   const authz = await startGateway(ctx.procs, { name: 'sandgate-authz', sandboxes }, ctx.targetOptions);
   const nginx = await startNginx(ctx.procs, ctx.tmp, found.bin, authRequestServer(authz.port('admin')));
@@ -51,25 +51,25 @@ export const proxy: Section = {
     await checkReachesUpstream([...gws, ...forwarders, ...(typeof nginx === 'string' ? [] : [nginx])], upstream.port('main'));
     const requests = proxyRequests(SANDBOXES, upstream.port('main'));
     const at = `@ ${CONNECTIONS} conn`;
+    const f = new Findings();
 
     ctx.log(`proxy: embedded proxy vs forwarder ${at}: CPU per request at ${RATE} req/s, req/s at the limit`);
-    const cost = compareCost(RATE, await compareHttp({ ...plan, rate: RATE, inFlight: CONNECTIONS }, requests, gws, forwarders), { a: 'embedded proxy', b: 'forwarder' });
-    const rate = compareRate(await compareHttp({ ...plan, inFlight: CONNECTIONS }, requests, gws, forwarders));
-    const rows: Row[] = costRows(at, cost, rate, 'vs undici forwarder, the proxy process alone');
-    const notes = [...costNotes(`embedded proxy vs forwarder ${at}`, cost), ...trialProblems({ a: 'embedded proxy', b: 'forwarder' }, rate)];
-    const targets: TargetResult[] = [costTarget(`embedded proxy vs the plain undici forwarder ${at}`, MAX_EXTRA_US, cost, { r: rate, min: MIN_VS_FORWARDER })];
+    const vsForwarder = httpPair(requests, gws, forwarders);
+    const cost = await measureCost(vsForwarder, { ...plan, inFlight: CONNECTIONS }, RATE, { a: 'embedded proxy', b: 'forwarder' });
+    const rate = compareRate(await vsForwarder({ ...plan, inFlight: CONNECTIONS }));
+    f.cost(at, cost, { note: 'vs undici forwarder, the proxy process alone', limit: rate, title: `embedded proxy vs forwarder ${at}` });
+    f.targets.push(costTarget(`embedded proxy vs the plain undici forwarder ${at}`, MAX_EXTRA_US, cost, { r: rate, min: MIN_VS_FORWARDER }));
 
     if (typeof nginx === 'string') {
-      notes.push(nginx);
-      targets.push(target(NGINX_TARGET, undefined, nginx));
+      f.notes.push(nginx);
+      f.targets.push(target(NGINX_TARGET, undefined, nginx));
     } else {
       ctx.log(`proxy: ${at}, embedded proxy (with its upstream) vs nginx auth_request → sandgate`);
       const tier: HttpSide = { target: new CombinedTarget([gws[0]!.target, upstream]), url: gws[0]!.url };
-      const vsNginx = compareRate(await compareHttp({ ...plan, inFlight: CONNECTIONS }, requests, [tier], [nginx]));
-      rows.push(...limitRows(`embedded proxy ${at}`, vsNginx, 'vs nginx auth_request → sandgate, whole tiers'));
-      notes.push(...trialProblems({ a: 'embedded proxy', b: 'nginx auth_request' }, vsNginx));
-      targets.push(target(NGINX_TARGET, vsNginx.ratio.median > 1, formatRatio(vsNginx.ratio)));
+      const vsNginx = compareRate(await httpPair(requests, [tier], [nginx])({ ...plan, inFlight: CONNECTIONS }));
+      f.limit(`embedded proxy ${at}`, vsNginx, { a: 'embedded proxy', b: 'nginx auth_request' }, 'vs nginx auth_request → sandgate, whole tiers');
+      f.targets.push(target(NGINX_TARGET, vsNginx.ratio.median > 1, formatRatio(vsNginx.ratio)));
     }
-    return { baseline: 'as each row says', rows, targets, notes };
+    return f.output('as each row says');
   },
 };

@@ -1,28 +1,28 @@
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { callDelta, startBenchSentinel, type BenchSentinel } from './lib/bench-sentinel.js';
 import { GrpcLoad } from './lib/grpc-load.js';
+import { benchScript } from './lib/machine.js';
 import { metricValue } from './lib/metrics.js';
-import { sleep } from './lib/processes.js';
+import { sleep, type Child } from './lib/processes.js';
 import { row, target, type Row } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
 import { type BenchContext, type Section } from './lib/section.js';
-import { readyCount, sessionArgs, Swarm, untilReady, writeSecret } from './lib/session-swarm.js';
+import type { Accepted } from './lib/supervisor-swarm.js';
 import { startGateway, TargetStartError, type Target } from './lib/targets.js';
 
 /**
- * 8. Redis HA: presence on a Sentinel-managed Redis (master, replica, three sentinels), N supervisor
- * sessions (10k; 1k in --quick) spread over three gateways.
+ * 7. Redis HA: presence on a Sentinel-managed Redis (master, replica, three sentinels), N sessions of
+ * reference supervisors (10k; 1k in --quick; lib/supervisor-swarm.ts) spread over three gateways:
  *
- * - Redis commands per second at N idle sessions across 3 gateways (INFO commandstats on the master);
- * - Redis commands per routed request: the commands during a Check load on one gateway, less what the
- *   idle rate accounts for, over the requests it decided (the hot path must not touch Redis: target 0);
- * - failover time: from kill -9 of the master until every gateway's /readyz is `ready` again and the new
- *   master holds all N presence records (every session re-asserted), with the sentinels' detection
- *   (down-after 1 s) shown apart;
- * - false-Ready observations during it: a few sessions are closed before the kill, and each gateway's
- *   Ready count is polled every 25 ms; a count above the live sessions is a sandbox Ready with no session
- *   (target 0). The lowest count seen is reported too (a gateway serving from its mirror stays at N);
- * - then a gateway's failover: kill -9 of one gateway, until its sessions are accepted by another and all
- *   N are Ready there.
+ * - the gateways' heap after GC and RSS per session, and the time for all N to connect and be Ready;
+ * - Redis commands/s at N idle sessions (INFO commandstats on the master), and per routed request: the
+ *   commands during a Check load on one gateway beyond the idle rate, over its decisions (target 0);
+ * - kill -9 of the master: time until every gateway's /readyz is `ready` and the new master holds all N
+ *   records, beside the sentinels' own switch. A few sessions close just before, and every gateway's
+ *   Ready count is polled every 25 ms: a count above the live sessions is a false Ready (target 0);
+ * - kill -9 of a gateway: time until its sessions are accepted by the next in their supervisors' list.
  */
 
 const GATEWAYS = 3;
@@ -42,7 +42,7 @@ async function commandRate(redis: BenchSentinel, port: number, ms: number): Prom
 }
 
 function skipped(reason: string) {
-  return { baseline: '-', rows: [], targets: TARGETS.map((t) => target(t, undefined, `skipped: ${reason}`)), notes: [], data: { skipped: reason } };
+  return { baseline: '-', rows: [], targets: TARGETS.map((t) => target(t, undefined, `skipped: ${reason}`)), notes: [] };
 }
 
 async function readyz(g: Target): Promise<string> {
@@ -55,15 +55,56 @@ async function readyz(g: Target): Promise<string> {
   }
 }
 
+function readyCount(g: Target): Promise<number> {
+  return metricValue(g.adminUrl, 'sandgate_view_sandboxes_by_phase', { phase: 'Ready' });
+}
+
+/** Polls `probe` every 25 ms until `done` holds of its reading; after TIMEOUT_MS, throws what the last one was. */
+async function poll<T>(probe: () => Promise<T>, done: (v: T) => boolean, what: (v: T) => string): Promise<T> {
+  const deadline = Date.now() + TIMEOUT_MS;
+  for (;;) {
+    const v = await probe();
+    if (done(v)) return v;
+    if (Date.now() > deadline) throw new Error(`${what(v)} after ${TIMEOUT_MS} ms`);
+    await sleep(25);
+  }
+}
+
+/** Resolves when every one of `gateways` counts `n` Ready sandboxes (epoch ms). */
+async function allReady(gateways: readonly Target[], n: number): Promise<number> {
+  await poll(() => Promise.all(gateways.map(readyCount)), (r) => r.every((x) => x === n), (r) => `Ready sandboxes on ${gateways.map((g) => g.name).join(', ')}: ${r.join(', ')}, not ${n},`);
+  return Date.now();
+}
+
+/** A swarm process holding sessions for sandboxes from … from+count-1 on `gateways` (the first, then the next). */
+async function swarm(ctx: BenchContext, name: string, gateways: readonly Target[], secretFile: string, from: number, count: number): Promise<{ child: Child; startedAt: number }> {
+  const child = ctx.procs.node(name, benchScript('lib/supervisor-swarm.js'), [], { execArgv: ['--max-old-space-size=4096'] });
+  await child.ready();
+  const startedAt = await child.request<number>('open', { gateways: gateways.map((g) => g.supervisorUrl), secretFile, from, count });
+  return { child, startedAt };
+}
+
+/** Resolves when `n` of the swarms' sessions are up and were accepted since `sinceMs`, with when the last was (epoch ms). */
+async function untilAccepted(swarms: readonly { child: Child }[], n: number, sinceMs: number): Promise<number> {
+  const up = (seen: Accepted[]) => seen.reduce((sum, a) => sum + a.count, 0);
+  const seen = await poll(
+    () => Promise.all(swarms.map((s) => s.child.request<Accepted>('accepted', { sinceMs }))),
+    (v) => up(v) >= n,
+    (v) => `${up(v)} of ${n} sessions accepted (closes by code in each swarm: ${v.map((a) => JSON.stringify(a.closes)).join(', ')})`,
+  );
+  return Math.max(...seen.map((a) => a.lastAt));
+}
+
 export const redisHa: Section = {
   id: 'redis-ha',
-  title: '8. Redis HA (presence on Sentinel: failover, false Ready, commands/s and per request, 3 gateways)',
+  title: '7. Redis HA (presence on Sentinel with 3 gateways: memory per session, failover, false Ready, commands/s and per request)',
   estimateSeconds: { quick: 50, full: 90 },
   async run(ctx: BenchContext) {
     const count = ctx.quick ? 1_000 : 10_000;
     const gone = Math.max(10, count / 100);
     const idleMs = ctx.quick ? 4_000 : 15_000;
-    const secretFile = writeSecret(ctx.tmp);
+    const secretFile = join(ctx.tmp, 'supervisor-secret');
+    writeFileSync(secretFile, randomBytes(32).toString('hex') + '\n', { mode: 0o600 });
     const sandboxes = writeSandboxesFile(ctx.tmp, count + gone, 'required');
     let redis: BenchSentinel;
     try {
@@ -72,24 +113,13 @@ export const redisHa: Section = {
       return skipped((err as Error).message.split('\n')[0]!);
     }
     try {
-      const gateways: Target[] = [];
-      for (let i = 0; i < GATEWAYS; i++) {
-        try {
-          gateways.push(
-            await startGateway(
-              ctx.procs,
-              {
-                name: `sandgate-ha-${i}`,
-                sandboxes,
-                args: [...sessionArgs(secretFile), '--presence', 'redis://127.0.0.1', '--gateway-id', `ha-${i}`, '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)],
-              },
-              ctx.targetOptions,
-            ),
-          );
-        } catch (err) {
-          if (err instanceof TargetStartError) return skipped(err.reason);
-          throw err;
-        }
+      const args = (i: number) => ['--supervisor-secret-file', secretFile, '--max-sessions-per-source', '1000000', '--presence', 'redis://127.0.0.1', '--gateway-id', `ha-${i}`, '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)];
+      let gateways: Target[];
+      try {
+        gateways = await Promise.all(Array.from({ length: GATEWAYS }, (_, i) => startGateway(ctx.procs, { name: `sandgate-ha-${i}`, sandboxes, args: args(i) }, ctx.targetOptions)));
+      } catch (err) {
+        if (err instanceof TargetStartError) return skipped(err.reason);
+        throw err;
       }
       const n = count.toLocaleString('en-US');
       const rows: Row[] = [];
@@ -97,17 +127,19 @@ export const redisHa: Section = {
       ctx.log(`redis-ha: idle, no sessions (${idleMs} ms)`);
       const idleEmpty = await commandRate(redis, master, idleMs);
 
-      // A third of the sessions on each gateway, then `gone` more that leave again before the failover.
+      // A third of the sessions on each gateway, with the next gateway as their supervisors' second.
+      ctx.log(`redis-ha: ${n} sessions on ${GATEWAYS} gateways`);
+      const heapBefore = await Promise.all(gateways.map((g) => g.heap()));
       const per = Math.ceil(count / GATEWAYS);
-      const swarms: Swarm[] = [];
-      for (const [i, g] of gateways.entries()) {
-        const s = await Swarm.start(ctx.procs, [g.supervisorUrl], secretFile, `swarm-ha-${i}`);
-        swarms.push(s);
-        const from = i * per;
-        const { done } = await s.open(from, Math.min(per, count - from), TIMEOUT_MS);
-        if (done.timedOut) throw new Error(`${g.name}: only ${done.accepted} sessions accepted (${done.firstError ?? 'no error seen'})`);
-      }
-      for (const g of gateways) await untilReady(g.adminUrl, (r) => r === count, TIMEOUT_MS);
+      const swarms = await Promise.all(gateways.map((g, i) => swarm(ctx, `swarm-ha-${i}`, [g, gateways[(i + 1) % GATEWAYS]!], secretFile, i * per, Math.min(per, count - i * per))));
+      await untilAccepted(swarms, count, 0);
+      const connectMs = (await allReady(gateways, count)) - Math.min(...swarms.map((s) => s.startedAt));
+      const heapAfter = await Promise.all(gateways.map((g) => g.heap()));
+      const grown = (key: 'heapUsed' | 'rss') => heapAfter.reduce((sum, h, i) => sum + h[key] - heapBefore[i]![key], 0) / count;
+      rows.push(row(`gateway heap per session @ ${n} sessions, ${GATEWAYS} gateways together`, 'B', grown('heapUsed'), undefined, 'after GC; each session is held by one gateway and mirrored by all'));
+      rows.push(row(`gateway RSS per session @ ${n} sessions, ${GATEWAYS} gateways together`, 'B', grown('rss')));
+      rows.push(row(`${n} sessions connect, all Ready on every gateway`, 'ms', connectMs));
+
       ctx.log(`redis-ha: idle, ${n} sessions on ${GATEWAYS} gateways (${idleMs} ms)`);
       const idleFull = await commandRate(redis, master, idleMs);
       rows.push(row(`Redis commands/s, ${n} idle sessions on ${GATEWAYS} gateways`, '/s', idleFull.perSecond, idleEmpty.perSecond, 'vs no sessions'));
@@ -125,11 +157,10 @@ export const redisHa: Section = {
       rows.push(row('Redis commands per routed request', '', perRequest, undefined, `${decisions} Checks at ${Math.round(checks.rps)} req/s, ${during} commands in ${Math.round(elapsed)} ms`));
       const perRequestTarget = target(TARGETS[1]!, perRequest < NOISE_PER_REQUEST && checks.errors === 0, `${perRequest.toFixed(4)} per request (${decisions} requests, ${checks.errors} errors, idle rate ${idleFull.perSecond.toFixed(1)}/s)`);
 
-      const leaving = await Swarm.start(ctx.procs, [gateways[0]!.supervisorUrl], secretFile, 'swarm-ha-gone');
-      await leaving.open(count, gone, TIMEOUT_MS);
-      for (const g of gateways) await untilReady(g.adminUrl, (r) => r === count + gone, TIMEOUT_MS);
-      await leaving.close();
-      for (const g of gateways) await untilReady(g.adminUrl, (r) => r === count, TIMEOUT_MS);
+      const leaving = await swarm(ctx, 'swarm-ha-gone', [gateways[0]!], secretFile, count, gone);
+      await allReady(gateways, count + gone);
+      await leaving.child.request('close');
+      await allReady(gateways, count);
 
       ctx.log('redis-ha: kill -9 of the master');
       let falseReady = 0;
@@ -138,7 +169,7 @@ export const redisHa: Section = {
       const poller = (async () => {
         while (polling) {
           for (const g of gateways) {
-            const r = await readyCount(g.adminUrl).catch(() => count);
+            const r = await readyCount(g).catch(() => count);
             if (r > count) falseReady++;
             lowest = Math.min(lowest, r);
           }
@@ -152,14 +183,11 @@ export const redisHa: Section = {
         await redis.kill(master);
         const promoted = await redis.switched(master, TIMEOUT_MS);
         switchedMs = Date.now() - t0;
-        const deadline = Date.now() + TIMEOUT_MS;
-        for (;;) {
-          const states = await Promise.all(gateways.map(readyz));
-          const records = await redis.hlen(promoted, PRESENCE_KEY).catch(() => -1);
-          if (states.every((s) => s === 'ready') && records === count) break;
-          if (Date.now() > deadline) throw new Error(`not recovered within ${TIMEOUT_MS} ms: /readyz ${states.join(', ')}, ${records} records on the new master`);
-          await sleep(25);
-        }
+        await poll(
+          async () => ({ states: await Promise.all(gateways.map(readyz)), records: await redis.hlen(promoted, PRESENCE_KEY).catch(() => -1) }),
+          (v) => v.states.every((s) => s === 'ready') && v.records === count,
+          (v) => `not recovered: /readyz ${v.states.join(', ')}, ${v.records} records on the new master,`,
+        );
         recoveredMs = Date.now() - t0;
       } finally {
         polling = false;
@@ -167,20 +195,16 @@ export const redisHa: Section = {
       }
 
       // A gateway's sessions reconnect to another after its kill -9, as the reference supervisor's do.
-      ctx.log(`redis-ha: kill -9 of a gateway holding ${per} sessions`);
-      await swarms[0]!.setGateways([gateways[0]!.supervisorUrl, gateways[1]!.supervisorUrl]);
+      const held = await metricValue(gateways[0]!.adminUrl, 'sandgate_sessions_active');
+      ctx.log(`redis-ha: kill -9 of a gateway holding ${held} sessions`);
       const tg = Date.now();
       gateways[0]!.child.proc.kill('SIGKILL');
-      const moved = await swarms[0]!.waitAccepted(per, tg, TIMEOUT_MS);
-      if (moved.timedOut) throw new Error(`after kill -9 of ${gateways[0]!.name}: only ${moved.accepted} of ${per} sessions were accepted by ${gateways[1]!.name}`);
-      const movedMs = Math.max(moved.lastAcceptedAt, await untilReady(gateways[1]!.adminUrl, (r) => r === count, TIMEOUT_MS)) - tg;
-      for (const s of swarms) await s.stop();
-      await leaving.stop();
+      const movedMs = Math.max(await untilAccepted(swarms, held, tg), await allReady(gateways.slice(1), count)) - tg;
 
       rows.push(row(`failover (kill -9 master) → all ${n} sessions re-asserted, /readyz ready`, 'ms', recoveredMs, switchedMs, 'vs the sentinels switching'));
       rows.push(row('false-Ready observations during the failover', '', falseReady, undefined, `${gone} sessions closed just before; Ready polled on ${GATEWAYS} gateways every 25 ms`));
       rows.push(row('lowest Ready count seen during the failover', '', lowest, count, `of ${n}: gateways route from their mirror`));
-      rows.push(row(`gateway failover (kill -9 of a gateway) → its ${per} sessions accepted by another, all Ready`, 'ms', movedMs, LEASE_TTL_MS, 'vs the lease TTL'));
+      rows.push(row(`gateway failover (kill -9 of a gateway) → its ${held} sessions accepted by another, all Ready`, 'ms', movedMs, LEASE_TTL_MS, 'vs the lease TTL'));
       return {
         baseline: 'see each row',
         rows,
@@ -188,7 +212,6 @@ export const redisHa: Section = {
         notes: [
           `Redis HA: Sentinel down-after 1 s; lease TTL ${LEASE_TTL_MS} ms; commands/s measured on the master over ${idleMs} ms (idle rate by command: ${JSON.stringify(idleFull.byCommand)})`,
         ],
-        data: { count, gateways: GATEWAYS, idleEmpty, idleFull, perRequest: { decisions, during, perRequest }, failover: { switchedMs, recoveredMs, falseReady, lowest, gatewayKillMs: movedMs } },
       };
     } finally {
       redis.close();

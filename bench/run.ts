@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { churn } from './churn.js';
 import { doors } from './doors.js';
 import { machineFacts, ROOT } from './lib/machine.js';
@@ -13,26 +13,19 @@ import { proxy } from './proxy.js';
 import { redisHa } from './redis-ha.js';
 import { scale } from './scale.js';
 import { selftest } from './selftest.js';
-import { sessions } from './sessions.js';
 import { tls } from './tls.js';
 import { workers } from './workers.js';
 
 /**
- * `npm run bench [-- --quick] [-- --only id,id] [-- --workers-list 1,2,4,8] [-- --cpu-prof] [-- --selftest]`:
- * runs every section in order, each against servers in their own processes on loopback, prints the tables,
- * the PASS/FAIL/SKIP lines and what was skipped. A full run of every section is the canonical one: it
- * replaces bench/results/latest.json and regenerates BENCHMARKS.md. A --quick or --only run is kept in
- * bench/results/runs/ (not committed). `--selftest` checks the harness
- * itself (selftest.ts) and measures nothing.
- *
- * A section is one module exporting a Section; adding one is that module plus one line below.
+ * `npm run bench`: runs the chosen sections in order and prints their tables, the PASS/FAIL/SKIP lines
+ * and what was skipped (options and results: docs/benchmarks.md, "Running it"). A section is one module
+ * exporting a Section, listed once below.
  */
 
-const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, sessions, redisHa, overheads];
+const SECTIONS: readonly Section[] = [doors, proxy, tls, scale, workers, churn, redisHa, overheads];
 
 const USAGE = `usage: npm run bench -- [--quick] [--only ${SECTIONS.map((s) => s.id).join(',')}] [--workers-list 1,2,4,8] [--cpu-prof] [--selftest]`;
 
-/** The canonical result, written only by a full run of every section. */
 const LATEST = 'latest.json';
 
 function usage(message: string): never {
@@ -108,19 +101,14 @@ async function main(): Promise<number> {
   const result: RunResult = { mode: args.quick ? 'quick' : 'full', machine, seconds: (performance.now() - t0) / 1000, sections };
   // A profiled run measures the profiler too: it is never the canonical one.
   const canonical = !args.quick && args.only === undefined && !args.cpuProf && sections.every((s) => s.error === undefined);
-  let jsonPath: string;
+  const jsonPath = canonical ? join(resultsDir, LATEST) : join(resultsDir, 'runs', `${stamp(started)}-${result.mode}.json`);
+  mkdirSync(dirname(jsonPath), { recursive: true });
   if (canonical) {
     // Superseded results go: the folder holds the one run BENCHMARKS.md was made from.
-    mkdirSync(resultsDir, { recursive: true });
     for (const f of readdirSync(resultsDir)) if (f.endsWith('.json')) rmSync(join(resultsDir, f));
-    jsonPath = join(resultsDir, LATEST);
-    writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
     writeFileSync(join(ROOT, 'BENCHMARKS.md'), runMarkdown(result));
-  } else {
-    mkdirSync(join(resultsDir, 'runs'), { recursive: true });
-    jsonPath = join(resultsDir, 'runs', `${stamp(started)}-${result.mode}.json`);
-    writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
   }
+  writeFileSync(jsonPath, JSON.stringify(result, null, 2) + '\n');
   const out = ['### Targets', '', ...targetLines(sections), ''];
   const skipped = skippedLines(sections);
   if (skipped.length > 0) out.push('### Skipped', '', ...skipped, '');

@@ -1,21 +1,17 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { compareCost, compareHttp, costNotes, costRows, formatDiff, trialProblems, type HttpSide } from './lib/compare.js';
+import { Findings, formatDiff, httpPair, measureCost, type HttpSide, type Names } from './lib/compare.js';
 import { checkReachesUpstream, NAMESPACES, proxyRequests, sandboxNamespace, writeSandboxesFile } from './lib/sandboxes.js';
 import { findNginx, startNginx, tlsProxyServer } from './lib/nginx.js';
-import { target, type Row } from './lib/report.js';
+import { target } from './lib/report.js';
 import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway } from './lib/targets.js';
 
 /**
- * 3. TLS: CPU per request of the embedded proxy's TLS listener (`--proxy-tls-port`), over HTTP/1.1 (16
- * keep-alive connections) and h2 (16 streams on one connection, the node:http2 client), beside nginx
- * terminating TLS on the same certificate and `proxy_pass`ing to the same upstream over a keep-alive pool;
- * each process's CPU alone, at a fixed offered rate, connections open for the whole run (handshakes are
- * not in the figure: every request names one sandbox host, as a browser's connection to one host does). Then what TLS adds to a request, and that a TLS port leaves the plain-HTTP door's
- * cost as it was: the plain port of a gateway with a TLS port against one without. Certificates: a
- * throwaway CA and a P-256 leaf for the sandbox hosts made by openssl at the start.
+ * 3. TLS: the embedded proxy's TLS port (HTTP/1.1 and h2) beside nginx terminating TLS on the same
+ * certificate, each process's CPU alone; what TLS adds to a request; and that a TLS port leaves the plain
+ * port's cost as it was. Certificates: a throwaway CA and a P-256 leaf for the sandbox hosts, by openssl.
  */
 
 const SANDBOXES = 1000;
@@ -54,7 +50,7 @@ export const tls: Section = {
     const https = (h2: boolean): HttpSide => ({ target: withTls, url: withTls.url('proxy-tls', 'https'), ca: certs.ca, h2 });
     const plain: HttpSide = { target: plainGw, url: plainGw.url('proxy') };
     const plainOfTls: HttpSide = { target: withTls, url: withTls.url('proxy') };
-    const found = await findNginx(['http_ssl_module', 'http_v2_module']);
+    const found = findNginx(['http_ssl_module', 'http_v2_module']);
     const nginx = 'skipped' in found ? undefined : await startNginx(ctx.procs, ctx.tmp, found.bin, tlsProxyServer(certs.certFile, certs.keyFile, upstream.port('main')));
     const nginxSide = (h2: boolean): HttpSide => ({ target: nginx!, url: nginx!.url('main', 'https'), ca: certs.ca, h2 });
     await checkReachesUpstream([https(false), plain, plainOfTls, ...(nginx === undefined ? [] : [nginxSide(false)])], upstream.port('main'));
@@ -62,24 +58,21 @@ export const tls: Section = {
     // One sandbox host for every request: an HTTP/1.1 client holds a connection per host (undici sends the
     // Host as the SNI and opens a new connection when it changes), so many hosts would measure handshakes.
     const requests = proxyRequests(1, upstream.port('main'));
-    const rows: Row[] = [];
-    const notes: string[] = [];
-    const measure = async (label: string, a: HttpSide, b: HttpSide, names: { a: string; b: string }, note: string) => {
+    const f = new Findings();
+    const measure = async (label: string, a: HttpSide, b: HttpSide, names: Names, note: string) => {
       ctx.log(`tls: ${label}, CPU per request at ${RATE} req/s`);
-      const cost = compareCost(RATE, await compareHttp({ ...plan, rate: RATE, inFlight: OPEN }, requests, [a], [b]), names);
-      rows.push(...costRows(`${label} @ ${OPEN} open`, cost, undefined, note));
-      notes.push(...costNotes(label, cost), ...trialProblems(names, cost));
+      const cost = await measureCost(httpPair(requests, [a], [b]), { ...plan, inFlight: OPEN }, RATE, names);
+      f.cost(`${label} @ ${OPEN} open`, cost, { note, title: label });
       return cost;
     };
-    if (nginx === undefined) notes.push(`nginx rows skipped: ${'skipped' in found ? found.skipped : ''}`);
+    if (nginx === undefined) f.notes.push(`nginx rows skipped: ${'skipped' in found ? found.skipped : ''}`);
     else {
       await measure('HTTPS/1.1', https(false), nginxSide(false), { a: 'sandgate', b: 'nginx' }, 'vs nginx TLS proxy_pass, each process alone');
       await measure('HTTPS h2', https(true), nginxSide(true), { a: 'sandgate', b: 'nginx' }, 'vs nginx TLS proxy_pass, each process alone');
     }
     await measure('HTTPS/1.1 against plain HTTP', https(false), plain, { a: 'HTTPS', b: 'plain HTTP' }, 'vs plain HTTP on a gateway without TLS');
     const door = await measure('plain HTTP', plainOfTls, plain, { a: 'with a TLS port', b: 'without' }, 'vs the same on a gateway without a TLS port');
-    const unchanged = door.diffUs.min <= 0 && door.diffUs.max >= 0;
-    const targets = [target(PLAIN_TARGET, unchanged, formatDiff(door.diffUs))];
-    return { baseline: 'as each row says', rows, targets, notes };
+    f.targets.push(target(PLAIN_TARGET, door.diffUs.min <= 0 && door.diffUs.max >= 0, formatDiff(door.diffUs)));
+    return f.output('as each row says');
   },
 };

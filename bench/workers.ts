@@ -1,8 +1,8 @@
 import { cpus } from 'node:os';
-import { round2 } from './lib/compare.js';
+import { Findings, round2 } from './lib/compare.js';
 import { GrpcLoad, type LoadResult } from './lib/grpc-load.js';
 import { ProcessTreeTarget } from './lib/proc-cpu.js';
-import { row, target, type Row, type TargetResult } from './lib/report.js';
+import { row, target } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
 import { type Section } from './lib/section.js';
 import { startGateway } from './lib/targets.js';
@@ -30,14 +30,12 @@ export const workers: Section = {
     const cores = cpus().length;
     const window = ctx.quick ? { warmupMs: 1000, durationMs: 3000 } : { warmupMs: 3000, durationMs: 10_000 };
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');
-    const rows: Row[] = [];
-    const notes: string[] = [];
-    const targets: TargetResult[] = [];
+    const f = new Findings();
     let one: LoadResult | undefined;
     for (const n of [1, ...ctx.workersList.filter((w) => w !== 1)]) {
       const name = `--workers ${n} scales Check req/s with efficiency ≥ ${MIN_EFFICIENCY}`;
       if (n > 1 && cores < 2 * n) {
-        targets.push(target(name, undefined, `needs ${2 * n} cores (${n} workers and ${n} load processes), this machine has ${cores}`));
+        f.targets.push(target(name, undefined, `needs ${2 * n} cores (${n} workers and ${n} load processes), this machine has ${cores}`));
         continue;
       }
       ctx.log(`workers: ${n} worker(s), Check at the limit from ${n} load process(es)`);
@@ -54,10 +52,10 @@ export const workers: Section = {
       await gw.stop();
       one ??= r;
       const efficiency = r.rps / (n * one.rps);
-      rows.push(row(`Check req/s @ ${IN_FLIGHT_PER_WORKER} in flight per worker, ${n} worker(s)`, 'req/s', r.rps, n * one.rps, `vs ${n} × one process`));
-      notes.push(`${n} worker(s): gateway ${round2(gatewayCores)} cores, load generators ${round2(r.loadCpuCores)} cores; p99 ${Math.round(r.latency.p99)} µs${r.errors > 0 ? `; ${r.errors} errors (${r.firstError ?? ''})` : ''}`);
-      if (n > 1) targets.push(target(name, efficiency >= MIN_EFFICIENCY, `efficiency ${efficiency.toFixed(2)} (${Math.round(r.rps)} vs ${n} × ${Math.round(one.rps)} req/s)`));
+      f.rows.push(row(`Check req/s @ ${IN_FLIGHT_PER_WORKER} in flight per worker, ${n} worker(s)`, 'req/s', r.rps, n * one.rps, `vs ${n} × one process`));
+      f.notes.push(`${n} worker(s): gateway ${round2(gatewayCores)} cores, load generators ${round2(r.loadCpuCores)} cores; p99 ${Math.round(r.latency.p99)} µs${r.errors > 0 ? `; ${r.errors} errors (${r.firstError ?? ''})` : ''}`);
+      if (n > 1) f.targets.push(target(name, efficiency >= MIN_EFFICIENCY, `efficiency ${efficiency.toFixed(2)} (${Math.round(r.rps)} vs ${n} × ${Math.round(one.rps)} req/s)`));
     }
-    return { baseline: 'N × one process', rows, targets, notes };
+    return f.output('N × one process');
   },
 };

@@ -1,17 +1,16 @@
 import type { LoadResult } from './grpc-load.js';
-import { latencies, record, summarise, type Latencies, type LatencySummary } from './histogram.js';
+import { latencies, record, summarise, type Latencies } from './histogram.js';
 
 /**
- * The one way the bench compares two servers, whatever the protocol: load switched between them every
- * slice of a block (A B B A A B B A), both processes' CPU read at every block boundary. Each block is one
- * pair, so whatever else the machine does over a second or two falls on both sides alike. HTTP runs it in
- * the runner (compare.ts, over undici pools); gRPC in a load-generator process (grpc-load-worker.ts), which
- * reads the targets' CPU from /proc itself so the boundaries it reads at are the ones it switches load at.
+ * The one way the bench compares two servers: load switched between them every slice of a block
+ * (A B B A A B B A), both processes' CPU read at every block boundary by the process that switches the
+ * load. Each block is one pair, so whatever else the machine does over a second or two falls on both
+ * sides alike.
  *
  * With a `rate`, requests leave evenly spread in time (every millisecond, as many as are due), at most
- * `maxInFlight` open per side; a request beyond that is not sent, and the block then answers fewer than
+ * `inFlight` open per side; a request beyond that is not sent, and the block then answers fewer than
  * offered (reported by the caller as a rate not sustained). Without one, the side whose slice it is keeps
- * `maxInFlight` requests open (at the limit).
+ * `inFlight` requests open (at the limit).
  */
 
 /** How one request ended: undefined answered as expected, 'denied' answered otherwise, an Error not answered. */
@@ -25,8 +24,9 @@ export interface AlternationSide {
 }
 
 export interface AlternationPlan {
-  readonly maxInFlight: number;
-  /** Requests per second offered to the side whose slice it is; undefined: as many as `maxInFlight` allows. */
+  /** Connections (HTTP/1.1), streams (HTTP/2) or calls (gRPC) open per side at most. */
+  readonly inFlight: number;
+  /** Requests per second offered to the side whose slice it is; undefined: as many as `inFlight` allows (at the limit). */
   readonly rate?: number | undefined;
   /** Unmeasured blocks first (at least one): connections open and the code on both sides warm. */
   readonly warmupMs: number;
@@ -35,30 +35,13 @@ export interface AlternationPlan {
   readonly blocks: number;
 }
 
-/** What one side did in one block. */
-export interface BlockResult {
-  readonly completed: number;
-  readonly errors: number;
-  readonly notAllowed: number;
-  readonly firstError: string | undefined;
-  readonly latency: LatencySummary;
-  /** The side's CPU over the whole block (so work its requests leave behind after its slices counts), µs. */
-  readonly cpuMicros: number;
-  /** The generator's own CPU over the block, µs. */
-  readonly loadMicros: number;
+/** What one side did in one block: a load run (its durationMs the time the side carried load) and its process's CPU. */
+export interface Measured extends LoadResult {
+  /** The side's CPU over the whole block (so work its requests leave behind after its slices counts), per ms it carried load, in cores. */
+  readonly targetCpuCores: number;
 }
 
-export interface AlternationResult {
-  readonly a: BlockResult[];
-  readonly b: BlockResult[];
-  /** The time each side carried load in a block, ms. */
-  readonly activeMs: number;
-}
-
-/**
- * Slices per block: A B B A A B B A. A block of 2 s is then eight slices of 250 ms, each side loaded for four,
- * and whatever else the machine does over a second or two falls on both sides of the block alike.
- */
+/** Slices per block: a block of 2 s is eight slices of 250 ms, each side loaded for four. */
 const SLICES = ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a'] as const;
 
 const TICK_MS = 1;
@@ -74,17 +57,12 @@ interface Tally {
 
 const fresh = (): Tally => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined, hist: latencies() });
 
-/** Unmeasured blocks before the measured ones: at least one, or as many as the plan's warm-up spans. */
-export function warmBlocks(plan: Pick<AlternationPlan, 'warmupMs' | 'blockMs'>): number {
-  return Math.max(1, Math.ceil(plan.warmupMs / plan.blockMs));
-}
-
 /** Runs the plan; rejects (after the requests in flight have drained) when a side's CPU can no longer be read. */
-export async function alternateSlices(plan: AlternationPlan, sides: { readonly a: AlternationSide; readonly b: AlternationSide }): Promise<AlternationResult> {
+export async function alternateSlices(plan: AlternationPlan, sides: { readonly a: AlternationSide; readonly b: AlternationSide }): Promise<{ a: Measured[]; b: Measured[] }> {
   const sliceMs = plan.blockMs / SLICES.length;
-  const warm = warmBlocks(plan);
+  const warm = Math.max(1, Math.ceil(plan.warmupMs / plan.blockMs));
   const tallies: { a: Tally; b: Tally }[] = [];
-  const inFlight = { a: 0, b: 0 };
+  const open = { a: 0, b: 0 };
   const cpu = { a: [] as number[], b: [] as number[] };
   const load: number[] = [];
 
@@ -95,9 +73,9 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   let over = false;
   const send = (arm: 'a' | 'b', tally: Tally | undefined): void => {
     const began = performance.now();
-    inFlight[arm]++;
+    open[arm]++;
     sides[arm].issue((outcome) => {
-      inFlight[arm]--;
+      open[arm]--;
       if (tally !== undefined) {
         if (outcome instanceof Error) {
           tally.errors++;
@@ -112,10 +90,10 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
     });
   };
   /**
-   * Sends what the current slice's side is due (at the limit: up to maxInFlight open). What is due counts
+   * Sends what the current slice's side is due (at the limit: up to inFlight open). What is due counts
    * the side's earlier slices of the block too, so a slice a busy machine gave no tick near its end is made
    * up in the side's next slice of the block: the offered rate holds per block, and load still goes to a
-   * side only in its own slices. What maxInFlight keeps from being sent is given up (the rate was not
+   * side only in its own slices. What inFlight keeps from being sent is given up (the rate was not
    * sustained).
    */
   const fill = (): void => {
@@ -126,7 +104,7 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
     const tally = block < 0 ? undefined : (tallies[block] ??= { a: fresh(), b: fresh() })[arm];
     const ownBefore = SLICES.slice(0, inBlock).filter((s) => s === arm).length;
     const due = plan.rate === undefined ? Infinity : Math.floor(((ownBefore * sliceMs + performance.now() - sliceStart) / 1000) * plan.rate);
-    while (issued[arm] < due && inFlight[arm] < plan.maxInFlight) {
+    while (issued[arm] < due && open[arm] < plan.inFlight) {
       issued[arm]++;
       send(arm, tally);
     }
@@ -171,49 +149,28 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   });
   const drain = async (): Promise<void> => {
     const deadline = performance.now() + DRAIN_MS;
-    while ((inFlight.a > 0 || inFlight.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
+    while ((open.a > 0 || open.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
   };
   await schedule.catch(async (err: unknown) => {
     await drain();
     throw err;
   });
   await drain();
-  const result = (arm: 'a' | 'b', k: number): BlockResult => {
+  const activeMs = plan.blockMs / 2;
+  const result = (arm: 'a' | 'b', k: number): Measured => {
     const t = tallies[k]![arm];
     return {
+      rps: t.completed / (activeMs / 1000),
+      latency: summarise(t.hist),
+      durationMs: activeMs,
       completed: t.completed,
       errors: t.errors,
       notAllowed: t.notAllowed,
+      loadCpuCores: (load[k + 1]! - load[k]!) / 1000 / plan.blockMs,
+      targetCpuCores: (cpu[arm][k + 1]! - cpu[arm][k]!) / 1000 / activeMs,
       firstError: t.firstError,
-      latency: summarise(t.hist),
-      cpuMicros: cpu[arm][k + 1]! - cpu[arm][k]!,
-      loadMicros: load[k + 1]! - load[k]!,
     };
   };
   const blocks = Array.from({ length: plan.blocks }, (_, k) => k);
-  return { a: blocks.map((k) => result('a', k)), b: blocks.map((k) => result('b', k)), activeMs: plan.blockMs / 2 };
-}
-
-/** What one side did in one block, as the sections read it: a load run (its durationMs the time the side carried load) and its process's CPU. */
-export interface Measured extends LoadResult {
-  /** The side's CPU over the whole block, per ms it carried load, in cores. */
-  readonly targetCpuCores: number;
-}
-
-/** One Measured per side and block. */
-export function blocksMeasured(r: AlternationResult, blockMs: number): { a: Measured[]; b: Measured[] } {
-  const one = (b: BlockResult): Measured => {
-    return {
-      rps: b.completed / (r.activeMs / 1000),
-      latency: b.latency,
-      durationMs: r.activeMs,
-      completed: b.completed,
-      errors: b.errors,
-      notAllowed: b.notAllowed,
-      loadCpuCores: b.loadMicros / 1000 / blockMs,
-      targetCpuCores: b.cpuMicros / 1000 / r.activeMs,
-      firstError: b.firstError,
-    };
-  };
-  return { a: r.a.map(one), b: r.b.map(one) };
+  return { a: blocks.map((k) => result('a', k)), b: blocks.map((k) => result('b', k)) };
 }

@@ -26,7 +26,7 @@ let timer: NodeJS.Timeout | undefined;
 let sent = 0;
 let startedAt = 0;
 
-/** Events per message at most when batching (driver.proto `EventBatch`), well under 4 MiB. */
+/** Events per `EventBatch` message at most, well under 4 MiB. */
 const MAX_BATCH = 500;
 
 function update(pending: WireWatchEvent[]): void {
@@ -43,15 +43,9 @@ function update(pending: WireWatchEvent[]): void {
   sent++;
 }
 
-/** Writes one tick's events: as batches to watchers that asked for them, else one by one. */
+/** Writes one tick's events as batches (the gateway always asks for them). */
 function flush(pending: readonly WireWatchEvent[]): void {
-  for (const w of watchers) {
-    if (w.request.accepts_batches === true) {
-      for (let i = 0; i < pending.length; i += MAX_BATCH) w.write({ batch: { events: pending.slice(i, i + MAX_BATCH) } });
-    } else {
-      for (const e of pending) w.write(e);
-    }
-  }
+  for (const w of watchers) for (let i = 0; i < pending.length; i += MAX_BATCH) w.write({ batch: { events: pending.slice(i, i + MAX_BATCH) } });
 }
 
 /** Starts sending `rate` updates per second, evenly in ticks of TICK_MS (one tick's as one batch); rate 0 stops. */
@@ -88,12 +82,6 @@ server.addService(sandboxDriverService().service, {
     call.on('close', drop);
     call.on('error', drop);
   },
-  Get(_call: unknown, cb: (err: { code: number; details: string }) => void): void {
-    cb({ code: 12, details: 'the bench driver only lists' });
-  },
-  Resume(_call: unknown, cb: (err: { code: number; details: string }) => void): void {
-    cb({ code: 12, details: 'the bench driver only lists' });
-  },
 });
 
 serveIpc({
@@ -104,7 +92,6 @@ serveIpc({
   },
   churn: ({ rate }: { rate: number }) => churn(rate),
   stop: () => stop(),
-  watchers: () => watchers.size,
 });
 server.bindAsync(`127.0.0.1:${port}`, ServerCredentials.createInsecure(), (err, bound) => {
   if (err) throw err;

@@ -10,23 +10,10 @@ import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
  * declares the master down after 1 s, the shortest setting operators commonly run.
  */
 
-export const MASTER_NAME = 'sandgate-bench';
+const MASTER_NAME = 'sandgate-bench';
 const DOWN_AFTER_MS = 1000;
 
-export interface BenchSentinel {
-  readonly options: { sentinels: { host: string; port: number }[]; name: string };
-  /** The data node the sentinels currently call master. */
-  masterPort(): Promise<number>;
-  /** Kills (-9) the data node on `port`. */
-  kill(port: number): Promise<void>;
-  /** Resolves with the new master's port once every sentinel reports one other than `from`. */
-  switched(from: number, timeoutMs: number): Promise<number>;
-  /** Calls per command on `port` since it started (INFO commandstats), without INFO itself. */
-  commandCalls(port: number): Promise<Map<string, number>>;
-  /** HLEN of a key on `port`. */
-  hlen(port: number, key: string): Promise<number>;
-  close(): void;
-}
+export type BenchSentinel = Awaited<ReturnType<typeof startBenchSentinel>>;
 
 /** after − before, per command, dropping commands that did not move. */
 export function callDelta(before: ReadonlyMap<string, number>, after: ReadonlyMap<string, number>): Record<string, number> {
@@ -46,7 +33,7 @@ async function until(check: () => Promise<boolean>, timeoutMs: number, what: str
   }
 }
 
-export async function startBenchSentinel(group: ProcessGroup): Promise<BenchSentinel> {
+export async function startBenchSentinel(group: ProcessGroup) {
   const dir = mkdtempSync(join(tmpdir(), 'sandgate-bench-sentinel-'));
   const clients = new Map<number, Redis>();
   const client = (port: number): Redis => {
@@ -99,15 +86,17 @@ export async function startBenchSentinel(group: ProcessGroup): Promise<BenchSent
 
   return {
     options: { sentinels: sentinels.map((port) => ({ host: '127.0.0.1', port })), name: MASTER_NAME },
+    /** The data node the sentinels currently call master. */
     masterPort: () => masterOf(sentinels[0]!),
-    async kill(port) {
+    async kill(port: number) {
       const child = data.get(port);
       if (child === undefined) throw new Error(`no data node on ${port}`);
       clients.get(port)?.disconnect();
       clients.delete(port);
       await child.stop('SIGKILL');
     },
-    async switched(from, timeoutMs) {
+    /** Resolves with the new master's port once every sentinel reports one other than `from`. */
+    async switched(from: number, timeoutMs: number) {
       let to = from;
       await until(
         async () => {
@@ -120,7 +109,8 @@ export async function startBenchSentinel(group: ProcessGroup): Promise<BenchSent
       );
       return to;
     },
-    async commandCalls(port) {
+    /** Calls per command on `port` since it started (INFO commandstats), without INFO itself. */
+    async commandCalls(port: number) {
       const m = new Map<string, number>();
       for (const line of (await client(port).info('commandstats')).split('\n')) {
         const hit = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
@@ -128,7 +118,7 @@ export async function startBenchSentinel(group: ProcessGroup): Promise<BenchSent
       }
       return m;
     },
-    hlen: (port, key) => client(port).hlen(key),
+    hlen: (port: number, key: string) => client(port).hlen(key),
     close() {
       for (const c of clients.values()) c.disconnect();
     },

@@ -1,15 +1,14 @@
 import { connect, type ClientHttp2Session } from 'node:http2';
 import { Pool } from 'undici';
-import { alternateSlices, blocksMeasured, type Measured, type Outcome } from './alternation.js';
-import type { GrpcLoad } from './grpc-load.js';
-import type { GrpcKind } from './grpc-load-worker.js';
-import { row, target, type JudgedFigure, type Row, type TargetResult } from './report.js';
+import { alternateSlices, type AlternationPlan, type Measured, type Outcome } from './alternation.js';
+import { grpcCaller, SAMPLE_EVERY, type GrpcKind, type GrpcLoad } from './grpc-load.js';
+import { row, target, type Row, type SectionOutput, type TargetResult } from './report.js';
 import type { Target } from './targets.js';
 
 /**
  * Comparing two servers, and what a section reads from the comparison. Every comparison is alternation.ts's
- * schedule: blocks, the load switched between the two sides within each block, one pair per block. At a
- * fixed offered rate it measures cost (CPU µs per request of each side's process, read from /proc);
+ * schedule, run in this process over one sender per side (undici, node:http2, or gRPC framed by hand). At
+ * a fixed offered rate it measures cost (CPU µs per request of each side's process, read from /proc);
  * without a rate, each side at its limit (req/s and latency at `inFlight` open).
  *
  * Cost is what the doors are judged on: a req/s ratio between two servers on a shared 2-core machine moves
@@ -17,24 +16,13 @@ import type { Target } from './targets.js';
  * median of the per-block values, printed with its spread (lowest … highest block).
  */
 
-/** Blocks of a comparison, in --quick as in a full run (a full run's blocks are longer). */
-export const BLOCKS = 10;
-
 /**
  * Process instances per side where a verdict sits near its bar: two processes of the same code differ by a
  * per-request offset of their own that lasts the process's life, so the blocks are spread over instance pairs.
  */
 export const INSTANCES = 2;
 
-export interface ComparePlan {
-  /** Requests per second offered to the side whose slice it is; undefined: each side at its limit. */
-  readonly rate?: number | undefined;
-  /** Connections (HTTP/1.1), streams (HTTP/2) or calls (gRPC) open per side at most. */
-  readonly inFlight: number;
-  readonly warmupMs: number;
-  readonly blockMs: number;
-  readonly blocks?: number;
-}
+export type ComparePlan = AlternationPlan;
 
 export interface HttpRequestSpec {
   readonly method: string;
@@ -61,8 +49,11 @@ export interface Trials {
   readonly b: readonly Measured[];
 }
 
+/** Two sides (or instance pairs of them) compared over one plan. */
+export type Pair = (plan: ComparePlan) => Promise<Trials>;
+
 /** Runs `one` for each instance pair (a[i] against b[i]), sharing the blocks out among them, and lays them end to end. */
-export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a: S, b: S, blocks: number) => Promise<Trials>, blocks = BLOCKS): Promise<Trials> {
+export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a: S, b: S, blocks: number) => Promise<Trials>, blocks: number): Promise<Trials> {
   if (a.length === 0 || a.length !== b.length) throw new Error(`instance pairs: ${a.length} against ${b.length}`);
   const out = { a: [] as Measured[], b: [] as Measured[] };
   for (let i = 0; i < a.length; i++) {
@@ -76,31 +67,35 @@ export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a
 /** The certificate names the bench's TLS sides are reached by (tls.ts issues the server's for it). */
 export const TLS_SERVERNAME = 'localhost';
 
-/** Sends one request to a side and reports 200 (allowed) or not; `close` ends its connections. */
+/** Sends the side's next request and reports how it ended; `close` ends its connections. */
 interface Sender {
-  send(spec: HttpRequestSpec, finish: (o: Outcome) => void): void;
-  close(): Promise<unknown>;
+  send(finish: (o: Outcome) => void): void;
+  close(): unknown;
 }
 
-function h1Sender(s: HttpSide, inFlight: number): Sender {
+function h1Sender(s: HttpSide, requests: readonly HttpRequestSpec[], inFlight: number): Sender {
   const connect = s.ca === undefined ? undefined : { ca: s.ca, servername: TLS_SERVERNAME };
   const pool = new Pool(s.url, { connections: inFlight, pipelining: 1, keepAliveTimeout: 60_000, connect });
+  let next = 0;
   return {
-    send: (spec, finish) =>
+    send(finish) {
+      const spec = requests[next++ % requests.length]!;
       void pool.request({ path: spec.path, method: spec.method as 'GET', headers: spec.headers }).then(
         async (res) => {
           await res.body.dump();
           finish(res.statusCode === 200 ? undefined : 'denied');
         },
         (err: Error) => finish(err),
-      ),
+      );
+    },
     close: () => pool.close().catch(() => {}),
   };
 }
 
 /** One HTTP/2 connection, as a browser keeps, its requests multiplexed on it. */
-function h2Sender(s: HttpSide): Sender {
+function h2Sender(s: HttpSide, requests: readonly HttpRequestSpec[]): Sender {
   let session: ClientHttp2Session | undefined;
+  let next = 0;
   const open = (): ClientHttp2Session => {
     if (session === undefined || session.closed || session.destroyed) {
       session = connect(s.url, { ca: s.ca, servername: TLS_SERVERNAME });
@@ -109,9 +104,10 @@ function h2Sender(s: HttpSide): Sender {
     return session;
   };
   return {
-    send: (spec, finish) => {
-      const { host, ...headers } = spec.headers;
-      const st = open().request({ ':method': spec.method, ':path': spec.path, ':authority': host, ...headers });
+    send(finish) {
+      const { method, path, headers } = requests[next++ % requests.length]!;
+      const { host, ...rest } = headers;
+      const st = open().request({ ':method': method, ':path': path, ':authority': host, ...rest });
       let status = 0;
       let failed: Error | undefined;
       st.on('response', (h) => (status = Number(h[':status'])));
@@ -120,35 +116,57 @@ function h2Sender(s: HttpSide): Sender {
       st.resume();
       st.end();
     },
-    close: async () => session?.close(),
+    close: () => session?.close(),
   };
 }
 
-/** The schedule over two senders, one per side, both open for the whole run. */
-async function httpBlocks(plan: ComparePlan, blocks: number, requests: readonly HttpRequestSpec[], a: HttpSide, b: HttpSide): Promise<Trials> {
-  const senders = [a, b].map((s) => (s.h2 === true ? h2Sender(s) : h1Sender(s, plan.inFlight)));
-  const side = (s: HttpSide, sender: Sender) => {
-    let next = 0;
-    return { cpuMicros: () => s.target.cpuMicrosNow(), issue: (finish: (o: Outcome) => void) => sender.send(requests[next++ % requests.length]!, finish) };
+/** Calls over one connection; every SAMPLE_EVERY-th answer is decoded and checked to be an allow. One seed for both sides: where the two name the same number of sandboxes, they are sent the same calls. */
+async function grpcSender(kind: GrpcKind, s: GrpcSide): Promise<Sender> {
+  const c = await grpcCaller(kind, s.target.grpcTarget, s.sandboxes, 0);
+  let answers = 0;
+  return {
+    send: (finish) =>
+      c.call((buf, err) => {
+        if (err !== undefined || buf === undefined) return finish(err ?? new Error('no response message'));
+        finish(++answers % SAMPLE_EVERY === 0 && !c.allowed(buf) ? 'denied' : undefined);
+      }),
+    close: () => c.close(),
   };
-  try {
-    const r = await alternateSlices({ maxInFlight: plan.inFlight, rate: plan.rate, warmupMs: plan.warmupMs, blockMs: plan.blockMs, blocks }, { a: side(a, senders[0]!), b: side(b, senders[1]!) });
-    return blocksMeasured(r, plan.blockMs);
-  } finally {
-    await Promise.all(senders.map((s) => s.close()));
-  }
 }
 
-/** Two HTTP servers (or instance pairs of them) compared by alternation. */
-export function compareHttp(plan: ComparePlan, requests: readonly HttpRequestSpec[], a: readonly HttpSide[], b: readonly HttpSide[]): Promise<Trials> {
-  return overInstances(a, b, (x, y, blocks) => httpBlocks(plan, blocks, requests, x, y), plan.blocks);
+/** The schedule over one sender per side, both open for the whole run, for each instance pair. */
+function pair<S extends { readonly target: Target }>(a: readonly S[], b: readonly S[], open: (s: S, plan: ComparePlan) => Sender | Promise<Sender>): Pair {
+  return (plan) =>
+    overInstances(
+      a,
+      b,
+      async (x, y, blocks) => {
+        const senders: Sender[] = [];
+        try {
+          for (const s of [x, y]) senders.push(await open(s, plan));
+          const side = (s: S, sender: Sender) => ({ cpuMicros: () => s.target.cpuMicrosNow(), issue: sender.send });
+          return await alternateSlices({ ...plan, blocks }, { a: side(x, senders[0]!), b: side(y, senders[1]!) });
+        } finally {
+          await Promise.all(senders.map((s) => s.close()));
+        }
+      },
+      plan.blocks,
+    );
 }
 
-/** Two gRPC servers (or instance pairs of them) compared by alternation, run by the load process. */
-export function compareGrpc(plan: ComparePlan, load: GrpcLoad, kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Promise<Trials> {
-  const side = (s: GrpcSide) => ({ target: s.target.grpcTarget, pid: s.target.pid, sandboxes: s.sandboxes });
-  const { rate, warmupMs, blockMs } = plan;
-  return overInstances(a, b, (x, y, blocks) => load.alternate({ a: side(x), b: side(y), kind, maxInFlight: plan.inFlight, rate, warmupMs, blockMs, blocks }), plan.blocks);
+/** Two HTTP servers (or instance pairs of them), each sent `requests` in turn. */
+export function httpPair(requests: readonly HttpRequestSpec[], a: readonly HttpSide[], b: readonly HttpSide[]): Pair {
+  return pair(a, b, (s, plan) => (s.h2 === true ? h2Sender(s, requests) : h1Sender(s, requests, plan.inFlight)));
+}
+
+/** Two gRPC servers (or instance pairs of them), sent Envoy-shaped calls of `kind`. */
+export function grpcPair(kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Pair {
+  return pair(a, b, (s) => grpcSender(kind, s));
+}
+
+/** grpcPair(kind, a, b)(plan), in the shape scale.ts calls it: the comparison runs in this process, `_load` is not used. */
+export function compareGrpc(plan: ComparePlan, _load: GrpcLoad, kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Promise<Trials> {
+  return grpcPair(kind, a, b)(plan);
 }
 
 export interface Spread {
@@ -167,10 +185,6 @@ export function spread(values: readonly number[]): Spread {
   return { median, min: sorted[0]!, max: sorted[n - 1]!, values };
 }
 
-export function judgedFigure(s: Spread, unit: string): JudgedFigure {
-  return { median: s.median, min: s.min, max: s.max, unit };
-}
-
 /** The median over blocks of one figure of a side. */
 export function medianOf(ms: readonly Measured[], f: (m: Measured) => number): number {
   return spread(ms.map(f)).median;
@@ -184,7 +198,13 @@ export function cpuPerRequest(m: Measured): number {
 /** A block sustained its offered rate when it answered ≥ this share of it, without errors. */
 const SUSTAINED = 0.95;
 
+export interface Names {
+  readonly a: string;
+  readonly b: string;
+}
+
 export interface CostComparison extends Trials {
+  readonly names: Names;
   /** Requests per second offered to both. */
   readonly rate: number;
   readonly aUs: Spread;
@@ -195,7 +215,7 @@ export interface CostComparison extends Trials {
   readonly shortfalls: readonly string[];
 }
 
-export function compareCost(rate: number, trials: Trials, names: { a: string; b: string }): CostComparison {
+export function compareCost(rate: number, trials: Trials, names: Names): CostComparison {
   const shortfalls: string[] = [];
   for (const [name, list] of [[names.a, trials.a], [names.b, trials.b]] as const) {
     list.forEach((m, k) => {
@@ -204,7 +224,12 @@ export function compareCost(rate: number, trials: Trials, names: { a: string; b:
   }
   const aUs = trials.a.map(cpuPerRequest);
   const bUs = trials.b.map(cpuPerRequest);
-  return { rate, a: trials.a, b: trials.b, aUs: spread(aUs), bUs: spread(bUs), diffUs: spread(aUs.map((x, k) => x - bUs[k]!)), shortfalls };
+  return { names, rate, a: trials.a, b: trials.b, aUs: spread(aUs), bUs: spread(bUs), diffUs: spread(aUs.map((x, k) => x - bUs[k]!)), shortfalls };
+}
+
+/** `pair` at `rate` req/s offered, at most `inFlight` open per side. */
+export async function measureCost(pair: Pair, plan: ComparePlan, rate: number, names: Names): Promise<CostComparison> {
+  return compareCost(rate, await pair({ ...plan, rate }), names);
 }
 
 export interface RateComparison extends Trials {
@@ -228,35 +253,6 @@ export function formatRatio(s: Spread): string {
   return `${s.median.toFixed(2)}× (spread ${s.min.toFixed(2)} … ${s.max.toFixed(2)})`;
 }
 
-/**
- * CPU per request of each side and what it makes a core worth (1e6 ÷ µs: req/s one core answers), then,
- * when measured, req/s of each side at their limit.
- */
-export function costRows(label: string, cost: CostComparison, rate: RateComparison | undefined, note?: string): Row[] {
-  const out = [
-    row(`CPU per request ${label}, ${cost.rate} req/s offered`, 'µs', cost.aUs.median, cost.bUs.median, note),
-    row(`req/s per core ${label} (1e6 ÷ CPU per request)`, 'req/s', 1e6 / cost.aUs.median, 1e6 / cost.bUs.median, note),
-  ];
-  if (rate !== undefined) out.push(row(`req/s at the limit ${label}`, 'req/s', medianOf(rate.a, (m) => m.rps), medianOf(rate.b, (m) => m.rps), note));
-  return out;
-}
-
-/** req/s, p50 and p99 of one operating point at the limit, each side's median over the blocks. */
-export function limitRows(label: string, r: Trials, note?: string): Row[] {
-  return [
-    row(`req/s ${label}`, 'req/s', medianOf(r.a, (m) => m.rps), medianOf(r.b, (m) => m.rps), note),
-    row(`p50 ${label}`, 'µs', medianOf(r.a, (m) => m.latency.p50), medianOf(r.b, (m) => m.latency.p50), note),
-    row(`p99 ${label}`, 'µs', medianOf(r.a, (m) => m.latency.p99), medianOf(r.b, (m) => m.latency.p99), note),
-  ];
-}
-
-/** Notes: the difference with its spread, and any block that did not sustain the offered rate. */
-export function costNotes(label: string, cost: CostComparison): string[] {
-  const out = [`${label}: CPU per request ${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs; difference ${formatDiff(cost.diffUs)}`];
-  if (cost.shortfalls.length > 0) out.push(`${label}: the offered ${cost.rate} req/s was not sustained (${cost.shortfalls.join('; ')}): its CPU per request is of a saturated process`);
-  return out;
-}
-
 /** The verdict on the cost difference (median of the pairs ≤ limitUs), with the req/s ratio and its own bar beside it. */
 export function costTarget(name: string, limitUs: number, cost: CostComparison, rate?: { readonly r: RateComparison; readonly min: number }): TargetResult {
   const rateText = rate === undefined ? '' : `; req/s ${formatRatio(rate.r.ratio)} (bar ≥ ${rate.min}×: ${rate.r.ratio.median >= rate.min ? 'met' : 'not met'})`;
@@ -269,7 +265,7 @@ export function costTarget(name: string, limitUs: number, cost: CostComparison, 
 }
 
 /** Problems that make a block's figures suspect (nothing answered, errors, denials where allows were expected). */
-export function trialProblems(names: { a: string; b: string }, r: Trials): string[] {
+export function trialProblems(names: Names, r: Trials): string[] {
   const problems = (what: string, m: Measured): string[] => {
     const first = m.firstError === undefined ? '' : ` (${m.firstError})`;
     if (m.completed === 0) return [`${what}: no request completed${first}`];
@@ -278,12 +274,50 @@ export function trialProblems(names: { a: string; b: string }, r: Trials): strin
   return [...r.a.flatMap((m, k) => problems(`${names.a} block ${k + 1}`, m)), ...r.b.flatMap((m, k) => problems(`${names.b} block ${k + 1}`, m))];
 }
 
+/** A section's rows, notes and targets, gathered as it measures. */
+export class Findings {
+  readonly rows: Row[] = [];
+  readonly notes: string[] = [];
+  readonly targets: TargetResult[] = [];
+
+  /**
+   * CPU per request of each side and what it makes a core worth (1e6 ÷ µs: req/s one core answers), req/s
+   * at the limit when `limit` was measured; notes: the difference with its spread, blocks that did not
+   * sustain the offered rate, blocks with problems. `title` names the comparison in the notes.
+   */
+  cost(label: string, cost: CostComparison, opts: { readonly note?: string; readonly limit?: RateComparison; readonly title?: string } = {}): void {
+    const { note, limit, title = label } = opts;
+    this.rows.push(
+      row(`CPU per request ${label}, ${cost.rate} req/s offered`, 'µs', cost.aUs.median, cost.bUs.median, note),
+      row(`req/s per core ${label} (1e6 ÷ CPU per request)`, 'req/s', 1e6 / cost.aUs.median, 1e6 / cost.bUs.median, note),
+    );
+    if (limit !== undefined) this.rows.push(row(`req/s at the limit ${label}`, 'req/s', medianOf(limit.a, (m) => m.rps), medianOf(limit.b, (m) => m.rps), note));
+    this.notes.push(`${title}: CPU per request ${cost.aUs.median.toFixed(1)} vs ${cost.bUs.median.toFixed(1)} µs; difference ${formatDiff(cost.diffUs)}`);
+    if (cost.shortfalls.length > 0) this.notes.push(`${title}: the offered ${cost.rate} req/s was not sustained (${cost.shortfalls.join('; ')}): its CPU per request is of a saturated process`);
+    this.problems(title, cost.names, cost);
+    if (limit !== undefined) this.problems(`${title} at the limit`, cost.names, limit);
+  }
+
+  /** req/s, p50 and p99 of one operating point at the limit, each side's median over the blocks; blocks with problems as notes. */
+  limit(label: string, r: Trials, names: Names, note?: string): void {
+    this.rows.push(
+      row(`req/s ${label}`, 'req/s', medianOf(r.a, (m) => m.rps), medianOf(r.b, (m) => m.rps), note),
+      row(`p50 ${label}`, 'µs', medianOf(r.a, (m) => m.latency.p50), medianOf(r.b, (m) => m.latency.p50), note),
+      row(`p99 ${label}`, 'µs', medianOf(r.a, (m) => m.latency.p99), medianOf(r.b, (m) => m.latency.p99), note),
+    );
+    this.problems(label, names, r);
+  }
+
+  private problems(title: string, names: Names, r: Trials): void {
+    this.notes.push(...trialProblems(names, r).map((p) => `${title}: ${p}`));
+  }
+
+  output(baseline: string): SectionOutput {
+    return { baseline, rows: this.rows, targets: this.targets, notes: this.notes };
+  }
+}
+
 export function round2(v: number): number {
   return Math.round(v * 100) / 100;
 }
 
-/** The raw figures of a comparison, for the JSON file: one record per side and block. */
-export function trialsData(r: Trials): Record<string, unknown> {
-  const one = (m: Measured) => ({ rps: Math.round(m.rps), p50us: m.latency.p50, p99us: m.latency.p99, completed: m.completed, errors: m.errors, cpuUsPerRequest: round2(cpuPerRequest(m)) });
-  return { a: r.a.map(one), b: r.b.map(one) };
-}

@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ProcessTreeTarget } from './proc-cpu.js';
@@ -11,20 +11,19 @@ import { answers, freePort, sleep, type ProcessGroup } from './processes.js';
 
 export type NginxFound = { readonly bin: string } | { readonly skipped: string };
 
-function run(cmd: string, args: readonly string[]): Promise<string | undefined> {
-  return new Promise((resolve) => {
-    execFile(cmd, [...args], { timeout: 10_000, encoding: 'utf8' }, (err, stdout, stderr) => resolve(err === null ? `${stdout}${stderr}` : undefined));
-  });
+function run(cmd: string, args: readonly string[]): string | undefined {
+  const r = spawnSync(cmd, args, { timeout: 10_000, encoding: 'utf8' });
+  return r.status === 0 ? r.stdout + r.stderr : undefined;
 }
 
 /** nginx with every one of `modules` (as `nginx -V` names them), or why there is none. */
-export async function findNginx(modules: readonly string[]): Promise<NginxFound> {
-  const onPath = (await run('sh', ['-c', 'command -v nginx']))?.trim();
+export function findNginx(modules: readonly string[]): NginxFound {
+  const onPath = run('sh', ['-c', 'command -v nginx'])?.trim();
   // A non-login shell of a non-root user may lack /usr/sbin on its PATH.
   const bin = onPath !== undefined && onPath !== '' ? onPath : ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
   if (bin === undefined) return { skipped: 'nginx is not installed' };
   // `nginx -V` prints its build options (on stderr), among them the optional modules compiled in.
-  const v = await run(bin, ['-V']);
+  const v = run(bin, ['-V']);
   if (v === undefined) return { skipped: `${bin} -V failed` };
   const missing = modules.filter((m) => !v.includes(m));
   return missing.length > 0 ? { skipped: `${bin} was built without ${missing.join(', ')}` } : { bin };

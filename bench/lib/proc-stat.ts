@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
 /**
@@ -13,15 +13,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 let ticksPerSecond: number | undefined;
 
 function clockTicks(): number {
-  if (ticksPerSecond === undefined) {
-    let n = Number.NaN;
-    try {
-      n = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
-    } catch {
-      // getconf missing: Linux has used 100 ticks per second on every common architecture for decades.
-    }
-    ticksPerSecond = Number.isFinite(n) && n > 0 ? n : 100;
-  }
+  // Without getconf: Linux has used 100 ticks per second on every common architecture for decades.
+  ticksPerSecond ??= Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout?.trim()) || 100;
   return ticksPerSecond;
 }
 

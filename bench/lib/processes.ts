@@ -81,8 +81,8 @@ export class Child {
   }
 
   /** Resolves with the child's `{ready}` message (bench children send one when they listen). */
-  ready(timeoutMs = 60_000): Promise<Record<string, unknown>> {
-    return withTimeout(this.readyInfo, timeoutMs, `${this.name} was not ready within ${timeoutMs} ms`);
+  ready(): Promise<Record<string, unknown>> {
+    return withTimeout(this.readyInfo, 60_000, `${this.name} was not ready within 60 s`);
   }
 
   /** One IPC request; rejects when the child answers with an error or exits. */
@@ -135,8 +135,8 @@ export class ProcessGroup {
   }
 
   /** SIGTERM to every child still running (in reverse start order), then SIGKILL after the grace. */
-  async stopAll(graceMs = 10_000): Promise<void> {
-    for (const c of this.children.reverse()) await c.stop('SIGTERM', graceMs);
+  async stopAll(): Promise<void> {
+    for (const c of this.children.reverse()) await c.stop();
     this.children.length = 0;
   }
 }

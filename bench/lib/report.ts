@@ -25,23 +25,13 @@ export type Verdict = 'PASS' | 'FAIL' | 'SKIP';
 
 export interface TargetResult {
   readonly verdict: Verdict;
-  /** The target as the issue states it. */
   readonly target: string;
   /** What was measured, or why it was skipped. */
   readonly detail: string;
-  /** The judged figure as the median of paired trials with its spread, to compare a quick run with a full one. */
-  readonly judged?: JudgedFigure | undefined;
 }
 
-export interface JudgedFigure {
-  readonly median: number;
-  readonly min: number;
-  readonly max: number;
-  readonly unit: string;
-}
-
-export function target(name: string, pass: boolean | undefined, detail: string, judged?: JudgedFigure): TargetResult {
-  return { verdict: pass === undefined ? 'SKIP' : pass ? 'PASS' : 'FAIL', target: name, detail, judged };
+export function target(name: string, pass: boolean | undefined, detail: string): TargetResult {
+  return { verdict: pass === undefined ? 'SKIP' : pass ? 'PASS' : 'FAIL', target: name, detail };
 }
 
 export interface SectionOutput {

@@ -26,9 +26,9 @@ export function sandboxAddress(i: number): string {
   return `10.${(i >>> 16) & 255}.${(i >>> 8) & 255}.${i & 255}`;
 }
 
-/** The host an Envoy in front of sandgate sees: `<port>-<name>.<namespace>.<base-domain>`. */
-export function sandboxHost(i: number, baseDomain = 'localhost'): string {
-  return `${ROUTE_PORT}-${sandboxName(i)}.${sandboxNamespace(i)}.${baseDomain}`;
+/** The host a request for sandbox `i` names: `<port>-<name>.<namespace>.localhost`. */
+export function sandboxHost(i: number, port = ROUTE_PORT): string {
+  return `${port}-${sandboxName(i)}.${sandboxNamespace(i)}.localhost`;
 }
 
 /** The upstream the gateway answers for sandbox `i` (what the bare baselines answer too). */
@@ -88,13 +88,13 @@ export function decodedSnapshots(from: number, count: number): BackendSnapshot[]
 /** 16 distinct Hosts: enough to keep the gateway from answering one sandbox from a hot cache line. */
 const DISTINCT_REQUESTS = 16;
 
-/** A browser-like GET of `path`, to DISTINCT_REQUESTS of the sandboxes, each named by `host(i)`. */
-function browserGets(sandboxes: number, path: string, host: (i: number) => string): HttpRequestSpec[] {
+/** A browser-like GET of `path`, to DISTINCT_REQUESTS of the sandboxes, each named by its host on `port`. */
+function browserGets(sandboxes: number, path: string, port = ROUTE_PORT): HttpRequestSpec[] {
   return Array.from({ length: DISTINCT_REQUESTS }, (_, k) => ({
     method: 'GET',
     path,
     headers: {
-      host: host((k * 7919) % sandboxes),
+      host: sandboxHost((k * 7919) % sandboxes, port),
       accept: 'application/json',
       'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0',
       'x-forwarded-for': '203.0.113.7',
@@ -106,19 +106,15 @@ function browserGets(sandboxes: number, path: string, host: (i: number) => strin
 
 /** What nginx auth_request / Envoy's http_service send: the original Host and path under /authz. */
 export function authzRequests(sandboxes: number): HttpRequestSpec[] {
-  return browserGets(sandboxes, '/authz/api/v1/files?path=%2Fhome%2Fuser', (i) => sandboxHost(i));
+  return browserGets(sandboxes, '/authz/api/v1/files?path=%2Fhome%2Fuser');
 }
 
 /** What upstream-server.ts answers to every request: a proxy that returns it did reach the bench's upstream. */
 export const UPSTREAM_BODY = '{"ok":true,"server":"sandgate-bench-upstream"}\n';
 
-function loopbackHost(i: number, port: number): string {
-  return `${port}-${sandboxName(i)}.${sandboxNamespace(i)}.localhost`;
-}
-
 /** A browser-like GET to sandbox paths, spread over `sandboxes` by Host. */
 export function proxyRequests(sandboxes: number, upstreamPort: number): HttpRequestSpec[] {
-  return browserGets(sandboxes, '/api/v1/files?path=%2Fhome%2Fuser', (i) => loopbackHost(i, upstreamPort));
+  return browserGets(sandboxes, '/api/v1/files?path=%2Fhome%2Fuser', upstreamPort);
 }
 
 /** One request with `host` through `side` (fetch may not set Host), over TLS when its url is https. */
@@ -142,7 +138,7 @@ function probe(side: HttpSide, host: string): Promise<{ status: number; body: st
 /** Throws unless every side carries a request for sandbox 0 to the bench's upstream on `upstreamPort`, and nowhere else. */
 export async function checkReachesUpstream(sides: readonly HttpSide[], upstreamPort: number): Promise<void> {
   for (const s of sides) {
-    const r = await probe(s, loopbackHost(0, upstreamPort));
+    const r = await probe(s, sandboxHost(0, upstreamPort));
     if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${s.target.name} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
   }
 }

@@ -6,13 +6,12 @@ import { processCpuMicros } from './proc-stat.js';
 import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
 
 /**
- * The processes under test: the gateway started from its CLI exactly as an operator starts it, and the
- * bare baselines. Every one carries the heap probe (heap-probe.ts) so the runner can ask it for heap after
- * GC; its CPU time is read from /proc (proc-stat.ts); with `--cpu-prof` it writes a V8 CPU profile on exit.
+ * The processes under test: the gateway started from its CLI as an operator starts it, and the bare
+ * baselines, each carrying the heap probe (heap-probe.ts); with `--cpu-prof` each writes a V8 CPU profile
+ * into `profileDir` on exit.
  */
 
 export interface TargetOptions {
-  /** Write a .cpuprofile into this folder when the process exits. */
   readonly profileDir?: string | undefined;
 }
 
@@ -38,7 +37,7 @@ export class Target {
     return 'ws://127.0.0.1:' + this.port('supervisor');
   }
 
-  /** `http://127.0.0.1:<port>` of a listener by its flag's name (`proxy` for `--proxy-port`). */
+  /** A listener by its flag's name (`proxy` for `--proxy-port`). */
   url(port: string, scheme = 'http'): string {
     return `${scheme}://127.0.0.1:${this.port(port)}`;
   }
@@ -53,7 +52,6 @@ export class Target {
     return this.child.request<HeapFacts>('heap', {}, 60_000);
   }
 
-  /** The process's id; throws when it never started. */
   get pid(): number {
     const pid = this.child.proc.pid;
     if (pid === undefined) throw new Error(`${this.name} has no process`);
@@ -72,7 +70,7 @@ export class Target {
   }
 }
 
-/** The gateway refused to start; `reason` is what it printed (for "skipped: …" lines). */
+/** The gateway refused to start; `reason` is what it printed. */
 export class TargetStartError extends Error {
   constructor(
     readonly target: string,
@@ -101,17 +99,14 @@ function nodeFlags(name: string, opts: TargetOptions): string[] {
 
 export interface GatewaySpec {
   readonly name: string;
-  /** File driver input. */
+  /** A sandboxes file. */
   readonly sandboxes?: string;
   /** `grpc://…` remote drivers. */
   readonly drivers?: readonly string[];
   /** A certificate pair: the proxy's TLS listener (`--proxy-tls-port`) is opened too. */
   readonly tls?: { readonly certFile: string; readonly keyFile: string };
-  /** Any further `--flag value` pairs. */
   readonly args?: readonly string[];
-  /** How long to wait for /readyz (a 100k-entry file takes a few seconds to load). */
   readonly readyTimeoutMs?: number;
-  /** Further environment variables (`OTEL_*`: tracing). */
   readonly env?: Readonly<Record<string, string>>;
 }
 
@@ -121,16 +116,6 @@ let knownFlags: ReadonlySet<string> | undefined;
 function cliFlags(): ReadonlySet<string> {
   knownFlags ??= new Set(execFileSync(process.execPath, [CLI, 'config', '--markdown'], { encoding: 'utf8' }).match(/`--[a-z0-9-]+`/g)?.map((f) => f.slice(1, -1)));
   return knownFlags;
-}
-
-async function getStatus(url: string): Promise<number | undefined> {
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
-    await res.arrayBuffer();
-    return res.status;
-  } catch {
-    return undefined;
-  }
 }
 
 /**
@@ -167,7 +152,9 @@ export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts:
       await child.stop('SIGKILL');
       throw new TargetStartError(spec.name, (refused ?? child.tail.at(-1) ?? 'exited without a message').replace(/^sandgate:\s*/, ''));
     }
-    if ((await getStatus(`http://127.0.0.1:${ports.admin}/readyz`)) === 200) return new Target(child, ports);
+    const res = await fetch(`http://127.0.0.1:${ports.admin}/readyz`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined);
+    await res?.arrayBuffer();
+    if (res?.status === 200) return new Target(child, ports);
     await sleep(50);
   }
   await child.stop('SIGKILL');
@@ -179,5 +166,5 @@ export async function startBare(group: ProcessGroup, name: string, script: strin
   const port = await freePort();
   const child = group.node(name, benchScript(script), [String(port), ...args], { execArgv: nodeFlags(name, opts) });
   const bound = Number((await child.ready()).port);
-  return new Target(child, { grpc: bound, admin: bound, supervisor: bound, main: bound });
+  return new Target(child, { grpc: bound, admin: bound, main: bound });
 }

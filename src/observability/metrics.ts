@@ -26,6 +26,31 @@ const CODE_INDEX = new Map(CODES.map((c, i) => [c, i]));
 const SLOTS_PER_DOOR = 1 + CODES.length;
 const DOOR_INDEX: Readonly<Record<Door, number>> = { ext_authz: 0, ext_proc: 1, http_authz: 2, proxy: 3 };
 
+/** A gauge set, when scraped, to what `read` returns: its source keeps the value, not the metrics. */
+function scrapedGauge(registry: Registry, name: string, help: string, read: () => number): void {
+  new Gauge({
+    name,
+    help,
+    registers: [registry],
+    collect() {
+      this.set(read());
+    },
+  });
+}
+
+/** A counter set, when scraped, to the running total `read` returns: its source keeps the count. */
+function mirroredCounter(registry: Registry, name: string, help: string, read: () => number): void {
+  new Counter({
+    name,
+    help,
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(read());
+    },
+  });
+}
+
 /** The listeners whose handlers run under the request guard (lib/request-guard.ts). */
 export const LISTENERS = ['proxy', 'relay', 'admin', 'ops', 'supervisor'] as const;
 export type ListenerLabel = (typeof LISTENERS)[number];
@@ -131,14 +156,7 @@ export class GatewayMetrics {
         for (const [reason, n] of Object.entries(view.refusedIdCounts())) this.set({ reason }, n);
       },
     });
-    new Gauge({
-      name: 'sandgate_view_sandboxes',
-      help: 'Sandboxes in the view',
-      registers,
-      collect() {
-        this.set(view.size);
-      },
-    });
+    scrapedGauge(this.registry, 'sandgate_view_sandboxes', 'Sandboxes in the view', () => view.size);
     new Gauge({
       name: 'sandgate_view_sandboxes_by_phase',
       help: `Sandboxes in the view by public phase (${PUBLIC_PHASES.join(', ')})`,
@@ -153,33 +171,9 @@ export class GatewayMetrics {
 
   /** Exposes the watch streams' counts (read at scrape time). */
   watchWatchers(source: { readonly watchers: number; readonly serialized: number; readonly dropped: number }): void {
-    const registers = [this.registry];
-    new Gauge({
-      name: 'sandgate_api_watchers',
-      help: 'Watch streams (/v1/sandboxes/watch) open on this gateway',
-      registers,
-      collect() {
-        this.set(source.watchers);
-      },
-    });
-    new Counter({
-      name: 'sandgate_api_watch_changes_serialized_total',
-      help: 'View changes serialized for watch streams: once per change, shared by every watcher that may see it',
-      registers,
-      collect() {
-        this.reset();
-        this.inc(source.serialized);
-      },
-    });
-    new Counter({
-      name: 'sandgate_api_watchers_dropped_total',
-      help: 'Watch streams dropped for falling more than --watch-max-buffer-bytes behind',
-      registers,
-      collect() {
-        this.reset();
-        this.inc(source.dropped);
-      },
-    });
+    scrapedGauge(this.registry, 'sandgate_api_watchers', 'Watch streams (/v1/sandboxes/watch) open on this gateway', () => source.watchers);
+    mirroredCounter(this.registry, 'sandgate_api_watch_changes_serialized_total', 'View changes serialized for watch streams: once per change, shared by every watcher that may see it', () => source.serialized);
+    mirroredCounter(this.registry, 'sandgate_api_watchers_dropped_total', 'Watch streams dropped for falling more than --watch-max-buffer-bytes behind', () => source.dropped);
   }
 
   /** Exposes supervisor session counts (read at scrape time; sessions know nothing of metrics). */
@@ -190,30 +184,9 @@ export class GatewayMetrics {
     readonly relay: { readonly active: number };
   }): void {
     const registers = [this.registry];
-    new Gauge({
-      name: 'sandgate_relay_streams',
-      help: 'Relay streams open or opening over this gateway\'s supervisor sessions',
-      registers,
-      collect() {
-        this.set(source.relay.active);
-      },
-    });
-    new Gauge({
-      name: 'sandgate_sessions_active',
-      help: 'Supervisor sessions accepted on this gateway',
-      registers,
-      collect() {
-        this.set(source.size);
-      },
-    });
-    new Gauge({
-      name: 'sandgate_sessions_connections',
-      help: 'Supervisor sockets open on this gateway, including those before hello',
-      registers,
-      collect() {
-        this.set(source.connections);
-      },
-    });
+    scrapedGauge(this.registry, 'sandgate_relay_streams', 'Relay streams open or opening over this gateway\'s supervisor sessions', () => source.relay.active);
+    scrapedGauge(this.registry, 'sandgate_sessions_active', 'Supervisor sessions accepted on this gateway', () => source.size);
+    scrapedGauge(this.registry, 'sandgate_sessions_connections', 'Supervisor sockets open on this gateway, including those before hello', () => source.connections);
     new Counter({
       name: 'sandgate_sessions_closes_total',
       help: `Supervisor sockets closed, by WebSocket close code, whichever side closed (${COUNTED_CLOSE_CODES.join(', ')}, other)`,
@@ -237,32 +210,9 @@ export class GatewayMetrics {
     pools.push(pool);
     if (pools.length > 1) return;
     const sum = (of: (p: H2cPoolGauges) => number): number => pools.reduce((n, p) => n + of(p), 0);
-    const registers = [this.registry];
-    new Gauge({
-      name: 'sandgate_proxy_h2c_sessions',
-      help: 'HTTP/2 connections open or opening from the embedded proxy and the relay listener to h2c sandbox ports',
-      registers,
-      collect() {
-        this.set(sum((p) => p.sessions));
-      },
-    });
-    new Gauge({
-      name: 'sandgate_proxy_h2c_streams',
-      help: 'Streams open or opening on the HTTP/2 connections of the embedded proxy and the relay listener to h2c sandbox ports',
-      registers,
-      collect() {
-        this.set(sum((p) => p.streams));
-      },
-    });
-    new Counter({
-      name: 'sandgate_proxy_h2c_refused_total',
-      help: 'Requests to h2c sandbox ports refused (429 too_many_connections, gRPC RESOURCE_EXHAUSTED) because every connection to their port carried --h2c-max-streams-per-session and the port had --h2c-max-sessions-per-upstream',
-      registers,
-      collect() {
-        this.reset();
-        this.inc(sum((p) => p.refused));
-      },
-    });
+    scrapedGauge(this.registry, 'sandgate_proxy_h2c_sessions', 'HTTP/2 connections open or opening from the embedded proxy and the relay listener to h2c sandbox ports', () => sum((p) => p.sessions));
+    scrapedGauge(this.registry, 'sandgate_proxy_h2c_streams', 'Streams open or opening on the HTTP/2 connections of the embedded proxy and the relay listener to h2c sandbox ports', () => sum((p) => p.streams));
+    mirroredCounter(this.registry, 'sandgate_proxy_h2c_refused_total', 'Requests to h2c sandbox ports refused (429 too_many_connections, gRPC RESOURCE_EXHAUSTED) because every connection to their port carried --h2c-max-streams-per-session and the port had --h2c-max-sessions-per-upstream', () => sum((p) => p.refused));
   }
 
   /**
@@ -289,22 +239,8 @@ export class GatewayMetrics {
         this.set({ state: 'not_ready' }, notReady ? 1 : 0);
       },
     });
-    new Gauge({
-      name: 'sandgate_presence_degraded',
-      help: 'Whether the presence store cannot reach Redis and serves from its mirror (1) or is healthy (0)',
-      registers,
-      collect() {
-        this.set(source.presenceDegraded().length > 0 ? 1 : 0);
-      },
-    });
-    new Gauge({
-      name: 'sandgate_auth_keys_degraded',
-      help: 'Whether the API key store cannot reach Redis and serves from its mirror (1) or is healthy (0)',
-      registers,
-      collect() {
-        this.set(source.keysDegraded().length > 0 ? 1 : 0);
-      },
-    });
+    scrapedGauge(this.registry, 'sandgate_presence_degraded', 'Whether the presence store cannot reach Redis and serves from its mirror (1) or is healthy (0)', () => source.presenceDegraded().length > 0 ? 1 : 0);
+    scrapedGauge(this.registry, 'sandgate_auth_keys_degraded', 'Whether the API key store cannot reach Redis and serves from its mirror (1) or is healthy (0)', () => source.keysDegraded().length > 0 ? 1 : 0);
   }
 
   /** The counter of faults in one listener's handlers, for its request guard. */

@@ -227,6 +227,7 @@ describe('link URL parts', () => {
     expect(withoutTokenParam(path)).toBe(want);
   });
 
+  // One Cookie header per row and what is left of it: the cases are inputs and outputs of one pure function.
   it.each([
     ['sandgate_session=t', undefined],
     ['a=1; sandgate_session=t; b=2', 'a=1; b=2'],

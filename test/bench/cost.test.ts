@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import type { Measured } from '../../bench/lib/alternation.js';
-import { BLOCKS, compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/compare.js';
+import { compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/compare.js';
 import { latencies, summarise } from '../../bench/lib/histogram.js';
 import { processCpuMicros } from '../../bench/lib/proc-stat.js';
 
@@ -58,12 +58,13 @@ describe('bench cost figures', () => {
   });
 
   it('shares the blocks of a comparison out among instance pairs, each a[i] against b[i], and lays them end to end', async () => {
+    const BLOCKS = 10;
     const calls: string[] = [];
     const r = await overInstances(['g1', 'g2'], ['f1', 'f2'], (a, b, blocks) => {
       calls.push(`${a}-${b}-${blocks}`);
       const list = (cpu: number) => Array.from({ length: blocks }, () => trial(100, cpu));
       return Promise.resolve({ a: list(a === 'g1' ? 0.1 : 0.2), b: list(0.1) });
-    });
+    }, BLOCKS);
     expect(calls).toEqual([`g1-f1-${BLOCKS / 2}`, `g2-f2-${BLOCKS / 2}`]);
     expect(r.a).toHaveLength(BLOCKS);
     expect(r.b).toHaveLength(BLOCKS);
@@ -71,6 +72,6 @@ describe('bench cost figures', () => {
     const c = compareCost(50, r, { a: 'g', b: 'f' });
     expect(c.diffUs.values.slice(0, BLOCKS / 2).every((d) => d === 0)).toBe(true);
     expect(c.diffUs.values.slice(BLOCKS / 2).every((d) => d > 0)).toBe(true);
-    await expect(overInstances(['g1'], ['f1', 'f2'], () => Promise.resolve({ a: [], b: [] }))).rejects.toThrow('instance pairs: 1 against 2');
+    await expect(overInstances(['g1'], ['f1', 'f2'], () => Promise.resolve({ a: [], b: [] }), BLOCKS)).rejects.toThrow('instance pairs: 1 against 2');
   });
 });

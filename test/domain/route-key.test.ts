@@ -16,6 +16,8 @@ function req(p: { headers?: Record<string, string>; host?: string; path?: string
 
 type Want = { namespace?: string; name?: string; id?: string; port: number; path?: string; source: string } | 'reject' | 'none';
 
+// One row per request and what parseRoute makes of it, grouped by route source: the table is the
+// specification, so rows that differ in one value stay rows.
 const cases: [string, Parameters<typeof req>[0], Want][] = [
   // headers
   ['headers: all three', { headers: { 'x-sandbox-namespace': 'team-a', 'x-sandbox-id': 'web', 'x-sandbox-port': '8000' } }, { namespace: 'team-a', name: 'web', port: 8000, source: 'headers' }],

@@ -388,6 +388,7 @@ describe('sandbox codec', () => {
 });
 
 describe('backoffDelay', () => {
+  // [attempt, random draw, delay ms]: the formula's edges (the first attempt, the cap, a zero draw) as rows.
   it.each([
     [0, 0.999, 99],
     [1, 0.999, 199],

@@ -30,6 +30,8 @@ interface Row {
   readonly reason: string;
 }
 
+// One row per fixture state and the phase it composes to: the table is the specification, so rows
+// that differ in one value stay rows.
 const TABLE: readonly Row[] = [
   { what: 'agent-sandbox Ready=True, no session', snapshot: () => agent('ready'), phase: 'Provisioning', reason: 'SupervisorNotConnected' },
   { what: 'agent-sandbox Ready=True with a session', snapshot: () => agent('ready'), presence: SESSION, phase: 'Ready', reason: 'DependenciesReady' },

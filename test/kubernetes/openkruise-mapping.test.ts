@@ -15,6 +15,7 @@ interface Row {
   readonly revision?: { desired: string; current: string };
 }
 
+// One row per fixture object and what the mapping reads from it: rows that differ in one value stay rows.
 const TABLE: readonly Row[] = [
   { name: 'running', state: 'ready', ready: { status: 'True', reason: 'PodReady' }, addresses: ['10.1.0.23'], revision: { desired: 'f8d7967bc', current: 'f8d7967bc' } },
   // Seed step 2: template changed, Ready=False reason PodReady while the pod is updated in place.

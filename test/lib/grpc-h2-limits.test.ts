@@ -18,6 +18,8 @@ import { data, grpcHeaders, rawH2, type RawH2 } from '../helpers/raw-h2.js';
 
 const MIB = 1024 * 1024;
 
+// Torn down after each test as in grpc-h2-connection.test.ts: the tests assign `server` and push their
+// clients directly, which a shared holder would only rename.
 let server: GrpcH2Server | undefined;
 const clients: { destroy(): void }[] = [];
 

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { sourceGroup } from '../../src/lib/source-address.js';
 
 /** Per-source limits count IPv4 addresses one by one and IPv6 addresses by their /64. */
+// Address in, group out: each address form is its own row of one table.
 describe('sourceGroup', () => {
   it.each([
     ['203.0.113.7', '203.0.113.7'],

@@ -74,6 +74,8 @@ describe('lifecycle: components start in order, stop in reverse', () => {
 });
 
 describe('a gateway that fails to start leaves nothing open', () => {
+  // A redis-server of its own: the cases count the clients a failed start leaves connected, which no
+  // other test's connections may blur.
   let redis: RedisServer;
   let secretFile: string;
   beforeAll(async () => {

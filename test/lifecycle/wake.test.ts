@@ -89,6 +89,7 @@ describe('wake on traffic', () => {
     const e2b = await get(t, '8000-sbx-app.localhost');
     expect(e2b.status).toBe(429);
     expect(e2b.headers['x-sandgate-error']).toBe('sandbox_not_ready');
+    // The starting page's own checks: status, HTML, the reload after Retry-After, and no script.
     for (const headers of [{ 'sec-fetch-mode': 'navigate', accept: '*/*' }, { accept: 'text/html,application/xhtml+xml' }] as Record<string, string>[]) {
       const page = await get(t, '8000-app.team-a.localhost', headers);
       expect(page.status).toBe(503);

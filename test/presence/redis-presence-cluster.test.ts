@@ -100,6 +100,8 @@ describe('RedisPresence on a three-master Redis Cluster', () => {
     await eventually(holds(b, 'three', 's4'), 5000, 'B to mirror a claim made after the failover');
   });
 
+  // The add-then-revoke steps of auth/api-keys.test.ts, here on a Redis Cluster: what is under test is
+  // that the key store connects with the Cluster options, so it reuses a known scenario.
   it('the API key store connects with the same Cluster options', async () => {
     const pepper = new TextEncoder().encode('p'.repeat(32));
     const target = redisTarget('redis://127.0.0.1', JSON.stringify({ cluster: cluster.seeds }), 'apiKeys');

@@ -66,6 +66,8 @@ beforeAll(async () => {
   sup = await startSupervisor(g.supervisorUrl, 'box');
 });
 
+// This file's own upstream and WebSocket echo (the upstream records what the relay delivered), torn
+// down beside the one gateway they serve.
 afterAll(async () => {
   sup.stop();
   wss.close();

@@ -33,6 +33,7 @@ describe('SandboxView ordering and fences', () => {
     expect([...view.list()].map((e) => e.key)).toEqual(['team-a/web']);
   });
 
+  // One line per pair of versions, grouped by what each probes.
   it('orders decimal versions numerically, not as strings', () => {
     expect(isStale('9', '10')).toBe(false);
     expect(isStale('10', '9')).toBe(true);
