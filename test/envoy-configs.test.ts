@@ -166,6 +166,20 @@ describe('the contract check rejects', () => {
       (_d, _f, c) => void (c.find((x) => x.name === 'sandbox_upstream')!.typed_extension_protocol_options = c.find((x) => x.name === 'sandbox_upstream_h2c')!.typed_extension_protocol_options),
       /sandbox_upstream must not speak HTTP\/2/,
     ],
+    ['no relay h2c route', 'edge-ext-authz-mtls.yaml', (d) => void routesOf(d).splice(0, 1), /must come before the relay route/],
+    ['the relay h2c route after the relay route', 'edge-ext-authz-mtls.yaml', (d) => void routesOf(d).splice(0, 2, routesOf(d)[1], routesOf(d)[0]), /must come before the relay route/],
+    [
+      'the relay h2c cluster offering ALPN http/1.1',
+      'edge-ext-authz-mtls.yaml',
+      (_d, _f, c) => void (obj(obj(obj(c.find((x) => x.name === 'relay_upstream_h2c')!.transport_socket).typed_config).common_tls_context).alpn_protocols = ['http/1.1']),
+      /relay_upstream_h2c must offer ALPN h2 alone/,
+    ],
+    [
+      'the HTTP/1.1 relay cluster offering ALPN h2',
+      'edge-ext-authz-mtls.yaml',
+      (_d, _f, c) => void (obj(obj(obj(c.find((x) => x.name === 'relay_upstream')!.transport_socket).typed_config).common_tls_context).alpn_protocols = ['h2', 'http/1.1']),
+      /relay_upstream must not offer ALPN h2/,
+    ],
     ['ext_authz keeping the route picked before the check', 'edge-ext-authz-mtls.yaml', (_d, f) => void delete typed(f[1]).clear_route_cache, /clear_route_cache: true/],
     [
       'HTTP authz not copying the protocol header',

@@ -191,6 +191,8 @@ function decideFor(table: RouteTable, t: RouteTarget, access?: Access, req?: Rou
   if (entry.ports !== undefined && !entry.ports.has(t.port)) {
     return deny('port_not_allowed', `Port ${t.port} is not exposed by this sandbox`, entry);
   }
+  // No door carries a WebSocket to an h2c port; refused before any wait or resume it would set off.
+  if (entry.h2cPorts !== undefined && req !== undefined && entry.h2cPorts.has(t.port) && isUpgrade(req)) return deny('upgrade_not_supported', undefined, entry);
   switch (entry.status.phase) {
     case 'Ready': {
       if (entry.upstreamHost !== undefined) return { allow: true, upstream: upstreamOf(entry.upstreamHost, t.port), relay: false, entry, target: t };
@@ -207,6 +209,11 @@ function decideFor(table: RouteTable, t: RouteTarget, access?: Access, req?: Rou
     default:
       return notReady(entry);
   }
+}
+
+/** A WebSocket: an HTTP/1.1 upgrade (Envoy presents an HTTP/2 extended CONNECT as one), or an extended CONNECT (RFC 8441). */
+export function isUpgrade(req: RouteRequest): boolean {
+  return req.headers.upgrade !== undefined || req.headers[':protocol'] !== undefined;
 }
 
 /** Parses the route and decides. Never throws for any input. */

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
-import { answerFor, decide, deny, type Access, type Decision, type Deny } from '../domain/decide.js';
+import { answerFor, decide, deny, isUpgrade, type Access, type Decision, type Deny } from '../domain/decide.js';
 import { parseRoute, type RouteOptions, type RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import { SandgateError } from '../domain/errors.js';
@@ -99,7 +99,7 @@ export class Decider {
     const link = this.links?.presented(req);
     if (link !== undefined) {
       // A WebSocket: an HTTP/1.1 upgrade, or HTTP/2's extended CONNECT (RFC 8441), read as the GET it stands for.
-      const upgrade = req.headers.upgrade !== undefined || req.headers[':protocol'] !== undefined;
+      const upgrade = isUpgrade(req);
       const method = upgrade && req.method === 'CONNECT' ? 'GET' : req.method;
       return linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true, origin: req.headers.origin, host: req.host }, this.links!.now(), this.links!.isRevoked, this.cookiePath);
     }

@@ -96,15 +96,17 @@ export function forwardedClient(headers: HeaderMap, peer: string): string {
 
 /**
  * Set to `h2c` on an allow whose port is declared h2c (`h2cPorts`): the shipped Envoy configs route such a
- * request to the `sandbox_upstream_h2c` cluster, which speaks HTTP/2 with prior knowledge (gRPC). Envoy
+ * request to a cluster that speaks HTTP/2 (`sandbox_upstream_h2c`, or `relay_upstream_h2c` for a relay
+ * decision over TLS). Envoy
  * removes any client copy before the decision (docs/envoy.md), and every door overwrites or removes it.
  */
 export const UPSTREAM_PROTOCOL_HEADER = 'x-sandgate-upstream-protocol';
 
 /**
- * True when Envoy must speak h2c to `d.upstream`: a direct decision for a port declared h2c. A relay
- * decision's upstream is a relay listener, which takes HTTP/1.1 (docs/relay.md). One Set lookup, no allocation.
+ * True when Envoy must speak h2c to `d.upstream`: a decision for a port declared h2c, whether its upstream
+ * is the sandbox or (a relay decision) the relay listener of the gateway holding its session, which takes
+ * HTTP/2 for h2c ports (docs/relay.md). One Set lookup, no allocation.
  */
 export function upstreamIsH2c(d: Allow): boolean {
-  return !d.relay && d.entry.h2cPorts?.has(d.target.port) === true;
+  return d.entry.h2cPorts?.has(d.target.port) === true;
 }

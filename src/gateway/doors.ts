@@ -46,16 +46,20 @@ export interface RelayDoor {
   readonly address: string;
 }
 
-type RelaySlice = Pick<Config, 'listenHost' | 'relayPort' | 'relayAdvertiseAddress' | 'proxyHeadersTimeoutMs' | 'proxyIdleTimeoutMs' | 'presence'>;
+type RelaySlice = Pick<
+  Config,
+  'listenHost' | 'relayPort' | 'relayAdvertiseAddress' | 'proxyHeadersTimeoutMs' | 'proxyIdleTimeoutMs' | 'presence' | 'h2cMaxSessionsPerUpstream' | 'h2cMaxStreamsPerSession' | 'h2cIdleTimeoutMs'
+>;
 
 /** The relay listener leads the start: its address goes into the presence lease. */
 export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: Core, streams: RelayOpener, log: Logger): Promise<RelayDoor> {
   const host = config.listenHost;
   const relay = new RelayListener(
     streams,
-    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay'), recorder: core.recorder, tls: core.certificates.doors },
+    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay'), recorder: core.recorder, tls: core.certificates.doors, h2c: h2cLimits(config) },
     log.child({ part: 'relay' }),
   );
+  core.metrics.watchH2c(relay.h2c);
   const port = await startListener(life, '--relay-port', { host, port: config.relayPort }, () => relay.start(), (_, ms) => relay.close(ms));
   if (core.relaySecretGenerated && config.presence !== 'memory') log.warn('no relay secret configured (--relay-secret-file): peer gateways cannot forward relay traffic to this one');
   return { port, address: resolveRelayAddress(config.relayAdvertiseAddress, host, port) };

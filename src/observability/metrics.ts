@@ -55,6 +55,13 @@ function mirroredCounter(registry: Registry, name: string, help: string, read: (
 export const LISTENERS = ['proxy', 'relay', 'admin', 'ops', 'supervisor'] as const;
 export type ListenerLabel = (typeof LISTENERS)[number];
 
+/** What the h2c gauges read of an HTTP/2 upstream pool (forwarding/h2c-pool.ts). */
+export interface H2cPoolGauges {
+  readonly sessions: number;
+  readonly streams: number;
+  readonly refused: number;
+}
+
 export class GatewayMetrics {
   readonly registry = new Registry();
   private readonly decisions: SlotCounter;
@@ -66,6 +73,8 @@ export class GatewayMetrics {
   /** Ids refused to a sandbox (squatting or a collision), by driver and reason. */
   readonly refusedIds: Counter<'driver' | 'reason'>;
   private readonly handlerErrorsTotal: Counter<'listener'>;
+  /** The pools watchH2c() sums. */
+  private readonly h2cPools: H2cPoolGauges[] = [];
   /** Certificate pairs (re)loaded, failed to load (the last good pair serves on) or removed, by result. */
   readonly tlsReloads: Counter<'result'>;
 
@@ -192,13 +201,18 @@ export class GatewayMetrics {
   }
 
   /**
-   * Exposes the embedded proxy's HTTP/2 sessions to h2c sandbox ports (read at scrape time; the pool knows
-   * nothing of metrics). No label: the pool is keyed by upstream, and an upstream is a tenant's to multiply.
+   * Exposes the HTTP/2 sessions to h2c sandbox ports of every pool given (the embedded proxy's, the relay
+   * listener's), summed, read at scrape time; the pools know nothing of metrics. No label: a pool is keyed
+   * by upstream, and an upstream is a tenant's to multiply.
    */
-  watchH2c(pool: { readonly sessions: number; readonly streams: number; readonly refused: number }): void {
-    scrapedGauge(this.registry, 'sandgate_proxy_h2c_sessions', 'HTTP/2 connections open or opening from the embedded proxy to h2c sandbox ports', () => pool.sessions);
-    scrapedGauge(this.registry, 'sandgate_proxy_h2c_streams', 'Streams open or opening on the embedded proxy\'s HTTP/2 connections to h2c sandbox ports', () => pool.streams);
-    mirroredCounter(this.registry, 'sandgate_proxy_h2c_refused_total', 'Requests to h2c sandbox ports refused (429 too_many_connections, gRPC RESOURCE_EXHAUSTED) because every connection to their port carried --h2c-max-streams-per-session and the port had --h2c-max-sessions-per-upstream', () => pool.refused);
+  watchH2c(pool: H2cPoolGauges): void {
+    const pools = this.h2cPools;
+    pools.push(pool);
+    if (pools.length > 1) return;
+    const sum = (of: (p: H2cPoolGauges) => number): number => pools.reduce((n, p) => n + of(p), 0);
+    scrapedGauge(this.registry, 'sandgate_proxy_h2c_sessions', 'HTTP/2 connections open or opening from the embedded proxy and the relay listener to h2c sandbox ports', () => sum((p) => p.sessions));
+    scrapedGauge(this.registry, 'sandgate_proxy_h2c_streams', 'Streams open or opening on the HTTP/2 connections of the embedded proxy and the relay listener to h2c sandbox ports', () => sum((p) => p.streams));
+    mirroredCounter(this.registry, 'sandgate_proxy_h2c_refused_total', 'Requests to h2c sandbox ports refused (429 too_many_connections, gRPC RESOURCE_EXHAUSTED) because every connection to their port carried --h2c-max-streams-per-session and the port had --h2c-max-sessions-per-upstream', () => sum((p) => p.refused));
   }
 
   /**

@@ -488,8 +488,14 @@ describe.skipIf(UNAVAILABLE !== undefined)(UNAVAILABLE === undefined ? 'deploy/k
       const ctx = (t: Obj): Obj => obj(t.common_tls_context);
       expect([ctx(relay).tls_certificates, ctx(relay).validation_context, relay.sni]).toEqual([ctx(doors).tls_certificates, ctx(doors).validation_context, doors.sni]);
       const routes = list(obj(list(obj(connectionManagers(doc)[0]?.route_config).virtual_hosts)[0]).routes).map(obj);
-      expect(routes.map((r) => obj(r.route).cluster)).toEqual(['relay_upstream', 'sandbox_upstream_h2c', 'sandbox_upstream']);
-      expect(obj(list(obj(routes[0]!.match).headers)[0])).toEqual({ name: 'x-sandgate-relay-target', present_match: true });
+      expect(routes.map((r) => obj(r.route).cluster)).toEqual(['relay_upstream_h2c', 'relay_upstream', 'sandbox_upstream_h2c', 'sandbox_upstream']);
+      expect(list(obj(routes[0]!.match).headers).map(obj)).toEqual([
+        { name: 'x-sandgate-relay-target', present_match: true },
+        { name: 'x-sandgate-upstream-protocol', string_match: { exact: 'h2c' } },
+      ]);
+      expect(obj(list(obj(routes[1]!.match).headers)[0])).toEqual({ name: 'x-sandgate-relay-target', present_match: true });
+      const relayH2c = obj(tlsOf('relay_upstream_h2c'));
+      expect([ctx(relayH2c).tls_certificates, ctx(relayH2c).validation_context, relayH2c.sni, ctx(relayH2c).alpn_protocols]).toEqual([ctx(doors).tls_certificates, ctx(doors).validation_context, doors.sni, ['h2']]);
     });
 
     it('probes the ops port over HTTPS (it asks for no client certificate)', () => {

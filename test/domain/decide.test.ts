@@ -21,6 +21,8 @@ function world() {
     snapshot({ name: 'expired', uid: 'u8', shutdownTime: 1 }),
     snapshot({ name: 'relay', uid: 'u9', sessionModel: 'none', endpoint: { kind: 'relay' } }),
     snapshot({ name: 'updating', uid: 'u10', state: 'starting', conditions: [cond('Ready', 'False', 'InplaceUpdating')] }),
+    snapshot({ name: 'grpc', uid: 'u12', ports: [8000, 50051], h2cPorts: [50051], sessionModel: 'none' }),
+    snapshot({ name: 'grpc-paused', uid: 'u13', ports: [50051], h2cPorts: [50051], state: 'paused' }),
     snapshot({ name: 'envd', uid: 'u11', ids: ['sbx-envd'], sessionModel: 'none', envdAccessToken: 'envd-secret', accessToken: 'traffic' }),
   ]);
   view.setPresence('team-a', 'session', presence());
@@ -100,6 +102,16 @@ describe('decide()', () => {
     const b = decide(cold, opts, h('ready'));
     expect([!a.allow && a.status, !a.allow && a.code]).toEqual([429, 'gateway_not_ready']);
     expect([!b.allow && b.status, !b.allow && b.code]).toEqual([503, 'gateway_not_ready']);
+  });
+
+  it('denies a WebSocket to an h2c port 501 upgrade_not_supported (an upgrade or an extended CONNECT), before any phase', () => {
+    const ws = (name: string, port: string, headers: Record<string, string>) => decide(view, opts, { ...h(name, port), headers: { ...h(name, port).headers, ...headers } });
+    for (const headers of [{ upgrade: 'websocket' }, { ':protocol': 'websocket' }] as Record<string, string>[]) {
+      expect(ws('grpc', '50051', headers)).toMatchObject({ allow: false, status: 501, code: 'upgrade_not_supported' });
+      expect(ws('grpc-paused', '50051', headers)).toMatchObject({ allow: false, status: 501, code: 'upgrade_not_supported' });
+      expect(ws('grpc', '8000', headers)).toMatchObject({ allow: true });
+    }
+    expect(ws('grpc', '50051', {})).toMatchObject({ allow: true });
   });
 
   it('allow carries the upstream from the view, IPv6 bracketed', () => {

@@ -12,7 +12,8 @@ import { TestDriver } from '../helpers/test-driver.js';
  * for a port declared h2c with `x-sandgate-upstream-protocol: h2c` — what the shipped configs route to the
  * HTTP/2 sandbox cluster — and an allow for an HTTP/1.1 port without it. A client's own copy of the header
  * never survives: overwritten on an h2c port, removed on an HTTP/1.1 port. A relay decision's upstream is a
- * relay listener, which takes HTTP/1.1: its h2c port is not marked.
+ * relay listener, which takes HTTP/2 for h2c ports: it is marked too. A WebSocket to an h2c port is denied
+ * 501 upgrade_not_supported at every door, as the embedded proxy denies it.
  */
 
 const GRPC_PORT = 50051;
@@ -73,10 +74,27 @@ describe('the Envoy doors mark h2c ports', () => {
       expect(a.removed ?? []).not.toContain(PROTOCOL);
     });
 
-    it('does not mark an h2c port reached over a relay (the relay listener takes HTTP/1.1)', async () => {
-      const a = await doors[door]({ host: `${GRPC_PORT}-relayed.team-a.localhost`, ...GRPC_CALL, headers: { ...GRPC_CALL.headers, [PROTOCOL]: 'h2c' } });
-      expect([a.status, a.set?.['x-sandgate-relay-target'], a.set !== undefined && PROTOCOL in a.set]).toEqual([200, `team-a/relayed:${GRPC_PORT}`, false]);
-      expect(a.removed).toContain(PROTOCOL);
+    it('marks an h2c port reached over a relay too, beside the relay headers (the relay listener takes HTTP/2)', async () => {
+      const a = await doors[door]({ host: `${GRPC_PORT}-relayed.team-a.localhost`, ...GRPC_CALL, headers: { ...GRPC_CALL.headers, [PROTOCOL]: 'http' } });
+      expect([a.status, a.set?.['x-sandgate-upstream'], a.set?.['x-sandgate-relay-target'], a.set?.[PROTOCOL]]).toEqual([200, t.gw.relayAddress, `team-a/relayed:${GRPC_PORT}`, 'h2c']);
+      expect(a.set?.['x-sandgate-relay-auth']).toMatch(/\S/);
+      expect(a.removed ?? []).not.toContain(PROTOCOL);
+    });
+
+    it.each([
+      ['an HTTP/1.1 upgrade', { upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' }],
+      ['an HTTP/2 extended CONNECT as Envoy presents it', { upgrade: 'websocket', 'sec-websocket-version': '13' }],
+    ])('denies a WebSocket (%s) to an h2c port with 501 upgrade_not_supported, direct or relayed', async (_kind, headers) => {
+      for (const h of [host(GRPC_PORT), `${GRPC_PORT}-relayed.team-a.localhost`]) {
+        const a = await doors[door]({ host: h, path: '/ws', headers });
+        expect([a.status, a.headers['x-sandgate-error']], h).toEqual([501, 'upgrade_not_supported']);
+        expect(a.headers[PROTOCOL]).toBeUndefined();
+      }
+    });
+
+    it('allows a WebSocket to an HTTP/1.1 port of the same sandbox', async () => {
+      const a = await doors[door]({ host: host(HTTP_PORT), path: '/ws', headers: { upgrade: 'websocket', 'sec-websocket-version': '13' } });
+      expect([a.status, a.set?.['x-sandgate-upstream']]).toEqual([200, `127.0.0.2:${HTTP_PORT}`]);
     });
 
     it('denies a port the sandbox does not list, with no protocol header', async () => {

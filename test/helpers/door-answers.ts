@@ -8,7 +8,7 @@ import { rawRequest } from './upstream.js';
  */
 
 /** Envoy's HttpStatus codes as the protos' enum names (proto-loader hands enums as strings). */
-const STATUS: Record<string, number> = { OK: 200, NoContent: 204, SeeOther: 303, Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409 };
+const STATUS: Record<string, number> = { OK: 200, NoContent: 204, SeeOther: 303, Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409, NotImplemented: 501 };
 
 /** Transport headers a door adds on its own: not part of the gateway's answer. */
 export const TRANSPORT_HEADERS: ReadonlySet<string> = new Set(['date', 'connection', 'keep-alive', 'transfer-encoding', 'content-length']);

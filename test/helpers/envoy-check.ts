@@ -328,9 +328,26 @@ export function contractProblems(file: string, doc: unknown): string[] {
   need(h2cAt >= 0, `a route matching ${UPSTREAM_PROTOCOL_HEADER}: h2c must send h2c ports to an HTTP/2 cluster`);
   need(h2cAt < 0 || catchAll < 0 || h2cAt < catchAll, 'the h2c route must come before the catch-all route');
   for (const r of routes) {
-    const speaks = Object.keys(obj(obj(obj(clusterNamed(doc, obj(r.route).cluster)?.typed_extension_protocol_options)[T.httpOptions]).explicit_http_config));
-    if (isH2cRoute(r)) need(same(speaks, ['http2_protocol_options']), `the h2c route's cluster must set explicit_http_config.http2_protocol_options`);
-    else need(!speaks.includes('http2_protocol_options'), `route cluster ${String(obj(r.route).cluster)} must not speak HTTP/2 to an HTTP/1.1 port`);
+    const cluster = clusterNamed(doc, obj(r.route).cluster);
+    const speaks = Object.keys(obj(obj(obj(cluster?.typed_extension_protocol_options)[T.httpOptions]).explicit_http_config));
+    // Over TLS the protocol is also what ALPN offers: the relay listener serves HTTP/2 to a client that offered h2.
+    const tls = obj(obj(cluster?.transport_socket).typed_config);
+    const alpn = tls.common_tls_context === undefined ? undefined : list(obj(tls.common_tls_context).alpn_protocols);
+    const name = String(obj(r.route).cluster);
+    if (isH2cRoute(r)) {
+      need(same(speaks, ['http2_protocol_options']), `the h2c route's cluster must set explicit_http_config.http2_protocol_options`);
+      need(alpn === undefined || same(alpn, ['h2']), `the h2c route's cluster ${name} must offer ALPN h2 alone over TLS`);
+    } else {
+      need(!speaks.includes('http2_protocol_options'), `route cluster ${name} must not speak HTTP/2 to an HTTP/1.1 port`);
+      need(alpn === undefined || !alpn.includes('h2'), `route cluster ${name} must not offer ALPN h2 for an HTTP/1.1 port`);
+    }
+  }
+  // A relay decision for an h2c port carries both headers: a relay route that catches it first would speak
+  // HTTP/1.1 to it, so the relay h2c route must come before every other relay route.
+  const relayAt = routes.findIndex((r) => isRelayRoute(r) && !isH2cRoute(r));
+  if (relayAt >= 0) {
+    const relayH2cAt = routes.findIndex((r) => isRelayRoute(r) && isH2cRoute(r));
+    need(relayH2cAt >= 0 && relayH2cAt < relayAt, `a route matching ${RELAY_TARGET_HEADER} and ${UPSTREAM_PROTOCOL_HEADER}: h2c must come before the relay route`);
   }
   // ext_authz picks the route before the check; only clear_route_cache re-picks it on sandgate's headers.
   if (!proc) need(decision.clear_route_cache === true, 'ext_authz must set clear_route_cache: true (the h2c and relay routes match on headers sandgate sets)');
@@ -385,6 +402,11 @@ export function contractProblems(file: string, doc: unknown): string[] {
 /** A route that matches exactly `x-sandgate-upstream-protocol: h2c`. */
 function isH2cRoute(r: Obj): boolean {
   return list(obj(r.match).headers).some((h) => obj(h).name === UPSTREAM_PROTOCOL_HEADER && same(obj(h).string_match, { exact: 'h2c' }));
+}
+
+/** A route that matches on the relay target header sandgate sets on a relay decision. */
+function isRelayRoute(r: Obj): boolean {
+  return list(obj(r.match).headers).some((h) => obj(h).name === RELAY_TARGET_HEADER);
 }
 
 // ---- One entry point for the proto check ----

@@ -5,6 +5,7 @@ import WebSocket from 'ws';
 import type { RouteOptions } from '../../src/domain/route-key.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 import { Decider } from '../../src/edge/decider.js';
+import type { H2cLimits } from '../../src/edge/forwarding/h2c-pool.js';
 import { EmbeddedProxy, type ProxyOptions } from '../../src/edge/proxy/http-proxy.js';
 import { RelayCredentials } from '../../src/edge/relay/relay-credential.js';
 import { RelayListener } from '../../src/edge/relay/relay-listener.js';
@@ -69,6 +70,8 @@ export interface StackOptions {
   readonly recorder?: ExchangeRecorder;
   /** The relay over TLS: the listener's server side, and how the proxy connects to peers' listeners. */
   readonly tls?: { readonly listener: ServerTls; readonly peer: PeerTls };
+  /** The relay listener's bounds on HTTP/2 sessions to h2c ports. */
+  readonly h2c?: Partial<H2cLimits>;
 }
 
 export interface RelayStack {
@@ -97,7 +100,7 @@ export async function startRelayStack(o: StackOptions): Promise<RelayStack> {
   // The listener starts first so its address can go into the gateway lease; it reaches the sessions once they have started.
   const listener = new RelayListener(
     { openRelayStream: (ns, name, port, signal) => started.supervisors!.openRelayStream(ns, name, port, signal) },
-    { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000, recorder: o.recorder, tls: o.tls?.listener },
+    { host: '127.0.0.1', port: 0, credentials: RELAY_CREDENTIALS, headersTimeoutMs: o.proxy?.headersTimeoutMs ?? 5000, idleTimeoutMs: o.proxy?.idleTimeoutMs ?? 30_000, recorder: o.recorder, tls: o.tls?.listener, h2c: o.h2c },
     log,
   );
   const relayAddress = `127.0.0.1:${await listener.start()}`;

@@ -61,10 +61,12 @@ function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
   if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
   const relay = relayHeaders(d, opts.relay);
   for (const [k, v] of relay) set_headers.push(rawSet(k, v));
-  // An h2c port's answer also sets the protocol header (never with a relay: upstreamIsH2c).
+  // An h2c port's answer also sets the protocol header (a relay decision's too: the relay listener takes HTTP/2).
   const h2c = upstreamIsH2c(d);
   if (h2c) set_headers.push(rawSet(UPSTREAM_PROTOCOL_HEADER, 'h2c'));
-  const names = h2c ? [opts.upstreamHeader, UPSTREAM_PROTOCOL_HEADER] : relay.length === 0 ? [opts.upstreamHeader] : [opts.upstreamHeader, ...relay.map(([k]) => k)];
+  const names = [opts.upstreamHeader];
+  if (h2c) names.push(UPSTREAM_PROTOCOL_HEADER);
+  for (const [k] of relay) names.push(k);
   let remove = headersToRemove(req.headers, opts.removeHeaders, names);
   const cookie = cookieForSandbox(opts, req.headers);
   if (cookie === '') (remove ??= []).push('cookie');

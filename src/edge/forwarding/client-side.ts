@@ -5,7 +5,7 @@ import type { Readable } from 'node:stream';
  * The client's side of a forwarded request, as the proxy and the relay listener carry it: read by
  * node:http, by the proxy port's own front (proxy/proxy-front.ts, bodyless requests only), whose
  * response writes the same bytes node:http's would without its objects, or by node:http2 on the TLS port
- * (proxy/h2-request.ts).
+ * (forwarding/h2-request.ts).
  */
 
 /** A request body: node:http's IncomingMessage, or an HTTP/2 stream's readable side. */

@@ -3,7 +3,7 @@ import type { ServerHttp2Stream } from 'node:http2';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
 import { openWhileOpen, readAnswerHead, watchData, type Connect } from '../forwarding/websocket-tunnel.js';
 import type { Exchange } from '../../observability/exchange.js';
-import { h2ResponseHeaders } from './h2-request.js';
+import { h2ResponseHeaders } from '../forwarding/h2-request.js';
 
 const EMPTY = Buffer.alloc(0);
 

@@ -32,12 +32,12 @@ import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwar
 import { HttpFront } from '../http-front.js';
 import { proxyFrontHandler } from './proxy-front.js';
 import type { ActivityRecorder } from '../activity-recorder.js';
-import { H2Response, h2Request } from './h2-request.js';
+import { H2Response, h2Request } from '../forwarding/h2-request.js';
 import { tunnelExtendedConnect } from './h2-websocket.js';
 import { httpsRedirect } from './https-redirect.js';
 import { DEFAULT_H2C_LIMITS, H2cPool, H2cSaturated, type H2cLimits, type OpenTransport } from '../forwarding/h2c-pool.js';
-import { h2cExchange, isGrpc } from './h2c-exchange.js';
-import { respondGrpcDenial } from './grpc-denial.js';
+import { h2cExchange, isGrpc } from '../forwarding/h2c-exchange.js';
+import { respondGrpcDenial } from '../forwarding/grpc-denial.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
@@ -429,7 +429,6 @@ export class EmbeddedProxy implements ExchangeOwner {
     const then = (d: Decision): void => {
       if (socket.destroyed) return;
       if (!d.allow) return void refuse(socket, d, route);
-      if (d.entry.h2cPorts?.has(d.target.port) === true) return void refuse(socket, deny('upgrade_not_supported', undefined, d.entry), route);
       if (!this.take(d, socket)) return void refuse(socket, deny('too_many_connections', undefined, d.entry, 1), route);
       const headers = this.withoutLinkCookie(upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade), req.headers.cookie);
       const path = d.target.path ?? t.path;
@@ -471,6 +470,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       this.guard.bind(req, res, (d: Decision) => {
         if (stream.destroyed) return;
         if (!d.allow) return this.refuse(res, d, route, x);
+        // The decision read this stream as a request (its route has no upgrade field): an h2c port is refused here.
         if (d.entry.h2cPorts?.has(d.target.port) === true) return this.refuse(res, deny('upgrade_not_supported', undefined, d.entry), route, x);
         if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route, x);
         const raw = this.opts.stripOriginOnUpgrade ? withoutOrigin(req.rawHeaders) : req.rawHeaders;

@@ -1,4 +1,5 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders as Http1Headers, IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import type { Socket } from 'node:net';
 import { deny, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
@@ -13,7 +14,12 @@ import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.j
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 import { isDeny, requestTarget } from '../request-target.js';
 import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from './relay-exchange.js';
-import { fromNodeHttp } from '../forwarding/client-side.js';
+import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
+import { respondGrpcDenial } from '../forwarding/grpc-denial.js';
+import { H2Response, h2Request } from '../forwarding/h2-request.js';
+import { h2cExchange, isGrpc } from '../forwarding/h2c-exchange.js';
+import { DEFAULT_H2C_LIMITS, H2cPool, H2cSaturated, type H2cLimits } from '../forwarding/h2c-pool.js';
+import { ALPN, Http2Beside } from '../../lib/tls/http2-beside.js';
 import type { RelayCredentials } from './relay-credential.js';
 import type { Exchange, ExchangeRecorder } from '../../observability/exchange.js';
 import { acceptTunnels } from './relay-tunnel.js';
@@ -27,6 +33,14 @@ import { formatRelayTarget, parseRelayTarget, RELAY_AUTH_HEADER, RELAY_TARGET_HE
  * (relay-credential.ts, constant time), strips every `x-sandgate-*` header, and carries the request — or
  * the WebSocket upgrade — over a relay stream of the local session. A CONNECT with the same headers opens
  * a byte tunnel to the target instead (relay-tunnel.ts): a peer gateway's HTTP/2 to an h2c port.
+ *
+ * HTTP/2 is Envoy's way to an h2c port (the doors mark the decision `x-sandgate-upstream-protocol: h2c`):
+ * with prior knowledge on the plain listener, by ALPN `h2` over TLS. Each stream is admitted exactly as an
+ * HTTP/1.1 request and carried as the embedded proxy carries a request to an h2c port
+ * (forwarding/h2c-exchange.ts): a stream on a pooled HTTP/2 session to the sandbox port, the sessions
+ * running over relay streams of the local session, bounded per target (forwarding/h2c-pool.ts; past the
+ * bound 429 `too_many_connections`, gRPC RESOURCE_EXHAUSTED). A gRPC request's denial is a gRPC status.
+ * An extended CONNECT (a WebSocket over HTTP/2) is 501 `upgrade_not_supported`.
  *
  * Answers of its own: 401 `relay_unauthorized` (no, forged, other-target or expired credential; the
  * relay secret itself is not accepted), 400 `invalid_route` (no or bad target), 502
@@ -50,7 +64,14 @@ export interface RelayListenerOptions {
    * when one is set: peers present theirs (relay-peer.ts), Envoy its own. Undefined: plain HTTP.
    */
   readonly tls?: ServerTls | undefined;
+  /** Bounds on the HTTP/2 sessions to h2c ports (`--h2c-*`, as the embedded proxy's). */
+  readonly h2c?: Partial<H2cLimits> | undefined;
 }
+
+/** HTTP/2 limits toward Envoy: the HTTP/1.1 head limit, the embedded proxy's stream cap per connection. */
+const H2_LIMITS = { maxConcurrentStreams: 128, maxHeaderListSize: 16 * 1024 };
+/** Relay streams under the pool are opened for the pool's session, which no single request may abort. */
+const NO_ABORT = new AbortController().signal;
 
 const DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
 /** With tracing on, the sandbox gets this listener's own `traceparent`, never the caller's. */
@@ -62,6 +83,10 @@ export class RelayListener {
   private readonly server: Server;
   private readonly drop: ReadonlySet<string>;
   private readonly exchangeOptions: ExchangeOptions;
+  private readonly guard: RequestGuard;
+  private readonly h2: Http2Beside;
+  /** HTTP/2 sessions to h2c ports, over relay streams of the local session. */
+  readonly h2c: H2cPool;
   port = 0;
 
   constructor(
@@ -70,12 +95,16 @@ export class RelayListener {
     private readonly log: Logger,
   ) {
     this.drop = opts.recorder?.tracer !== undefined ? DROP_TRACED : DROP;
-    const guard = new RequestGuard('relay', log, opts.handlerErrors);
+    const guard = (this.guard = new RequestGuard('relay', log, opts.handlerErrors));
     this.exchangeOptions = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard };
-    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard, opts.tls?.options);
+    this.h2c = new H2cPool({ ...DEFAULT_H2C_LIMITS, ...opts.h2c });
+    const secure = opts.tls !== undefined;
+    this.server = createStreamingServer((req, res) => this.request(req, res), (req, socket, head) => this.upgrade(req, socket, head), guard, secure ? { ...opts.tls.options, ALPNProtocols: ALPN } : undefined);
     // A handshake without a certificate the client CA issued never reaches a handler: node:tls closes it.
     opts.tls?.attach(this.server as unknown as TlsServer);
-    acceptTunnels(this.server, { admit: (req) => this.admit(req), streams, log });
+    this.h2 = new Http2Beside(secure ? this.server : undefined, (stream, headers, ip) => this.stream(stream, headers, ip, secure), { ...H2_LIMITS, idleTimeoutMs: this.server.keepAliveTimeout });
+    if (!secure) this.h2.priorKnowledge(this.server, opts.headersTimeoutMs);
+    acceptTunnels(this.server, { admit: (req) => this.admit(req.headers, req.socket.remoteAddress), streams, log });
   }
 
   async start(): Promise<number> {
@@ -84,18 +113,19 @@ export class RelayListener {
   }
 
   /** Stops accepting, lets requests in flight finish for up to `graceMs`, then cuts the rest. */
-  close(graceMs: number): Promise<void> {
-    return closeGracefully(this.server, graceMs);
+  async close(graceMs: number): Promise<void> {
+    await closeGracefully(this.server, graceMs, this.h2);
+    this.h2c.close();
   }
 
   /** Authenticates and reads the target, or says why not. */
-  private admit(req: IncomingMessage): RelayTarget | Deny {
-    const target = parseRelayTarget(singleValue(req.headers[RELAY_TARGET_HEADER]));
+  private admit(headers: Http1Headers | IncomingHttpHeaders, source: string | undefined): RelayTarget | Deny {
+    const target = parseRelayTarget(singleValue(headers[RELAY_TARGET_HEADER]));
     // The syntax of a target is public (docs/relay.md): a malformed one reveals nothing worth a secret.
     if (target === undefined) return deny('invalid_route', `${RELAY_TARGET_HEADER} must be <namespace>/<name>:<port>`);
-    const check = this.opts.credentials.verify(req.headers[RELAY_AUTH_HEADER], formatRelayTarget(target));
+    const check = this.opts.credentials.verify(headers[RELAY_AUTH_HEADER], formatRelayTarget(target));
     if (check === 'ok') return target;
-    this.log.warn({ source: req.socket.remoteAddress, check }, 'relay request without a valid relay credential');
+    this.log.warn({ source, check }, 'relay request without a valid relay credential');
     return deny('relay_unauthorized', check === 'expired' ? EXPIRED_MESSAGE : UNAUTHORIZED_MESSAGE);
   }
 
@@ -107,7 +137,7 @@ export class RelayListener {
     };
     const rt = requestTarget(req.url, req.rawHeaders);
     if (isDeny(rt)) return refuse(rt);
-    const t = this.admit(req);
+    const t = this.admit(req.headers, req.socket.remoteAddress);
     if ('allow' in t) return refuse(t);
     const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX);
     if (x !== undefined) toTarget(x, t, headers);
@@ -129,7 +159,7 @@ export class RelayListener {
     };
     const rt = requestTarget(req.url, req.rawHeaders);
     if (isDeny(rt)) return refuse(rt);
-    const t = this.admit(req);
+    const t = this.admit(req.headers, req.socket.remoteAddress);
     if ('allow' in t) return refuse(t);
     const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX, KEEP_ON_UPGRADE);
     if (x !== undefined) {
@@ -138,6 +168,39 @@ export class RelayListener {
     }
     const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
     spliceUpgrade(req, socket, head, rt.path, headers, open, this.opts.idleTimeoutMs, (err) => refuse(relayDenial(err)), undefined, x === undefined ? undefined : (status) => x.answered(status));
+  }
+
+  /** An HTTP/2 stream from Envoy: a request to an h2c port. */
+  private stream(stream: ServerHttp2Stream, h: IncomingHttpHeaders, clientIp: string, secure: boolean): void {
+    const req = h2Request(stream, h, clientIp, secure);
+    const res = new H2Response(stream);
+    this.guard.run(req, res, () => this.h2cRequest(req, res, h));
+  }
+
+  private h2cRequest(req: ClientRequest, res: ClientResponse, h: IncomingHttpHeaders): void {
+    const x = this.opts.recorder?.begin('relay', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    const grpc = isGrpc(req.headers['content-type']);
+    const refuse = (d: Deny): void => {
+      const bytes = grpc ? respondGrpcDenial(res, d) : respondDenial(res, d, req.headers.accept);
+      x?.denied(d.status, d.code, bytes);
+    };
+    // HTTP/2 here reaches h2c ports only, and a WebSocket to one is not carried (nor is a CONNECT tunnel: that is HTTP/1.1's).
+    if (req.method === 'CONNECT') return refuse(deny('upgrade_not_supported'));
+    const rt = requestTarget(req.url, req.rawHeaders);
+    if (isDeny(rt)) return refuse(rt);
+    const t = this.admit(h, req.clientIp);
+    if ('allow' in t) return refuse(t);
+    const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX);
+    if (x !== undefined) toTarget(x, t, headers);
+    const key = relayStreamHost(t.namespace, t.name, t.port);
+    const open = () => this.streams.openRelayStream(t.namespace, t.name, t.port, NO_ABORT);
+    h2cExchange(this.h2c, key, open, req, res, rt.path, headers, this.exchangeOptions, {
+      fail: (err) => {
+        this.log.debug({ err, target: t }, 'h2c relay failed before the response');
+        refuse(err instanceof H2cSaturated ? deny('too_many_connections', err.message, undefined, 1) : relayDenial(err));
+      },
+      record: x,
+    });
   }
 
   private begin(req: IncomingMessage): Exchange | undefined {

@@ -8,7 +8,8 @@ import type { ConnectionFront } from '../http-listen.js';
 /**
  * HTTP/2 beside HTTP/1.1 on one TLS listener (an https.Server): a connection whose ALPN chose `h2`
  * becomes an HTTP/2 session whose streams go to `onStream`; any other goes on to the server's HTTP/1.1
- * handling as before. Sessions are tracked so a graceful close can send GOAWAY and let streams in flight
+ * handling as before. On a plain listener, priorKnowledge() does the same for a connection that opens with
+ * HTTP/2's preface. Sessions are tracked so a graceful close can send GOAWAY and let streams in flight
  * finish (`closeIdle`), then cut what is left (`closeAll`) — the ConnectionFront contract closeGracefully
  * uses.
  */
@@ -24,6 +25,9 @@ export interface Http2Limits {
 
 /** The ALPN protocols, in the server's order of preference. */
 export const ALPN = ['h2', 'http/1.1'];
+
+/** HTTP/2's client connection preface (RFC 9113 §3.4). */
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
 export class Http2Beside implements ConnectionFront {
   private readonly h2: Http2Server;
@@ -73,6 +77,41 @@ export class Http2Beside implements ConnectionFront {
     } finally {
       this.accepting = undefined;
     }
+  }
+
+  /**
+   * Takes over a plain http.Server's connections: one that opens with HTTP/2's connection preface (h2c
+   * with prior knowledge, RFC 9113 §3.3) becomes a session, any other goes on to node:http as before,
+   * its first bytes put back. A connection that has not told which within `timeoutMs` is closed.
+   */
+  priorKnowledge(server: Server, timeoutMs: number): void {
+    const http1 = server.listeners('connection');
+    server.removeAllListeners('connection');
+    server.on('connection', (socket: Socket) => {
+      let seen: Buffer = Buffer.alloc(0);
+      const timer = setTimeout(() => socket.destroy(), timeoutMs);
+      timer.unref();
+      const cut = (): void => void socket.destroy();
+      const decided = (h2: boolean): void => {
+        clearTimeout(timer);
+        socket.off('data', onData);
+        socket.off('error', cut);
+        socket.off('close', stop);
+        socket.unshift(seen);
+        if (h2) this.accept(socket);
+        else for (const l of http1) (l as (s: Socket) => void).call(server, socket);
+      };
+      const onData = (chunk: Buffer): void => {
+        seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
+        const n = Math.min(seen.length, PREFACE.length);
+        if (seen.compare(PREFACE, 0, n, 0, n) !== 0) decided(false);
+        else if (n === PREFACE.length) decided(true);
+      };
+      const stop = (): void => clearTimeout(timer);
+      socket.on('data', onData);
+      socket.on('error', cut);
+      socket.once('close', stop);
+    });
   }
 
   private addressOf(session: ServerHttp2Session | undefined): string {

@@ -1,5 +1,5 @@
 import type { Deny } from '../../domain/decide.js';
-import type { ClientResponse } from '../forwarding/client-side.js';
+import type { ClientResponse } from './client-side.js';
 import { ERROR_HEADER } from '../denial.js';
 import { H2Response } from './h2-request.js';
 

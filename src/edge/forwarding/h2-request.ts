@@ -1,13 +1,14 @@
 import { constants, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from 'node:http2';
 import { PassThrough } from 'node:stream';
-import type { ClientRequest, ClientResponse, RequestBody } from '../forwarding/client-side.js';
+import type { ClientRequest, ClientResponse, RequestBody } from './client-side.js';
 
 /**
- * An HTTP/2 request on the proxy's TLS port (ALPN `h2`) as the forwarding code carries it, and its
- * response: the same ClientRequest / ClientResponse the HTTP/1.1 doors use, so routing, tenancy, header
- * rules, streaming and denials are one code path. The sandbox is reached over HTTP/1.1: `:authority`
- * becomes its Host (RFC 9113 §8.3.1), the pseudo-headers go, `cookie` crumbs are joined with `; `
- * (§8.2.3), and the response's hop-by-hop headers were already dropped (HTTP/2 forbids them, §8.2.2).
+ * An HTTP/2 request (on the proxy's TLS port or h2c on its plain one, or from Envoy at the relay listener)
+ * as the forwarding code carries it, and its response: the same ClientRequest / ClientResponse the
+ * HTTP/1.1 doors use, so routing, tenancy, header rules, streaming and denials are one code path. Toward
+ * an HTTP/1.1 port, `:authority` becomes its Host (RFC 9113 §8.3.1), the pseudo-headers go, `cookie`
+ * crumbs are joined with `; ` (§8.2.3), and the response's hop-by-hop headers were already dropped
+ * (HTTP/2 forbids them, §8.2.2).
  */
 
 /** The request header names carried as the request's headers: every field but the pseudo-headers and Host. */

@@ -1,10 +1,10 @@
 import { constants, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import type { RequestGuard } from '../../lib/request-guard.js';
 import type { Exchange } from '../../observability/exchange.js';
-import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
-import { HOP_BY_HOP } from '../forwarding/forward-headers.js';
-import type { H2cPool, OpenTransport } from '../forwarding/h2c-pool.js';
-import { InvalidUpstreamResponse, isFinalStatus } from '../forwarding/upstream-answer.js';
+import type { ClientRequest, ClientResponse } from './client-side.js';
+import { HOP_BY_HOP } from './forward-headers.js';
+import type { H2cPool, OpenTransport } from './h2c-pool.js';
+import { InvalidUpstreamResponse, isFinalStatus } from './upstream-answer.js';
 import { H2Response } from './h2-request.js';
 
 /**
