@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { cpus, loadavg } from 'node:os';
 import type { Measured } from './lib/alternation.js';
-import { grpcPair, httpPair, type HttpSide } from './lib/compare.js';
+import { cpuPerRequest, grpcPair, httpPair, type HttpSide } from './lib/compare.js';
 import { ProcessGroup } from './lib/processes.js';
 import { startBare, Target } from './lib/targets.js';
 
@@ -20,7 +20,7 @@ import { startBare, Target } from './lib/targets.js';
  */
 
 /** A loopback server that answers 200 and notes when each request arrived and how many were open at once. */
-async function server(holdMs = 0): Promise<{ server: Server; url: string; arrivals: number[]; maxOpen: () => number }> {
+async function server(holdMs: number): Promise<{ server: Server; url: string; arrivals: number[]; maxOpen: () => number }> {
   const arrivals: number[] = [];
   let open = 0;
   let maxOpen = 0;
@@ -39,6 +39,19 @@ async function server(holdMs = 0): Promise<{ server: Server; url: string; arriva
   return { server: s, url: `http://127.0.0.1:${(s.address() as AddressInfo).port}`, arrivals, maxOpen: () => maxOpen };
 }
 
+type Loopback = Awaited<ReturnType<typeof server>>;
+
+/** Two loopback servers for the length of `check`. */
+async function withServers(holdMs: number, check: (a: Loopback, b: Loopback) => Promise<void>): Promise<void> {
+  const [a, b] = [await server(holdMs), await server(holdMs)];
+  try {
+    await check(a, b);
+  } finally {
+    a.server.close();
+    b.server.close();
+  }
+}
+
 /** A stand-in for a process's CPU counter: `step` µs more at every read, and when it was read. */
 function counter(name: string, step: number): { side: (url: string) => HttpSide; reads: number[] } {
   const reads: number[] = [];
@@ -55,9 +68,8 @@ function checkBlocks(blocks: readonly Measured[], expected: number): void {
   }
 }
 
-async function httpAtRate(): Promise<void> {
-  const [a, b] = [await server(), await server()];
-  try {
+function httpAtRate(): Promise<void> {
+  return withServers(0, async (a, b) => {
     const [ca, cb] = [counter('a', 1000), counter('b', 500)];
     const blockMs = 800;
     const rate = 400;
@@ -70,9 +82,8 @@ async function httpAtRate(): Promise<void> {
     const expected = (rate * blockMs) / 2 / 1000;
     checkBlocks([...r.a, ...r.b], expected);
     // CPU per request of a block is the block's CPU over the side's own answers: 1,000 µs ÷ completed for A.
-    const perRequest = (m: Measured): number => (m.targetCpuCores * m.durationMs * 1000) / m.completed;
-    assert.ok(Math.abs(perRequest(r.a[0]!) - 1000 / r.a[0]!.completed) < 1e-6);
-    assert.ok(Math.abs(perRequest(r.b[0]!) - 500 / r.b[0]!.completed) < 1e-6);
+    assert.ok(Math.abs(cpuPerRequest(r.a[0]!) - 1000 / r.a[0]!.completed) < 1e-6);
+    assert.ok(Math.abs(cpuPerRequest(r.b[0]!) - 500 / r.b[0]!.completed) < 1e-6);
     // Each side was loaded only in its own slices: A in the 1st, 4th, 5th and 8th eighth of a block, B in the others.
     const start = ca.reads[0]!;
     const slice = blockMs / 8;
@@ -84,23 +95,16 @@ async function httpAtRate(): Promise<void> {
       }).length;
     assert.equal(stray(a.arrivals, [0, 3, 4, 7]), 0, 'A loaded outside its slices');
     assert.equal(stray(b.arrivals, [1, 2, 5, 6]), 0, 'B loaded outside its slices');
-  } finally {
-    a.server.close();
-    b.server.close();
-  }
+  });
 }
 
-async function httpAtLimit(): Promise<void> {
-  const [a, b] = [await server(5), await server(5)];
-  try {
+function httpAtLimit(): Promise<void> {
+  return withServers(5, async (a, b) => {
     const r = await httpPair(REQUESTS, [counter('a', 1).side(a.url)], [counter('b', 1).side(b.url)])({ inFlight: 8, warmupMs: 300, blockMs: 600, blocks: 2 });
     for (const m of [...r.a, ...r.b]) assert.ok(m.errors === 0 && m.completed > 0, `${m.completed} answered, ${m.errors} errors`);
     // Each side kept its connections busy: 8 open at once, and never more.
     assert.deepEqual([a.maxOpen(), b.maxOpen()], [8, 8], 'requests open at once on each side');
-  } finally {
-    a.server.close();
-    b.server.close();
-  }
+  });
 }
 
 async function grpcAlternation(group: ProcessGroup): Promise<void> {
@@ -120,9 +124,8 @@ async function grpcAlternation(group: ProcessGroup): Promise<void> {
   for (const m of [...limit.a, ...limit.b]) assert.ok(m.errors === 0 && m.completed > 0, `${m.completed} answered at the limit, ${m.errors} errors`);
 }
 
-async function httpSideGone(): Promise<void> {
-  const [a, b] = [await server(), await server()];
-  try {
+function httpSideGone(): Promise<void> {
+  return withServers(0, async (a, b) => {
     let reads = 0;
     const cpuMicrosNow = (): number => {
       if (++reads > 1) throw new Error('bare-http is not running');
@@ -131,10 +134,7 @@ async function httpSideGone(): Promise<void> {
     const gone = { name: 'gone', cpuMicrosNow } as unknown as Target;
     const run = httpPair(REQUESTS, [counter('a', 1).side(a.url)], [{ target: gone, url: b.url }])({ rate: 200, inFlight: 2, warmupMs: 200, blockMs: 200, blocks: 3 });
     await assert.rejects(run, /bare-http is not running/);
-  } finally {
-    a.server.close();
-    b.server.close();
-  }
+  });
 }
 
 export async function selftest(): Promise<number> {
