@@ -41,8 +41,6 @@ export interface SectionOutput {
   readonly targets: readonly TargetResult[];
   /** Sub-sections that could not run ("skipped: …"), warnings about the measurement. */
   readonly notes: readonly string[];
-  /** Raw figures for the JSON file. */
-  readonly data?: unknown;
 }
 
 export interface SectionResult extends SectionOutput {

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import type { Measured } from '../../bench/lib/alternation.js';
-import { compareCost, cpuPerRequest, overInstances, spread } from '../../bench/lib/compare.js';
+import { compareCost, compareRate, cpuPerRequest, Findings, overInstances, spread } from '../../bench/lib/compare.js';
 import { latencies, summarise } from '../../bench/lib/histogram.js';
 import { processCpuMicros } from '../../bench/lib/proc-stat.js';
 
@@ -40,6 +40,31 @@ describe('bench cost figures', () => {
     expect(c.diffUs.min).toBeCloseTo(44 - 400 / 9, 6);
     expect(c.diffUs.max).toBeCloseTo(20, 6);
     expect(c.shortfalls).toEqual(['baseline trial 3: 4500 of 5000 req/s']);
+  });
+
+  it('reports a cost comparison and a limit as the rows BENCHMARKS.md quotes, with what went wrong as notes', () => {
+    const f = new Findings();
+    const failed = { ...trial(0, 0.1), firstError: 'ECONNREFUSED' };
+    const cost = compareCost(5000, { a: [trial(10_000, 0.2), failed], b: [trial(10_000, 0.1), trial(10_000, 0.1)] }, { a: 'sandgate', b: 'bare' });
+    f.cost('@ 64 conn', cost, { note: 'vs bare', limit: compareRate({ a: [trial(20_000, 1)], b: [trial(10_000, 1)] }), title: 'door @ 64 conn' });
+    f.limit('door @ 1 conn', { a: [trial(4000, 0.5)], b: [trial(4000, 0.5)] }, { a: 'sandgate', b: 'bare' });
+    expect(f.rows.map((r) => r.measure)).toEqual([
+      'CPU per request @ 64 conn, 5000 req/s offered',
+      'req/s per core @ 64 conn (1e6 ÷ CPU per request)',
+      'req/s at the limit @ 64 conn',
+      'req/s door @ 1 conn',
+      'p50 door @ 1 conn',
+      'p99 door @ 1 conn',
+    ]);
+    // 0.2 cores × 2 s over 10,000 requests = 40 µs; the block that answered nothing has no figure.
+    expect(f.rows[0]).toMatchObject({ value: 40, baseline: 20, ratio: 2, note: 'vs bare' });
+    expect(f.rows[2]).toMatchObject({ value: 10_000, baseline: 5000 });
+    expect(f.notes[0]).toBe('door @ 64 conn: CPU per request 40.0 vs 20.0 µs; difference +20.0 µs (spread +20.0 … +20.0, 2 pairs)');
+    expect(f.notes.slice(1)).toEqual([
+      'door @ 64 conn: the offered 5000 req/s was not sustained (sandgate trial 2: 0 of 5000 req/s): its CPU per request is of a saturated process',
+      'door @ 64 conn: sandgate block 2: no request completed (ECONNREFUSED)',
+    ]);
+    expect(f.output('bare').targets).toEqual([]);
   });
 
   it('reads the CPU of another process from /proc, without its help', async () => {
