@@ -15,7 +15,7 @@ import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
-import { client, everyKindOfCall, expectDeadlineReachesServer, failure, h2c, startEchoServer, unary, type EchoServer } from '../helpers/grpc-echo.js';
+import { client, everyKindOfCall, expectDeadlineReachesServer, failure, h2c, h2cSeries, startEchoServer, unary, type EchoServer } from '../helpers/grpc-echo.js';
 
 /**
  * gRPC and h2c to sandboxes: a grpc-js server is the "sandbox" (its port declared h2c), a grpc-js client
@@ -304,17 +304,6 @@ describe('h2c bounds: one tenant cannot take another tenant\'s HTTP/2 capacity',
 });
 
 /** The samples of /metrics whose name starts `sandgate_proxy_h2c_`, as written (name and labels) → value. */
-async function h2cSeries(admin: string): Promise<Map<string, number>> {
-  const text = await (await fetch(`${admin}/metrics`)).text();
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('sandgate_proxy_h2c_')) continue;
-    const at = line.lastIndexOf(' ');
-    out.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return out;
-}
-
 describe('--h2c-* flags bound the proxy\'s pool, and /metrics shows it', () => {
   let a: EchoServer;
   let b: EchoServer;

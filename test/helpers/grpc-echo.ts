@@ -122,3 +122,15 @@ export async function expectDeadlineReachesServer(c: EchoClient, echo: EchoServe
 }
 
 export const h2c = (port: number): Partial<BackendSnapshot> => ({ ports: [port], h2cPorts: [port] });
+
+/** The `sandgate_proxy_h2c_*` series of a gateway's /metrics (`admin`: its admin base URL), by name. */
+export async function h2cSeries(admin: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${admin}/metrics`)).text();
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('sandgate_proxy_h2c_')) continue;
+    const at = line.lastIndexOf(' ');
+    out.set(line.slice(0, at), Number(line.slice(at + 1)));
+  }
+  return out;
+}

@@ -10,7 +10,7 @@ import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { envoyDoors, type Ask, type DoorAnswer } from '../helpers/door-answers.js';
 import { eventually } from '../helpers/eventually.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { client, everyKindOfCall, expectDeadlineReachesServer, failure, h2c, startEchoServer, unary, type EchoClient, type EchoServer } from '../helpers/grpc-echo.js';
+import { client, everyKindOfCall, expectDeadlineReachesServer, failure, h2c, h2cSeries, startEchoServer, unary, type EchoClient, type EchoServer } from '../helpers/grpc-echo.js';
 import { KEYS, RELAY_CREDENTIALS, RELAY_SECRET, relaySandbox, startGatewayPair, startRelayStack, startSupervisor, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
@@ -92,6 +92,23 @@ describe('gRPC to a relay-only sandbox through Envoy and the relay listener of t
       const seen = echo.seen.at(-1)!;
       expect(Object.keys(seen).filter((k) => k.startsWith('x-sandgate-'))).toEqual([]);
     } finally {
+      c.close();
+    }
+  });
+
+  it("counts the relay listener's HTTP/2 streams in /metrics beside the proxy's", async () => {
+    const c = asEnvoy(await doors.extAuthz({ host: host(), ...GRPC_CALL }), host());
+    const arrived = once(echo.events, 'hang');
+    let call: { cancel(): void } | undefined;
+    const ended = new Promise<void>((resolve) => (call = c.Unary({ text: 'hang' }, new Metadata(), {}, () => resolve())));
+    try {
+      await arrived;
+      const series = await h2cSeries(t.admin);
+      expect(series.get('sandgate_proxy_h2c_streams')).toBe(1);
+      expect(series.get('sandgate_proxy_h2c_sessions')).toBeGreaterThanOrEqual(1);
+    } finally {
+      call!.cancel();
+      await ended;
       c.close();
     }
   });
