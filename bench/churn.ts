@@ -6,7 +6,7 @@ import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway, type Target } from './lib/targets.js';
 
 /**
- * 6. Churn: what 10k snapshot updates per second cost a gateway serving Checks. Two gateways of 10k
+ * Churn: what 10k snapshot updates per second cost a gateway serving Checks. Two gateways of 10k
  * sandboxes, each fed by a remote driver in its own process (bench-driver.ts) over the production
  * WatchSandboxes stream, so the cost measured is the gateway's whole path: decode, validate, apply to the
  * view, recompose, notify. One driver churns while the two gateways are compared at a fixed offered Check
@@ -27,7 +27,7 @@ const APPLIED = { driver: 'grpc/bench', result: 'applied' };
 
 export const churn: Section = {
   id: 'churn',
-  title: '6. Churn (10k sandboxes, 10k snapshot updates/s during Check load)',
+  title: 'Churn (10k sandboxes, 10k snapshot updates/s during Check load)',
   estimateSeconds: { quick: 30, full: 60 },
   async run(ctx) {
     const plan = blocks(ctx);

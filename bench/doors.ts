@@ -4,7 +4,7 @@ import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway } from './lib/targets.js';
 
 /**
- * 1. The doors Envoy and nginx call, each against a bare server of the same protocol that answers the same
+ * The doors Envoy and nginx call, each against a bare server of the same protocol that answers the same
  * allow without deciding anything: HTTP authz (`/authz/…`, nginx auth_request / Envoy http_service)
  * against node:http, ext_authz Check and ext_proc Process against grpc-js on the same protos. The view
  * holds 1k Ready sandboxes, requests name them at random.
@@ -17,7 +17,7 @@ const MIN_RATIO = 0.85;
 
 export const doors: Section = {
   id: 'doors',
-  title: '1. Doors: HTTP authz, ext_authz Check, ext_proc Process (1k sandboxes)',
+  title: 'Doors: HTTP authz, ext_authz Check, ext_proc Process (1k sandboxes)',
   estimateSeconds: { quick: 60, full: 240 },
   async run(ctx) {
     const plan = blocks(ctx);

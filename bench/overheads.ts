@@ -7,7 +7,7 @@ import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway, type GatewaySpec, type Target } from './lib/targets.js';
 
 /**
- * 10. What the optional work costs a request: gateways alike but for one feature each — tracing (every
+ * What the optional work costs a request: gateways alike but for one feature each — tracing (every
  * request sampled, and 1 %; spans exported over OTLP/HTTP to a sink in the runner that drops them), the
  * access log to a file, activity tracking (`--activity-ignore /healthz`, which no bench path matches) —
  * each against the same gateway with all of it off (`--activity-ignore '/*'`: the pattern is still
@@ -24,7 +24,7 @@ const OFF = ['--activity-ignore', '/*'];
 
 export const overheads: Section = {
   id: 'overheads',
-  title: '10. Overheads: tracing, the access log and activity tracking, per request',
+  title: 'Overheads: tracing, the access log and activity tracking, per request',
   estimateSeconds: { quick: 60, full: 180 },
   async run(ctx) {
     const sink = createServer((req, res) => {

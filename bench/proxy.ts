@@ -7,7 +7,7 @@ import { blocks, type BenchContext, type Section } from './lib/section.js';
 import { startBare, startGateway, type Target } from './lib/targets.js';
 
 /**
- * 2. The embedded proxy, every request carried to a small upstream on loopback. Judged against a plain
+ * The embedded proxy, every request carried to a small upstream on loopback. Judged against a plain
  * undici forwarder (no routing: the floor of a Node proxy) on CPU per request of the proxy process at a
  * fixed offered rate, over INSTANCES pairs of processes, with req/s at the limit beside it. At the limit
  * it is also set beside nginx `auth_request` to sandgate's HTTP authz (sandgate the nginx way, without
@@ -33,7 +33,7 @@ async function nginxTier(ctx: BenchContext, upstream: Target, sandboxes: string)
 
 export const proxy: Section = {
   id: 'proxy',
-  title: '2. Embedded proxy (vs a plain undici forwarder and nginx auth_request)',
+  title: 'Embedded proxy (vs a plain undici forwarder and nginx auth_request)',
   estimateSeconds: { quick: 40, full: 120 },
   async run(ctx) {
     const plan = blocks(ctx);

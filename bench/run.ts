@@ -61,14 +61,16 @@ function stamp(d: Date): string {
 async function runSection(s: Section, base: Omit<BenchContext, 'procs'>): Promise<SectionResult> {
   const procs = new ProcessGroup();
   const t0 = performance.now();
+  // Numbered by place in SECTIONS, so a section keeps its number in a run of --only.
+  const title = `${SECTIONS.indexOf(s) + 1}. ${s.title}`;
   base.log(`${s.title}: starting`);
   try {
     const out = await s.run({ ...base, procs });
-    return { id: s.id, title: s.title, seconds: (performance.now() - t0) / 1000, ...out };
+    return { id: s.id, title, seconds: (performance.now() - t0) / 1000, ...out };
   } catch (err) {
     const message = err instanceof Error ? (err.stack ?? err.message) : String(err);
     base.log(`${s.title}: failed: ${message}`);
-    return { id: s.id, title: s.title, seconds: (performance.now() - t0) / 1000, baseline: '', rows: [], targets: [], notes: [], error: message };
+    return { id: s.id, title, seconds: (performance.now() - t0) / 1000, baseline: '', rows: [], targets: [], notes: [], error: message };
   } finally {
     await procs.stopAll();
   }

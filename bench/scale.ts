@@ -1,5 +1,4 @@
-import { compareGrpc, compareRate, cpuPerRequest, formatRatio, INSTANCES, medianOf, spread, trialProblems } from './lib/compare.js';
-import { GrpcLoad } from './lib/grpc-load.js';
+import { compareRate, grpcPair, cpuPerRequest, formatRatio, INSTANCES, medianOf, spread, trialProblems } from './lib/compare.js';
 import { row, target, type Row, type TargetResult } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
 import { blocks, probeOnce, type BenchContext, type Section } from './lib/section.js';
@@ -8,7 +7,7 @@ import type { KubeKind } from './lib/kube-variants.js';
 import type { ViewProbeArgs, ViewProbeResult } from './lib/view-probe.js';
 
 /**
- * 4. Scale: the view at 1k, 10k, 100k and 1M sandboxes. In-process (view-probe.ts, one child per size):
+ * Scale: the view at 1k, 10k, 100k and 1M sandboxes. In-process (view-probe.ts, one child per size):
  * decide() latency and heap per sandbox after GC, and the heap per sandbox of views filled by the
  * Kubernetes drivers (agent-sandbox, OpenKruise) from objects as a watch delivers them. Out of process: Check req/s at the limit of gateways
  * holding 100k sandboxes against gateways holding 1k (INSTANCES pairs of processes, since each process
@@ -37,7 +36,7 @@ const label = (n: number): string => (n >= 1_000_000 ? `${n / 1_000_000}M` : `${
 
 export const scale: Section = {
   id: 'scale',
-  title: '4. Scale (view of 1k … 1M sandboxes)',
+  title: 'Scale (view of 1k … 1M sandboxes)',
   estimateSeconds: { quick: 100, full: 230 },
   async run(ctx) {
     const ops = ctx.quick ? 300_000 : 3_000_000;
@@ -86,10 +85,9 @@ export const scale: Section = {
     // heap-probe.ts), so no full GC of the load falls into one block of the comparison.
     for (const g of [...larges, ...smalls]) await g.heap();
     const [small, large] = [smalls[0]!, larges[0]!];
-    const load = await GrpcLoad.start(ctx.procs, 1);
     const sides = (gws: readonly Target[], sandboxes: number) => gws.map((t) => ({ target: t, sandboxes }));
     const plan = blocks(ctx);
-    const limit = compareRate(await compareGrpc({ ...plan, warmupMs: 2 * plan.warmupMs, inFlight: IN_FLIGHT }, load, 'check', sides(larges, LARGE), sides(smalls, SMALL)));
+    const limit = compareRate(await grpcPair('check', sides(larges, LARGE), sides(smalls, SMALL))({ ...plan, warmupMs: 2 * plan.warmupMs, inFlight: IN_FLIGHT }));
     const note = `vs ${label(SMALL)}`;
     rows.push(row(`Check req/s at the limit @ ${IN_FLIGHT} in flight, ${label(LARGE)} sandboxes`, 'req/s', medianOf(limit.a, (m) => m.rps), medianOf(limit.b, (m) => m.rps), note));
     rows.push(row(`CPU per Check at the limit, ${label(LARGE)} sandboxes`, 'µs', medianOf(limit.a, cpuPerRequest), medianOf(limit.b, cpuPerRequest), note));

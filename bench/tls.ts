@@ -9,7 +9,7 @@ import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway } from './lib/targets.js';
 
 /**
- * 3. TLS: the embedded proxy's TLS port (HTTP/1.1 and h2) beside nginx terminating TLS on the same
+ * TLS: the embedded proxy's TLS port (HTTP/1.1 and h2) beside nginx terminating TLS on the same
  * certificate, each process's CPU alone; what TLS adds to a request; and that a TLS port leaves the plain
  * port's cost as it was. Certificates: a throwaway CA and a P-256 leaf for the sandbox hosts, by openssl.
  */
@@ -34,7 +34,7 @@ function makeCertificates(dir: string): { ca: Buffer; certFile: string; keyFile:
 
 export const tls: Section = {
   id: 'tls',
-  title: '3. TLS: the embedded proxy over HTTPS (HTTP/1.1 and h2) beside nginx on the same certificate',
+  title: 'TLS: the embedded proxy over HTTPS (HTTP/1.1 and h2) beside nginx on the same certificate',
   estimateSeconds: { quick: 35, full: 140 },
   async run(ctx) {
     if (spawnSync('openssl', ['version'], { stdio: 'ignore' }).status !== 0) {

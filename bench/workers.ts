@@ -9,7 +9,7 @@ import { startGateway } from './lib/targets.js';
 import { waitForWorkers } from './lib/workers-ready.js';
 
 /**
- * 5. Workers: ext_authz Check req/s at the limit of a gateway started with `--workers N` (node:cluster,
+ * Workers: ext_authz Check req/s at the limit of a gateway started with `--workers N` (node:cluster,
  * every listener shared, each worker a full gateway) for each N of `--workers-list` (default 1,2,4), and
  * the scaling efficiency req/s at N ÷ (N × req/s at 1). The load comes from N load processes, one HTTP/2
  * connection each, so node:cluster (which balances connections, not requests) gives every worker one.
@@ -24,7 +24,7 @@ const MIN_EFFICIENCY = 0.8;
 
 export const workers: Section = {
   id: 'workers',
-  title: '5. Workers (--workers N vs one process)',
+  title: 'Workers (--workers N vs one process)',
   estimateSeconds: { quick: 10, full: 40 },
   async run(ctx) {
     const cores = cpus().length;

@@ -1,7 +1,7 @@
 import { connect, type ClientHttp2Session } from 'node:http2';
 import { Pool } from 'undici';
 import { alternateSlices, type AlternationPlan, type Measured, type Outcome } from './alternation.js';
-import { grpcCaller, SAMPLE_EVERY, type GrpcKind, type GrpcLoad } from './grpc-load.js';
+import { grpcCaller, SAMPLE_EVERY, type GrpcKind } from './grpc-load.js';
 import { row, target, type Row, type SectionOutput, type TargetResult } from './report.js';
 import type { Target } from './targets.js';
 
@@ -162,11 +162,6 @@ export function httpPair(requests: readonly HttpRequestSpec[], a: readonly HttpS
 /** Two gRPC servers (or instance pairs of them), sent Envoy-shaped calls of `kind`. */
 export function grpcPair(kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Pair {
   return pair(a, b, (s) => grpcSender(kind, s));
-}
-
-/** grpcPair(kind, a, b)(plan), in the shape scale.ts calls it: the comparison runs in this process, `_load` is not used. */
-export function compareGrpc(plan: ComparePlan, _load: GrpcLoad, kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Promise<Trials> {
-  return grpcPair(kind, a, b)(plan);
 }
 
 export interface Spread {
