@@ -6,15 +6,11 @@ import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway, type Target } from './lib/targets.js';
 
 /**
- * Churn: what 10k snapshot updates per second cost a gateway serving Checks. Two gateways of 10k
- * sandboxes, each fed by a remote driver in its own process (bench-driver.ts) over the production
- * WatchSandboxes stream, so the cost measured is the gateway's whole path: decode, validate, apply to the
- * view, recompose, notify. One driver churns while the two gateways are compared at a fixed offered Check
- * rate; halfway the roles swap, so each gateway's own offset falls on both sides.
- *
- * A gateway answers Checks on one thread, so at its Check limit every core-second the updates take is a
- * second of Checks it does not answer: the target, 0.1 extra cores at 10k updates/s, is 10 % of its Check
- * throughput. The driver's own CPU is apart.
+ * Each gateway is fed by a remote driver in its own process (bench-driver.ts) over the production
+ * WatchSandboxes stream, so the cost is the gateway's whole path: decode, validate, apply, recompose,
+ * notify. Halfway the churning and the quiet gateway swap, so each one's own offset falls on both sides.
+ * A gateway answers Checks on one thread, so at its limit every core-second the updates take is a second
+ * of Checks it does not answer: 0.1 extra cores is 10 % of its Check throughput.
  */
 
 const SANDBOXES = 10_000;

@@ -4,10 +4,8 @@ import { blocks, type Section } from './lib/section.js';
 import { startBare, startGateway } from './lib/targets.js';
 
 /**
- * The doors Envoy and nginx call, each against a bare server of the same protocol that answers the same
- * allow without deciding anything: HTTP authz (`/authz/…`, nginx auth_request / Envoy http_service)
- * against node:http, ext_authz Check and ext_proc Process against grpc-js on the same protos. The view
- * holds 1k Ready sandboxes, requests name them at random.
+ * Each door against a bare server of the same protocol (node:http; grpc-js on the same protos) answering
+ * the same allow without deciding anything: the gap is what deciding costs.
  */
 
 const SANDBOXES = 1000;
@@ -23,7 +21,7 @@ export const doors: Section = {
     const plan = blocks(ctx);
     const file = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none');
     const gw = await startGateway(ctx.procs, { name: 'sandgate-doors', sandboxes: file }, ctx.targetOptions);
-    const bareHttp = await startBare(ctx.procs, 'bare-http', 'lib/bare-http-server.js', ctx.targetOptions);
+    const bareHttp = await startBare(ctx.procs, 'bare-http', 'lib/bare-http-server.js', ctx.targetOptions, ['authz']);
     const bareGrpc = await startBare(ctx.procs, 'bare-grpc', 'lib/bare-grpc-server.js', ctx.targetOptions);
     const grpc = (kind: 'check' | 'process') => grpcPair(kind, [{ target: gw, sandboxes: SANDBOXES }], [{ target: bareGrpc, sandboxes: SANDBOXES }]);
     // The offered rate of the cost trials: well under what either side answers on a busy 2-core machine.

@@ -2,17 +2,14 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Findings, grpcPair, httpPair, measureCost, type HttpSide } from './lib/compare.js';
-import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
+import { startUpstream } from './lib/sandboxes.js';
 import { blocks, type Section } from './lib/section.js';
-import { startBare, startGateway, type GatewaySpec, type Target } from './lib/targets.js';
+import { startGateway, type GatewaySpec, type Target } from './lib/targets.js';
 
 /**
- * What the optional work costs a request: gateways alike but for one feature each — tracing (every
- * request sampled, and 1 %; spans exported over OTLP/HTTP to a sink in the runner that drops them), the
- * access log to a file, activity tracking (`--activity-ignore /healthz`, which no bench path matches) —
- * each against the same gateway with all of it off (`--activity-ignore '/*'`: the pattern is still
- * tested, nothing recorded). CPU per request of the gateway process at a fixed offered rate through the
- * embedded proxy, and for activity through ext_authz Check too. Reported, not judged.
+ * Gateways alike but for one feature each, against the same gateway with all of it off. Spans go over
+ * OTLP/HTTP to a sink in the runner that drops them; activity is on with `--activity-ignore /healthz`
+ * (no bench path matches) and off with `--activity-ignore '/*'`, so the pattern is tested either way.
  */
 
 const SANDBOXES = 1000;
@@ -34,9 +31,8 @@ export const overheads: Section = {
     await new Promise<void>((r) => sink.listen(0, '127.0.0.1', () => r()));
     try {
       const endpoint = `http://127.0.0.1:${(sink.address() as AddressInfo).port}`;
-      const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
-      const sandboxes = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none', true);
-      const gateway = (spec: GatewaySpec): Promise<Target> => startGateway(ctx.procs, { sandboxes, ...spec }, ctx.targetOptions);
+      const upstream = await startUpstream(ctx, SANDBOXES);
+      const gateway = (spec: GatewaySpec): Promise<Target> => startGateway(ctx.procs, { sandboxes: upstream.sandboxes, ...spec }, ctx.targetOptions);
       const off = await gateway({ name: 'sandgate-all-off', args: OFF });
       const activity = await gateway({ name: 'sandgate-activity', args: ['--activity-ignore', '/healthz'] });
       const variants: [string, Target][] = [
@@ -46,8 +42,8 @@ export const overheads: Section = {
         ['activity tracking', activity],
       ];
       const http = (t: Target): HttpSide => ({ target: t, url: t.url('proxy') });
-      await checkReachesUpstream([off, ...variants.map(([, t]) => t)].map(http), upstream.port('main'));
-      const requests = proxyRequests(SANDBOXES, upstream.port('main'));
+      await upstream.reachedBy([off, ...variants.map(([, t]) => t)].map(http));
+      const requests = upstream.requests(SANDBOXES);
       const plan = blocks(ctx);
       const f = new Findings();
       const note = 'vs the same gateway with all of it off';

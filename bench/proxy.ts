@@ -1,5 +1,5 @@
 import { compareRate, costTarget, Findings, formatRatio, httpPair, INSTANCES, measureCost, type HttpSide } from './lib/compare.js';
-import { checkReachesUpstream, proxyRequests, writeSandboxesFile } from './lib/sandboxes.js';
+import { startUpstream } from './lib/sandboxes.js';
 import { authRequestServer, findNginx, startNginx } from './lib/nginx.js';
 import { CombinedTarget } from './lib/proc-cpu.js';
 import { target } from './lib/report.js';
@@ -7,11 +7,9 @@ import { blocks, type BenchContext, type Section } from './lib/section.js';
 import { startBare, startGateway, type Target } from './lib/targets.js';
 
 /**
- * The embedded proxy, every request carried to a small upstream on loopback. Judged against a plain
- * undici forwarder (no routing: the floor of a Node proxy) on CPU per request of the proxy process at a
- * fixed offered rate, over INSTANCES pairs of processes, with req/s at the limit beside it. At the limit
- * it is also set beside nginx `auth_request` to sandgate's HTTP authz (sandgate the nginx way, without
- * Envoy), each tier's CPU counted whole (proxy, authz and upstream processes).
+ * The baseline is a plain undici forwarder, the floor of a Node proxy: the gap is the cost of routing and
+ * deciding. nginx `auth_request` to sandgate's HTTP authz is sandgate the nginx way, without Envoy; it is
+ * compared as whole tiers (proxy, authz and upstream processes), since its work is split over two.
  */
 
 const SANDBOXES = 1000;
@@ -37,19 +35,19 @@ export const proxy: Section = {
   estimateSeconds: { quick: 40, full: 120 },
   async run(ctx) {
     const plan = blocks(ctx);
-    const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
-    const sandboxes = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none', true);
+    const upstream = await startUpstream(ctx, SANDBOXES);
+    const { sandboxes } = upstream;
     const gws: HttpSide[] = [];
     const forwarders: HttpSide[] = [];
     for (let i = 1; i <= INSTANCES; i++) {
       const gw = await startGateway(ctx.procs, { name: `sandgate-proxy-${i}`, sandboxes }, ctx.targetOptions);
       gws.push({ target: gw, url: gw.url('proxy') });
-      const f = await startBare(ctx.procs, `undici-forwarder-${i}`, 'lib/undici-forwarder.js', ctx.targetOptions, [`127.0.0.1:${upstream.port('main')}`]);
+      const f = await startBare(ctx.procs, `undici-forwarder-${i}`, 'lib/undici-forwarder.js', ctx.targetOptions, [`127.0.0.1:${upstream.port}`]);
       forwarders.push({ target: f, url: f.url('main') });
     }
-    const nginx = await nginxTier(ctx, upstream, sandboxes).catch((err: unknown) => `nginx rows skipped: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);
-    await checkReachesUpstream([...gws, ...forwarders, ...(typeof nginx === 'string' ? [] : [nginx])], upstream.port('main'));
-    const requests = proxyRequests(SANDBOXES, upstream.port('main'));
+    const nginx = await nginxTier(ctx, upstream.target, sandboxes).catch((err: unknown) => `nginx rows skipped: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);
+    await upstream.reachedBy([...gws, ...forwarders, ...(typeof nginx === 'string' ? [] : [nginx])]);
+    const requests = upstream.requests(SANDBOXES);
     const at = `@ ${CONNECTIONS} conn`;
     const f = new Findings();
 
@@ -65,7 +63,7 @@ export const proxy: Section = {
       f.targets.push(target(NGINX_TARGET, undefined, nginx));
     } else {
       ctx.log(`proxy: ${at}, embedded proxy (with its upstream) vs nginx auth_request → sandgate`);
-      const tier: HttpSide = { target: new CombinedTarget([gws[0]!.target, upstream]), url: gws[0]!.url };
+      const tier: HttpSide = { target: new CombinedTarget([gws[0]!.target, upstream.target]), url: gws[0]!.url };
       const vsNginx = compareRate(await httpPair(requests, [tier], [nginx])({ ...plan, inFlight: CONNECTIONS }));
       f.limit(`embedded proxy ${at}`, vsNginx, { a: 'embedded proxy', b: 'nginx auth_request' }, 'vs nginx auth_request → sandgate, whole tiers');
       f.targets.push(target(NGINX_TARGET, vsNginx.ratio.median > 1, formatRatio(vsNginx.ratio)));

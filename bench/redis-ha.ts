@@ -15,16 +15,11 @@ import type { Accepted } from './lib/supervisor-swarm.js';
 import { startGateway, TargetStartError, type Target } from './lib/targets.js';
 
 /**
- * Redis HA: presence on a Sentinel-managed Redis (master, replica, three sentinels), N sessions of
- * reference supervisors (10k; 1k in --quick; lib/supervisor-swarm.ts) spread over three gateways:
- *
- * - the gateways' heap after GC and RSS per session, and the time for all N to connect and be Ready;
- * - Redis commands/s at N idle sessions (INFO commandstats on the master), and per routed request: the
- *   commands during a Check load on one gateway beyond the idle rate, over its decisions (target 0);
- * - kill -9 of the master: time until every gateway's /readyz is `ready` and the new master holds all N
- *   records, beside the sentinels' own switch. A few sessions close just before, and every gateway's
- *   Ready count is polled every 25 ms: a count above the live sessions is a false Ready (target 0);
- * - kill -9 of a gateway: time until its sessions are accepted by the next in their supervisors' list.
+ * N sessions of reference supervisors (lib/supervisor-swarm.ts) on three gateways sharing presence on a
+ * Sentinel group (master, replica, three sentinels). Commands per routed request are those during a
+ * Check load on one gateway beyond the idle rate, over its decisions. Before the master's kill -9 a few
+ * sessions close, and every gateway's Ready count is polled every 25 ms: a count above the live sessions
+ * is a false Ready. A gateway's kill -9 ends when the next in its supervisors' list accepts its sessions.
  */
 
 const GATEWAYS = 3;
@@ -231,9 +226,7 @@ export const redisHa: Section = {
         baseline: 'see each row',
         rows,
         targets: [target(TARGETS[0]!, falseReady === 0, `${falseReady} observations; recovered ${recoveredMs} ms after kill -9 (sentinels switched after ${switchedMs} ms)`), perRequestTarget],
-        notes: [
-          `Redis HA: Sentinel down-after 1 s; lease TTL ${LEASE_TTL_MS} ms; commands/s measured on the master over ${idleMs} ms`,
-        ],
+        notes: [`Redis HA: Sentinel down-after 1 s; lease TTL ${LEASE_TTL_MS} ms; commands/s measured on the master over ${idleMs} ms`],
       };
     } finally {
       admins.clear();

@@ -7,13 +7,10 @@ import type { KubeKind } from './lib/kube-variants.js';
 import type { ViewProbeArgs, ViewProbeResult } from './lib/view-probe.js';
 
 /**
- * Scale: the view at 1k, 10k, 100k and 1M sandboxes. In-process (view-probe.ts, one child per size):
- * decide() latency and heap per sandbox after GC, and the heap per sandbox of views filled by the
- * Kubernetes drivers (agent-sandbox, OpenKruise) from objects as a watch delivers them. Out of process: Check req/s at the limit of gateways
- * holding 100k sandboxes against gateways holding 1k (INSTANCES pairs of processes, since each process
- * keeps an offset of its own), with CPU per Check reported beside it, and what each sandbox costs the
- * whole gateway process. A lookup into a table that no longer fits the caches costs a little, so the bar
- * is 0.90×, not 1.
+ * In-process (view-probe.ts, one child per size) for decide() and the view's heap, each against the
+ * smallest view or the snapshots alone. Out of process, gateways of 100k against gateways of 1k in
+ * INSTANCES pairs, since each process keeps an offset of its own. A lookup into a table that no longer
+ * fits the caches costs a little, so the bar is 0.90×, not 1.
  */
 
 const SIZES = [1_000, 10_000, 100_000, 1_000_000] as const;

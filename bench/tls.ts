@@ -2,16 +2,16 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Findings, formatDiff, httpPair, measureCost, type HttpSide, type Names } from './lib/compare.js';
-import { checkReachesUpstream, NAMESPACES, proxyRequests, sandboxNamespace, writeSandboxesFile } from './lib/sandboxes.js';
+import { NAMESPACES, sandboxNamespace, startUpstream } from './lib/sandboxes.js';
 import { findNginx, startNginx, tlsProxyServer } from './lib/nginx.js';
 import { target } from './lib/report.js';
 import { blocks, type Section } from './lib/section.js';
-import { startBare, startGateway } from './lib/targets.js';
+import { startGateway } from './lib/targets.js';
 
 /**
- * TLS: the embedded proxy's TLS port (HTTP/1.1 and h2) beside nginx terminating TLS on the same
- * certificate, each process's CPU alone; what TLS adds to a request; and that a TLS port leaves the plain
- * port's cost as it was. Certificates: a throwaway CA and a P-256 leaf for the sandbox hosts, by openssl.
+ * nginx terminating TLS on the same certificate is the baseline of the TLS port itself; a gateway without
+ * TLS is the baseline of what TLS adds, and of the plain port beside a TLS one. Certificates: a throwaway
+ * CA and a P-256 leaf for the sandbox hosts, by openssl.
  */
 
 const SANDBOXES = 1000;
@@ -43,21 +43,21 @@ export const tls: Section = {
     }
     const plan = blocks(ctx);
     const certs = makeCertificates(ctx.tmp);
-    const upstream = await startBare(ctx.procs, 'upstream', 'lib/upstream-server.js', ctx.targetOptions);
-    const sandboxes = writeSandboxesFile(ctx.tmp, SANDBOXES, 'none', true);
+    const upstream = await startUpstream(ctx, SANDBOXES);
+    const { sandboxes } = upstream;
     const withTls = await startGateway(ctx.procs, { name: 'sandgate-tls', sandboxes, tls: certs }, ctx.targetOptions);
     const plainGw = await startGateway(ctx.procs, { name: 'sandgate-plain', sandboxes }, ctx.targetOptions);
     const https = (h2: boolean): HttpSide => ({ target: withTls, url: withTls.url('proxy-tls', 'https'), ca: certs.ca, h2 });
     const plain: HttpSide = { target: plainGw, url: plainGw.url('proxy') };
     const plainOfTls: HttpSide = { target: withTls, url: withTls.url('proxy') };
     const found = findNginx(['http_ssl_module', 'http_v2_module']);
-    const nginx = 'skipped' in found ? undefined : await startNginx(ctx.procs, ctx.tmp, found.bin, tlsProxyServer(certs.certFile, certs.keyFile, upstream.port('main')));
+    const nginx = 'skipped' in found ? undefined : await startNginx(ctx.procs, ctx.tmp, found.bin, tlsProxyServer(certs.certFile, certs.keyFile, upstream.port));
     const nginxSide = (h2: boolean): HttpSide => ({ target: nginx!, url: nginx!.url('main', 'https'), ca: certs.ca, h2 });
-    await checkReachesUpstream([https(false), plain, plainOfTls, ...(nginx === undefined ? [] : [nginxSide(false)])], upstream.port('main'));
+    await upstream.reachedBy([https(false), plain, plainOfTls, ...(nginx === undefined ? [] : [nginxSide(false)])]);
 
     // One sandbox host for every request: an HTTP/1.1 client holds a connection per host (undici sends the
     // Host as the SNI and opens a new connection when it changes), so many hosts would measure handshakes.
-    const requests = proxyRequests(1, upstream.port('main'));
+    const requests = upstream.requests(1);
     const f = new Findings();
     const measure = async (label: string, a: HttpSide, b: HttpSide, names: Names, note: string) => {
       ctx.log(`tls: ${label}, CPU per request at ${RATE} req/s`);

@@ -1,26 +1,51 @@
+import { get } from 'node:http';
 import { cpus } from 'node:os';
 import { Findings, round2 } from './lib/compare.js';
 import { GrpcLoad, type LoadResult } from './lib/grpc-load.js';
-import { ProcessTreeTarget } from './lib/proc-cpu.js';
+import { descendantCount, ProcessTreeTarget } from './lib/proc-cpu.js';
+import { sleep } from './lib/processes.js';
 import { row, target } from './lib/report.js';
 import { writeSandboxesFile } from './lib/sandboxes.js';
 import { type Section } from './lib/section.js';
-import { startGateway } from './lib/targets.js';
-import { waitForWorkers } from './lib/workers-ready.js';
+import { startGateway, type Target } from './lib/targets.js';
 
 /**
- * Workers: ext_authz Check req/s at the limit of a gateway started with `--workers N` (node:cluster,
- * every listener shared, each worker a full gateway) for each N of `--workers-list` (default 1,2,4), and
- * the scaling efficiency req/s at N ÷ (N × req/s at 1). The load comes from N load processes, one HTTP/2
- * connection each, so node:cluster (which balances connections, not requests) gives every worker one.
- *
- * A load process costs about what a worker does per Check, so N workers are measured only where the
- * machine has 2N cores; elsewhere the row is SKIP with that reason, never a FAIL.
+ * N load processes, one HTTP/2 connection each, so node:cluster (which balances connections, not
+ * requests) gives every worker one. A load process costs about what a worker does per Check, so N
+ * workers are measured only where the machine has 2N cores; elsewhere the row is SKIP, never a FAIL.
  */
 
 const SANDBOXES = 1000;
 const IN_FLIGHT_PER_WORKER = 64;
 const MIN_EFFICIENCY = 0.8;
+
+/** The status of /readyz over a new connection (agent: false), which the primary hands to a worker of its choosing. */
+function readyz(url: string): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    const req = get(url, { agent: false, timeout: 2_000 }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(undefined));
+  });
+}
+
+/**
+ * `--workers N` answers /readyz 200 once its first worker is ready, and the primary hands new connections
+ * round-robin to the workers listening: before load, wait until N workers run and 4N fresh connections
+ * in a row (so every worker gets some) answer 200.
+ */
+async function waitForWorkers(gw: Target, workers: number, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let streak = 0; streak < workers * 4; ) {
+    if (Date.now() > deadline) throw new Error(`${gw.name}: ${workers} workers were not all ready within ${timeoutMs} ms (${descendantCount(gw.pid)} running)`);
+    if (!gw.child.running) throw new Error(`${gw.name} exited:\n${gw.child.tailText()}`);
+    const ok = descendantCount(gw.pid) >= workers && (await readyz(gw.adminUrl + '/readyz')) === 200;
+    streak = ok ? streak + 1 : 0;
+    if (!ok) await sleep(50);
+  }
+}
 
 export const workers: Section = {
   id: 'workers',

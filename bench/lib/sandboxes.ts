@@ -3,6 +3,8 @@ import { request } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { TLS_SERVERNAME, type HttpRequestSpec, type HttpSide } from './compare.js';
+import type { BenchContext } from './section.js';
+import { startBare } from './targets.js';
 import type { BackendSnapshot } from '../../src/domain/sandbox.js';
 
 /**
@@ -109,13 +111,8 @@ export function authzRequests(sandboxes: number): HttpRequestSpec[] {
   return browserGets(sandboxes, '/authz/api/v1/files?path=%2Fhome%2Fuser');
 }
 
-/** What upstream-server.ts answers to every request: a proxy that returns it did reach the bench's upstream. */
+/** What the bench's upstream answers to every request: a proxy that returns it did reach that upstream. */
 export const UPSTREAM_BODY = '{"ok":true,"server":"sandgate-bench-upstream"}\n';
-
-/** A browser-like GET to sandbox paths, spread over `sandboxes` by Host. */
-export function proxyRequests(sandboxes: number, upstreamPort: number): HttpRequestSpec[] {
-  return browserGets(sandboxes, '/api/v1/files?path=%2Fhome%2Fuser', upstreamPort);
-}
 
 /** One request with `host` through `side` (fetch may not set Host), over TLS when its url is https. */
 function probe(side: HttpSide, host: string): Promise<{ status: number; body: string }> {
@@ -135,10 +132,24 @@ function probe(side: HttpSide, host: string): Promise<{ status: number; body: st
   });
 }
 
-/** Throws unless every side carries a request for sandbox 0 to the bench's upstream on `upstreamPort`, and nowhere else. */
-export async function checkReachesUpstream(sides: readonly HttpSide[], upstreamPort: number): Promise<void> {
-  for (const s of sides) {
-    const r = await probe(s, sandboxHost(0, upstreamPort));
-    if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${s.target.name} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
-  }
+/**
+ * The proxy sections' setup: the bench's upstream (bare-http-server.js) and a sandboxes file of `count`
+ * sandboxes, every one at 127.0.0.1; `requests(hosts)` spreads browser-like GETs by Host over the first
+ * `hosts`; `reachedBy` throws unless every side carries a request for sandbox 0 there, and nowhere else.
+ */
+export async function startUpstream(ctx: BenchContext, count: number) {
+  const target = await startBare(ctx.procs, 'upstream', 'lib/bare-http-server.js', ctx.targetOptions, ['upstream']);
+  const port = target.port('main');
+  return {
+    target,
+    port,
+    sandboxes: writeSandboxesFile(ctx.tmp, count, 'none', true),
+    requests: (hosts: number): HttpRequestSpec[] => browserGets(hosts, '/api/v1/files?path=%2Fhome%2Fuser', port),
+    async reachedBy(sides: readonly HttpSide[]): Promise<void> {
+      for (const s of sides) {
+        const r = await probe(s, sandboxHost(0, port));
+        if (r.status !== 200 || r.body !== UPSTREAM_BODY) throw new Error(`${s.target.name} (${s.url}) did not reach the bench upstream: ${r.status} ${r.body.slice(0, 200)}`);
+      }
+    },
+  };
 }

@@ -1,7 +1,6 @@
 import { createServer, type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Agent } from 'undici';
-import { announceReady, exitWithParent } from './ipc.js';
+import { serveHttpChild } from './ipc.js';
 
 /**
  * A Node proxy written the plain way: a node:http server that sends every request to one fixed upstream
@@ -12,7 +11,6 @@ import { announceReady, exitWithParent } from './ipc.js';
  *   node dist/bench/lib/undici-forwarder.js PORT UPSTREAM_HOST:PORT
  */
 
-const port = Number(process.argv[2] ?? '0');
 const upstream = process.argv[3];
 if (upstream === undefined) throw new Error('usage: undici-forwarder PORT UPSTREAM_HOST:PORT');
 const origin = 'http://' + upstream;
@@ -46,10 +44,4 @@ const server = createServer((req, res) => {
     },
   );
 });
-server.keepAliveTimeout = 65_000;
-server.listen(port, '127.0.0.1', () => announceReady({ port: (server.address() as AddressInfo).port }));
-exitWithParent();
-process.once('SIGTERM', () => {
-  server.close(() => void agent.close().then(() => process.exit(0)));
-  server.closeIdleConnections();
-});
+serveHttpChild(server, Number(process.argv[2] ?? '0'));
