@@ -1,18 +1,6 @@
 import type { LoadResult } from './grpc-load.js';
 import { latencies, record, summarise, type Latencies } from './histogram.js';
 
-/**
- * The one way the bench compares two servers: load switched between them every slice of a block
- * (A B B A A B B A), both processes' CPU read at every block boundary by the process that switches the
- * load. Each block is one pair, so whatever else the machine does over a second or two falls on both
- * sides alike.
- *
- * With a `rate`, requests leave evenly spread in time (every millisecond, as many as are due), at most
- * `inFlight` open per side; a request beyond that is not sent, and the block then answers fewer than
- * offered (reported by the caller as a rate not sustained). Without one, the side whose slice it is keeps
- * `inFlight` requests open (at the limit).
- */
-
 /** How one request ended: undefined answered as expected, 'denied' answered otherwise, an Error not answered. */
 export type Outcome = undefined | 'denied' | Error;
 
@@ -26,22 +14,24 @@ export interface AlternationSide {
 export interface AlternationPlan {
   /** Connections (HTTP/1.1), streams (HTTP/2) or calls (gRPC) open per side at most. */
   readonly inFlight: number;
-  /** Requests per second offered to the side whose slice it is; undefined: as many as `inFlight` allows (at the limit). */
+  /** Requests per second offered to the side whose slice it is; undefined: at the limit, `inFlight` kept open. */
   readonly rate?: number | undefined;
   /** Unmeasured blocks first (at least one): connections open and the code on both sides warm. */
   readonly warmupMs: number;
-  /** Length of one block (one pair); each side carries load for half of it. */
   readonly blockMs: number;
   readonly blocks: number;
 }
 
-/** What one side did in one block: a load run (its durationMs the time the side carried load) and its process's CPU. */
+/** One side in one block; durationMs is the time it carried load (half the block). */
 export interface Measured extends LoadResult {
   /** The side's CPU over the whole block (so work its requests leave behind after its slices counts), per ms it carried load, in cores. */
   readonly targetCpuCores: number;
 }
 
-/** Slices per block: a block of 2 s is eight slices of 250 ms, each side loaded for four. */
+/**
+ * Each block is one pair, the load switched every eighth of it, so whatever else the machine does over a second
+ * or two falls on both sides alike; in A B B A both sides' slices sit at the same mean time, so a drift does too.
+ */
 const SLICES = ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a'] as const;
 
 const TICK_MS = 1;
@@ -57,7 +47,11 @@ interface Tally {
 
 const fresh = (): Tally => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined, hist: latencies() });
 
-/** Runs the plan; rejects (after the requests in flight have drained) when a side's CPU can no longer be read. */
+/**
+ * Runs the plan, both sides' CPU read at every block boundary; rejects (after the requests in flight have drained)
+ * when a side's CPU can no longer be read. With a `rate`, a request beyond `inFlight` open is not sent: the block
+ * answers fewer than offered, which the caller reports as a rate not sustained.
+ */
 export async function alternateSlices(plan: AlternationPlan, sides: { readonly a: AlternationSide; readonly b: AlternationSide }): Promise<{ a: Measured[]; b: Measured[] }> {
   const sliceMs = plan.blockMs / SLICES.length;
   const warm = Math.max(1, Math.ceil(plan.warmupMs / plan.blockMs));
@@ -67,7 +61,6 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   const load: number[] = [];
 
   let slice = -1;
-  /** Requests sent (or given up) by each side in the current block. */
   let issued = { a: 0, b: 0 };
   let sliceStart = 0;
   let over = false;
@@ -89,13 +82,8 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
       if (plan.rate === undefined) fill();
     });
   };
-  /**
-   * Sends what the current slice's side is due (at the limit: up to inFlight open). What is due counts
-   * the side's earlier slices of the block too, so a slice a busy machine gave no tick near its end is made
-   * up in the side's next slice of the block: the offered rate holds per block, and load still goes to a
-   * side only in its own slices. What inFlight keeps from being sent is given up (the rate was not
-   * sustained).
-   */
+  // What is due counts the side's earlier slices of the block too, so a slice a busy machine gave no tick near
+  // its end is made up in the side's next one: the offered rate holds per block, load still only in own slices.
   const fill = (): void => {
     if (over || slice < 0) return;
     const inBlock = slice % SLICES.length;
@@ -114,9 +102,14 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
   const schedule = new Promise<void>((resolve, reject) => {
     const t0 = performance.now();
     const total = warm + plan.blocks;
+    const end = (err?: unknown): void => {
+      over = true;
+      clearInterval(timer);
+      if (err === undefined) resolve();
+      else reject(err instanceof Error ? err : new Error(String(err)));
+    };
     const timer = setInterval(() => {
-      const now = performance.now();
-      const k = Math.floor((now - t0) / sliceMs);
+      const k = Math.floor((performance.now() - t0) / sliceMs);
       if (k !== slice) {
         // A block boundary (even one a late tick jumped past the start of): read both processes' CPU (and
         // the generator's) before the next slice's load. A side that stopped fails the run, not the process.
@@ -126,20 +119,12 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
             cpu.a.push(sides.a.cpuMicros());
             cpu.b.push(sides.b.cpuMicros());
           } catch (err) {
-            over = true;
-            clearInterval(timer);
-            reject(err instanceof Error ? err : new Error(String(err)));
-            return;
+            return end(err);
           }
           const u = process.cpuUsage();
           load.push(u.user + u.system);
         }
-        if (k >= total * SLICES.length) {
-          over = true;
-          clearInterval(timer);
-          resolve();
-          return;
-        }
+        if (k >= total * SLICES.length) return end();
         if (Math.floor(k / SLICES.length) !== Math.floor(slice / SLICES.length)) issued = { a: 0, b: 0 };
         slice = k;
         sliceStart = t0 + k * sliceMs;
@@ -147,15 +132,12 @@ export async function alternateSlices(plan: AlternationPlan, sides: { readonly a
       fill();
     }, TICK_MS);
   });
-  const drain = async (): Promise<void> => {
+  try {
+    await schedule;
+  } finally {
     const deadline = performance.now() + DRAIN_MS;
     while ((open.a > 0 || open.b > 0) && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5));
-  };
-  await schedule.catch(async (err: unknown) => {
-    await drain();
-    throw err;
-  });
-  await drain();
+  }
   const activeMs = plan.blockMs / 2;
   const result = (arm: 'a' | 'b', k: number): Measured => {
     const t = tallies[k]![arm];

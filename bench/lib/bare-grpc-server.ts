@@ -3,13 +3,7 @@ import { authorizationService, externalProcessorService } from '../../src/edge/e
 import { allowCheckResponse, allowProcessingResponse } from './envoy-requests.js';
 import { announceReady, exitWithParent } from './ipc.js';
 
-/**
- * The gRPC baseline: a bare grpc-js server of the same Envoy protos (loaded the same way, so requests are
- * decoded and answers encoded exactly as in the gateway) that decides nothing and answers every Check and
- * every ext_proc request_headers with one constant allow message of the shape sandgate sends.
- *
- *   node dist/bench/lib/bare-grpc-server.js PORT
- */
+/** The gRPC baseline: the gateway's protos, loaded the same way, so messages are decoded and encoded exactly as there; it decides nothing. */
 
 const port = Number(process.argv[2] ?? '0');
 const CHECK = allowCheckResponse(0);

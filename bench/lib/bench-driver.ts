@@ -6,13 +6,8 @@ import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 import { benchSnapshot } from './sandboxes.js';
 
 /**
- * A remote driver (proto/sandgate/driver/v1/driver.proto) for the churn section, in its own process: it
- * lists `count` ready sandboxes, then, when told, upserts them round-robin at a fixed rate — each update a
- * new resourceVersion and a new Ready transition time, as a backend's status heartbeat would be — through
- * the same WatchSandboxes stream the gateway's GrpcDriver reads in production. A tick's updates go out as
- * one `EventBatch` (the gateway asks for batches).
- *
- *   node dist/bench/lib/bench-driver.js PORT        (then IPC: setup {count}, churn {rate}, stop {})
+ * A remote driver for the churn section: its updates (a new resourceVersion and Ready transition time, as a
+ * backend's status heartbeat) reach the gateway through the same WatchSandboxes stream as in production.
  */
 
 const TICK_MS = 10;
@@ -43,15 +38,8 @@ function update(pending: WireWatchEvent[]): void {
   sent++;
 }
 
-/** Writes one tick's events as batches (the gateway always asks for them). */
-function flush(pending: readonly WireWatchEvent[]): void {
-  for (const w of watchers) for (let i = 0; i < pending.length; i += MAX_BATCH) w.write({ batch: { events: pending.slice(i, i + MAX_BATCH) } });
-}
-
-/** Starts sending `rate` updates per second, evenly in ticks of TICK_MS (one tick's as one batch); rate 0 stops. */
 function churn(rate: number): { rate: number } {
-  clearInterval(timer);
-  timer = undefined;
+  stop();
   sent = 0;
   startedAt = performance.now();
   if (rate <= 0) return { rate: 0 };
@@ -60,7 +48,7 @@ function churn(rate: number): { rate: number } {
     const due = Math.floor(((performance.now() - startedAt) / 1000) * rate);
     const pending: WireWatchEvent[] = [];
     while (sent < due) update(pending);
-    if (pending.length > 0) flush(pending);
+    for (const w of watchers) for (let i = 0; i < pending.length; i += MAX_BATCH) w.write({ batch: { events: pending.slice(i, i + MAX_BATCH) } });
   }, TICK_MS);
   return { rate };
 }

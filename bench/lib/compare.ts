@@ -6,23 +6,12 @@ import { row, target, type Row, type SectionOutput, type TargetResult } from './
 import type { Target } from './targets.js';
 
 /**
- * Comparing two servers, and what a section reads from the comparison. Every comparison is alternation.ts's
- * schedule, run in this process over one sender per side (undici, node:http2, or gRPC framed by hand). At
- * a fixed offered rate it measures cost (CPU µs per request of each side's process, read from /proc);
- * without a rate, each side at its limit (req/s and latency at `inFlight` open).
- *
- * Cost is what the doors are judged on: a req/s ratio between two servers on a shared 2-core machine moves
- * ±15 % from run to run, the CPU a request costs the process that serves it far less. Each figure is the
- * median of the per-block values, printed with its spread (lowest … highest block).
+ * Cost (CPU µs per request, at a fixed offered rate) is what the doors are judged on: a req/s ratio between two
+ * servers on a shared 2-core machine moves ±15 % from run to run, the CPU a request costs far less.
  */
 
-/**
- * Process instances per side where a verdict sits near its bar: two processes of the same code differ by a
- * per-request offset of their own that lasts the process's life, so the blocks are spread over instance pairs.
- */
+/** Two processes of the same code differ by a per-request offset that lasts their life: blocks are spread over instance pairs. */
 export const INSTANCES = 2;
-
-export type ComparePlan = AlternationPlan;
 
 export interface HttpRequestSpec {
   readonly method: string;
@@ -30,7 +19,7 @@ export interface HttpRequestSpec {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-/** One side of an HTTP comparison: the process whose CPU is read, where its load goes, and how (TLS with `ca`, HTTP/2 with `h2`). */
+/** The process whose CPU is read, where its load goes, and how (TLS with `ca`, HTTP/2 with `h2`). */
 export interface HttpSide {
   readonly target: Target;
   readonly url: string;
@@ -38,21 +27,16 @@ export interface HttpSide {
   readonly h2?: boolean;
 }
 
-/** One side of a gRPC comparison: the process whose CPU is read, and how many sandboxes its calls name. */
 export interface GrpcSide {
   readonly target: Target;
   readonly sandboxes: number;
 }
 
-export interface Trials {
-  readonly a: readonly Measured[];
-  readonly b: readonly Measured[];
-}
+export type Trials = { readonly a: readonly Measured[]; readonly b: readonly Measured[] };
 
-/** Two sides (or instance pairs of them) compared over one plan. */
-export type Pair = (plan: ComparePlan) => Promise<Trials>;
+export type Pair = (plan: AlternationPlan) => Promise<Trials>;
 
-/** Runs `one` for each instance pair (a[i] against b[i]), sharing the blocks out among them, and lays them end to end. */
+/** Runs `one` for each instance pair (a[i] against b[i]), sharing the blocks out among them. */
 export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a: S, b: S, blocks: number) => Promise<Trials>, blocks: number): Promise<Trials> {
   if (a.length === 0 || a.length !== b.length) throw new Error(`instance pairs: ${a.length} against ${b.length}`);
   const out = { a: [] as Measured[], b: [] as Measured[] };
@@ -64,10 +48,9 @@ export async function overInstances<S>(a: readonly S[], b: readonly S[], one: (a
   return out;
 }
 
-/** The certificate names the bench's TLS sides are reached by (tls.ts issues the server's for it). */
+/** tls.ts issues the server's certificate for this name. */
 export const TLS_SERVERNAME = 'localhost';
 
-/** Sends the side's next request and reports how it ended; `close` ends its connections. */
 interface Sender {
   send(finish: (o: Outcome) => void): void;
   close(): unknown;
@@ -120,7 +103,7 @@ function h2Sender(s: HttpSide, requests: readonly HttpRequestSpec[]): Sender {
   };
 }
 
-/** Calls over one connection; every SAMPLE_EVERY-th answer is decoded and checked to be an allow. One seed for both sides: where the two name the same number of sandboxes, they are sent the same calls. */
+/** One seed for both sides: where the two name the same number of sandboxes, they are sent the same calls. */
 async function grpcSender(kind: GrpcKind, s: GrpcSide): Promise<Sender> {
   const c = await grpcCaller(kind, s.target.grpcTarget, s.sandboxes, 0);
   let answers = 0;
@@ -134,8 +117,7 @@ async function grpcSender(kind: GrpcKind, s: GrpcSide): Promise<Sender> {
   };
 }
 
-/** The schedule over one sender per side, both open for the whole run, for each instance pair. */
-function pair<S extends { readonly target: Target }>(a: readonly S[], b: readonly S[], open: (s: S, plan: ComparePlan) => Sender | Promise<Sender>): Pair {
+function pair<S extends { readonly target: Target }>(a: readonly S[], b: readonly S[], open: (s: S, plan: AlternationPlan) => Sender | Promise<Sender>): Pair {
   return (plan) =>
     overInstances(
       a,
@@ -154,12 +136,10 @@ function pair<S extends { readonly target: Target }>(a: readonly S[], b: readonl
     );
 }
 
-/** Two HTTP servers (or instance pairs of them), each sent `requests` in turn. */
 export function httpPair(requests: readonly HttpRequestSpec[], a: readonly HttpSide[], b: readonly HttpSide[]): Pair {
   return pair(a, b, (s, plan) => (s.h2 === true ? h2Sender(s, requests) : h1Sender(s, requests, plan.inFlight)));
 }
 
-/** Two gRPC servers (or instance pairs of them), sent Envoy-shaped calls of `kind`. */
 export function grpcPair(kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Pair {
   return pair(a, b, (s) => grpcSender(kind, s));
 }
@@ -180,12 +160,10 @@ export function spread(values: readonly number[]): Spread {
   return { median, min: sorted[0]!, max: sorted[n - 1]!, values };
 }
 
-/** The median over blocks of one figure of a side. */
 export function medianOf(ms: readonly Measured[], f: (m: Measured) => number): number {
   return spread(ms.map(f)).median;
 }
 
-/** CPU µs the process under test spent per request it answered in the block. */
 export function cpuPerRequest(m: Measured): number {
   return m.completed > 0 ? (m.targetCpuCores * m.durationMs * 1000) / m.completed : Number.NaN;
 }
@@ -193,20 +171,16 @@ export function cpuPerRequest(m: Measured): number {
 /** A block sustained its offered rate when it answered ≥ this share of it, without errors. */
 const SUSTAINED = 0.95;
 
-export interface Names {
-  readonly a: string;
-  readonly b: string;
-}
+export type Names = { readonly a: string; readonly b: string };
 
 export interface CostComparison extends Trials {
   readonly names: Names;
-  /** Requests per second offered to both. */
   readonly rate: number;
   readonly aUs: Spread;
   readonly bUs: Spread;
-  /** a − b, µs per request, per pair. */
+  /** a − b per pair. */
   readonly diffUs: Spread;
-  /** Blocks that fell short of the offered rate ("baseline trial 2: 3810 of 4000 req/s"). */
+  /** Blocks that fell short of the offered rate. */
   readonly shortfalls: readonly string[];
 }
 
@@ -222,13 +196,12 @@ export function compareCost(rate: number, trials: Trials, names: Names): CostCom
   return { names, rate, a: trials.a, b: trials.b, aUs: spread(aUs), bUs: spread(bUs), diffUs: spread(aUs.map((x, k) => x - bUs[k]!)), shortfalls };
 }
 
-/** `pair` at `rate` req/s offered, at most `inFlight` open per side. */
-export async function measureCost(pair: Pair, plan: ComparePlan, rate: number, names: Names): Promise<CostComparison> {
+export async function measureCost(pair: Pair, plan: AlternationPlan, rate: number, names: Names): Promise<CostComparison> {
   return compareCost(rate, await pair({ ...plan, rate }), names);
 }
 
 export interface RateComparison extends Trials {
-  /** a ÷ b req/s, per pair. */
+  /** a ÷ b req/s per pair. */
   readonly ratio: Spread;
 }
 
@@ -248,7 +221,7 @@ export function formatRatio(s: Spread): string {
   return `${s.median.toFixed(2)}× (spread ${s.min.toFixed(2)} … ${s.max.toFixed(2)})`;
 }
 
-/** The verdict on the cost difference (median of the pairs ≤ limitUs), with the req/s ratio and its own bar beside it. */
+/** The verdict on the median cost difference, with the req/s ratio and its own bar beside it. */
 export function costTarget(name: string, limitUs: number, cost: CostComparison, rate?: { readonly r: RateComparison; readonly min: number }): TargetResult {
   const rateText = rate === undefined ? '' : `; req/s ${formatRatio(rate.r.ratio)} (bar ≥ ${rate.min}×: ${rate.r.ratio.median >= rate.min ? 'met' : 'not met'})`;
   const unsustained = cost.shortfalls.length > 0 ? `; offered rate not sustained in ${cost.shortfalls.length} trial(s)` : '';
@@ -259,7 +232,7 @@ export function costTarget(name: string, limitUs: number, cost: CostComparison, 
   );
 }
 
-/** Problems that make a block's figures suspect (nothing answered, errors, denials where allows were expected). */
+/** What makes a block's figures suspect: nothing answered, errors, denials where allows were expected. */
 export function trialProblems(names: Names, r: Trials): string[] {
   const problems = (what: string, m: Measured): string[] => {
     const first = m.firstError === undefined ? '' : ` (${m.firstError})`;
@@ -269,17 +242,12 @@ export function trialProblems(names: Names, r: Trials): string[] {
   return [...r.a.flatMap((m, k) => problems(`${names.a} block ${k + 1}`, m)), ...r.b.flatMap((m, k) => problems(`${names.b} block ${k + 1}`, m))];
 }
 
-/** A section's rows, notes and targets, gathered as it measures. */
 export class Findings {
   readonly rows: Row[] = [];
   readonly notes: string[] = [];
   readonly targets: TargetResult[] = [];
 
-  /**
-   * CPU per request of each side and what it makes a core worth (1e6 ÷ µs: req/s one core answers), req/s
-   * at the limit when `limit` was measured; notes: the difference with its spread, blocks that did not
-   * sustain the offered rate, blocks with problems. `title` names the comparison in the notes.
-   */
+  /** CPU per request and what it makes a core worth, req/s at the limit when measured; `title` names the comparison in the notes. */
   cost(label: string, cost: CostComparison, opts: { readonly note?: string; readonly limit?: RateComparison; readonly title?: string } = {}): void {
     const { note, limit, title = label } = opts;
     this.rows.push(
@@ -293,7 +261,6 @@ export class Findings {
     if (limit !== undefined) this.problems(`${title} at the limit`, cost.names, limit);
   }
 
-  /** req/s, p50 and p99 of one operating point at the limit, each side's median over the blocks; blocks with problems as notes. */
   limit(label: string, r: Trials, names: Names, note?: string): void {
     this.rows.push(
       row(`req/s ${label}`, 'req/s', medianOf(r.a, (m) => m.rps), medianOf(r.b, (m) => m.rps), note),

@@ -1,14 +1,9 @@
 import { sandboxHost, sandboxUpstream } from './sandboxes.js';
 
-/**
- * Envoy-shaped messages: what Envoy's ext_authz filter sends in a CheckRequest and its ext_proc filter in
- * a ProcessingRequest for the request headers of a browser-like GET, and the answers sandgate gives to a
- * request it allows. The bare baselines answer those same allow messages, as constants.
- */
+/** What Envoy sends for a browser-like GET, and sandgate's allow answers (which the bare baselines send as constants). */
 
 export const UPSTREAM_HEADER = 'x-sandgate-upstream';
 
-/** The request headers Envoy forwards for a plain GET through an edge proxy. */
 export function envoyHeaders(i: number, requestId: string): Record<string, string> {
   return {
     ':authority': sandboxHost(i),
@@ -63,7 +58,6 @@ export function processingRequest(i: number, requestId: string): object {
 
 const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD';
 
-/** The CheckResponse sandgate sends when it allows sandbox `i`. */
 export function allowCheckResponse(i: number): object {
   const upstream = sandboxUpstream(i);
   return {
@@ -73,7 +67,6 @@ export function allowCheckResponse(i: number): object {
   };
 }
 
-/** The ProcessingResponse sandgate sends when it allows sandbox `i`. */
 export function allowProcessingResponse(i: number): object {
   return {
     request_headers: {

@@ -2,34 +2,29 @@ import { grpcCaller, SAMPLE_EVERY, type GrpcKind } from './grpc-load.js';
 import { latencies, record, summarise, type LatencySummary } from './histogram.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 
-/** A gRPC load-generator process (grpc-load.ts): `run` keeps `inFlight` calls open against one target for a window. */
-
 export interface GrpcRunArgs {
   readonly target: string;
   readonly kind: GrpcKind;
   readonly inFlight: number;
   readonly warmupMs: number;
   readonly durationMs: number;
-  /** Requests name sandboxes 0 … sandboxes-1. */
   readonly sandboxes: number;
-  /** Seed offset, so two workers do not send the same sequence. */
+  /** So two workers do not send the same sequence. */
   readonly seed: number;
 }
 
 export interface GrpcRunResult {
   readonly completed: number;
   readonly errors: number;
-  /** Sampled responses that were not an allow (a wrong view, a not-ready gateway). */
   readonly notAllowed: number;
   readonly latency: LatencySummary;
-  /** CPU this process used during the measured window, in cores (1 = one core busy). */
+  /** CPU this process used during the measured window. */
   readonly cpuCores: number;
   readonly firstError: string | undefined;
 }
 
 const DRAIN_MS = 10_000;
 
-/** `inFlight` calls open at all times for the window (after the warm-up); each answer in the window is counted. */
 async function run(a: GrpcRunArgs): Promise<GrpcRunResult> {
   const c = await grpcCaller(a.kind, a.target, a.sandboxes, a.seed);
   const hist = latencies();

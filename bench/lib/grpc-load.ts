@@ -7,22 +7,15 @@ import { benchScript } from './machine.js';
 import type { Child, ProcessGroup } from './processes.js';
 
 /**
- * gRPC load: Envoy-shaped calls for sandboxes across the view, and the load-generator processes
- * (grpc-load-worker.ts) that keep a number of them in flight against one target. Requests are encoded
- * once up front and responses decoded only for a sample, so the generator spends its CPU on the
- * transport, not on protobuf; the target decodes and encodes every message as it would behind Envoy.
- *
- * gRPC is framed by hand on node:http2 (one HEADERS, one length-prefixed DATA, read DATA and the
- * grpc-status trailer), as h2load does, at a third of a grpc-js client's CPU per call, so the generator
- * rather than the target is seldom what saturates. A Check is a unary call; an ext_proc Process is one
- * stream per request, as Envoy opens it (request_headers out, one ProcessingResponse back, half-close),
- * which looks the same on the wire when the client sends one message and half-closes.
+ * Requests are encoded once up front and only a sample of responses decoded, and gRPC is framed by hand on
+ * node:http2 as h2load does (a third of a grpc-js client's CPU per call), so the generator spends its CPU on the
+ * transport and is seldom what saturates. An ext_proc Process is one stream per request, as Envoy opens it:
+ * on the wire the same as a unary call.
  */
 
 export type GrpcKind = 'check' | 'process';
 
 const DISTINCT_REQUESTS = 1024;
-/** One response in SAMPLE_EVERY is decoded and checked. */
 export const SAMPLE_EVERY = 64;
 
 interface Method {
@@ -46,15 +39,14 @@ function grpcFrame(message: Buffer): Buffer {
   return out;
 }
 
-export interface GrpcCaller {
-  /** One call: `answered` gets the response message, or the error. */
+interface GrpcCaller {
   call(answered: (message: Buffer | undefined, err: Error | undefined) => void): void;
   /** Decodes a response and says whether it is an allow. */
   allowed(message: Buffer): boolean;
   close(): void;
 }
 
-/** Envoy-shaped calls of `kind` to `target` (host:port) for sandboxes 0 … sandboxes-1, over one connection. */
+/** Envoy-shaped calls for sandboxes 0 … sandboxes-1, over one connection. */
 export async function grpcCaller(kind: GrpcKind, target: string, sandboxes: number, seed: number): Promise<GrpcCaller> {
   const Ctor = kind === 'check' ? authorizationService() : externalProcessorService();
   const m = (Ctor.service as unknown as Record<string, Method>)[kind === 'check' ? 'Check' : 'Process']!;
@@ -97,9 +89,6 @@ export async function grpcCaller(kind: GrpcKind, target: string, sandboxes: numb
   };
 }
 
-/** One target loaded for a window: GrpcRunArgs without the seed, which each load process gets its own of. */
-export type GrpcLoadRun = Omit<GrpcRunArgs, 'seed'>;
-
 export interface LoadResult {
   readonly rps: number;
   readonly latency: LatencySummary;
@@ -108,16 +97,11 @@ export interface LoadResult {
   readonly errors: number;
   /** Sampled answers that were not an allow: a non-zero count means the run measured denials. */
   readonly notAllowed: number;
-  /** CPU of the load generators during the window, in cores. */
   readonly loadCpuCores: number;
   readonly firstError: string | undefined;
 }
 
-/**
- * A fixed number of calls in flight against one target from one or more load processes, the in-flight
- * count split between them. Latency from several processes: p50 and the mean weighted by their answers,
- * p99 and p99.9 the highest of theirs.
- */
+/** Calls in flight from several load processes: p50 and the mean weighted by their answers, p99 and p99.9 the highest of theirs. */
 export class GrpcLoad {
   private constructor(private readonly workers: readonly Child[]) {}
 
@@ -132,7 +116,7 @@ export class GrpcLoad {
     await Promise.all(this.workers.map((w) => w.stop()));
   }
 
-  async run(r: GrpcLoadRun): Promise<LoadResult> {
+  async run(r: Omit<GrpcRunArgs, 'seed'>): Promise<LoadResult> {
     // Fewer calls in flight than processes: one process each, so the in-flight count stays exact.
     const used = this.workers.slice(0, Math.max(1, Math.min(this.workers.length, r.inFlight)));
     const shares = used.map((_, k) => Math.floor(r.inFlight / used.length) + (k < r.inFlight % used.length ? 1 : 0));

@@ -2,11 +2,7 @@ import cluster from 'node:cluster';
 import { memoryAfterGc } from './heap-after-gc.js';
 import { exitWithParent, serveIpc } from './ipc.js';
 
-/**
- * Loaded into every process under test with `node --expose-gc --import <this file>`, before the gateway's
- * own entry point runs: `heap` answers process.memoryUsage() after two full GCs over the IPC channel,
- * without touching the code under test. (CPU time is read from /proc, which costs the process nothing.)
- */
+/** Loaded into every process under test with `--import`, so heap figures need nothing of the code under test. */
 
 export type HeapFacts = NodeJS.MemoryUsage;
 

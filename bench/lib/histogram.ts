@@ -1,11 +1,6 @@
 import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
 
-/**
- * Latency as every row reads it: Node's HDR histogram (perf_hooks) records nanoseconds in the process that
- * sent the requests, and only its summary crosses a process boundary.
- */
-
-/** p50 / p99 / p99.9 and the mean in microseconds, and how many values. */
+/** Recorded in ns in the process that sent the requests; only the summary (in µs) crosses a process boundary. */
 export interface LatencySummary {
   readonly p50: number;
   readonly p99: number;
@@ -18,7 +13,7 @@ export type Latencies = RecordableHistogram;
 
 export const latencies = (): Latencies => createHistogram();
 
-/** Records one value in nanoseconds (the histogram takes whole nanoseconds from 1). */
+/** The histogram takes whole nanoseconds from 1. */
 export function record(h: Latencies, ns: number): void {
   h.record(Math.max(1, Math.round(ns)));
 }

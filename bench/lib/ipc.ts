@@ -1,13 +1,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-/**
- * Request/response over a forked child's IPC channel. The runner asks (`{id, op, ...args}`), the child
- * answers once (`{id, ok, value}` or `{id, ok: false, error}`). Children also push one `{ready: …}`
- * message when they are listening.
- */
-
-export interface IpcRequest {
+interface IpcRequest {
   readonly id: number;
   readonly op: string;
   readonly args: unknown;
@@ -34,10 +28,9 @@ function reply(r: IpcReply): void {
 }
 
 /**
- * Serves `handlers` on this process's IPC channel. Several modules of one process may serve (the heap
- * probe beside a bench server): their handlers share one listener, so each request gets exactly one
- * answer. With `keepAlive` false the channel is unref'd and never keeps the process alive on its own (the
- * probe inside a gateway, which must exit on SIGTERM as it would without it).
+ * Several modules of one process may serve (the heap probe beside a bench server): their handlers share one
+ * listener, so each request gets exactly one answer. With `keepAlive` false the channel never keeps the process
+ * alive on its own (the probe inside a gateway, which must exit on SIGTERM as it would without it).
  */
 export function serveIpc(handlers: Handlers, keepAlive = true): void {
   if (process.send === undefined) throw new Error('this module runs as a forked child of the bench runner');
@@ -61,21 +54,16 @@ export function serveIpc(handlers: Handlers, keepAlive = true): void {
   if (!keepAlive) process.channel?.unref();
 }
 
-/** Tells the runner this child is ready, with whatever it needs to know (a port). */
 export function announceReady(info: Record<string, unknown>): void {
   process.send?.({ ready: info });
 }
 
-/** Leaves when the runner goes away, so no child outlives a killed runner. */
+/** So no child outlives a killed runner. */
 export function exitWithParent(): void {
   process.on('disconnect', () => process.exit(0));
 }
 
-/**
- * Runs a baseline HTTP server as a bench child: listens on 127.0.0.1, announces its port, exits with its
- * parent, and closes gracefully on SIGTERM. Keep-alive outlasts any client pool, so clients decide when
- * to reconnect.
- */
+/** Keep-alive outlasts any client pool, so clients decide when to reconnect. */
 export function serveHttpChild(server: Server, port: number): void {
   server.keepAliveTimeout = 65_000;
   server.listen(port, '127.0.0.1', () => announceReady({ port: (server.address() as AddressInfo).port }));

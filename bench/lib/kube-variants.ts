@@ -3,11 +3,7 @@ import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from './machine.js';
 
-/**
- * Kubernetes sandbox objects for the scale section's Kubernetes views and their correctness test: N distinct objects
- * shaped like a fixture under test/fixtures/kubernetes (own name, namespace, uid, resourceVersion, pod IP,
- * sandbox id), as JSON text, the way a watch delivers them.
- */
+/** Distinct objects shaped like a fixture under test/fixtures/kubernetes, as JSON text, the way a watch delivers them. */
 
 interface KubeObject {
   metadata: Record<string, unknown>;
@@ -25,7 +21,6 @@ function fixture(file: KubeKind, name: string): KubeObject {
   throw new Error(`no fixture ${name} in ${file}.yaml`);
 }
 
-/** The pod IP of variant i. */
 export function variantIp(i: number): string {
   return `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 }
@@ -44,7 +39,6 @@ function variants(base: KubeObject, n: number, vary: (o: KubeObject, i: number) 
   return out;
 }
 
-/** `n` Ready objects of `kind` as JSON text. */
 export function kubeVariants(kind: KubeKind, n: number): string[] {
   if (kind === 'agent-sandbox') {
     return variants(fixture(kind, 'ready'), n, (o, i) => {
@@ -61,7 +55,6 @@ export function kubeVariants(kind: KubeKind, n: number): string[] {
   });
 }
 
-/** The OpenKruise sandbox id of variant i. */
 export function kruiseId(i: number): string {
   return `e2b-${i.toString(36).padStart(8, '0')}`;
 }

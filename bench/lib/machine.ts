@@ -5,16 +5,13 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { packageRoot } from '../../src/lib/package-root.js';
 
-/** Where the bench and its pieces live, and what machine it runs on. */
-
 export const ROOT = packageRoot();
 
-/** A compiled bench script by its path under bench/, e.g. `lib/grpc-load-worker.js`. */
+/** A compiled bench script by its path under bench/. */
 export function benchScript(relative: string): string {
   return fileURLToPath(new URL('../' + relative, import.meta.url));
 }
 
-/** The gateway's CLI entry, as `npm start` runs it. */
 export const CLI = join(ROOT, 'dist', 'src', 'cli', 'main.js');
 
 export interface MachineFacts {
@@ -26,7 +23,6 @@ export interface MachineFacts {
   readonly platform: string;
   readonly date: string;
   readonly commit: string;
-  /** True when the work tree differs from the commit. */
   readonly dirty: boolean | undefined;
   readonly redis: string | undefined;
 }
@@ -39,12 +35,9 @@ function run(cmd: string, args: readonly string[]): string | undefined {
   }
 }
 
-function packageVersion(): string {
-  return (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-}
-
 export function machineFacts(date: Date): MachineFacts {
   const list = cpus();
+  const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
   // --no-optional-locks: a plain `git status` may rewrite the index; the bench only reads.
   const status = run('git', ['--no-optional-locks', 'status', '--porcelain', '--untracked-files=no']);
   return {
@@ -55,7 +48,7 @@ export function machineFacts(date: Date): MachineFacts {
     v8: process.versions.v8,
     platform: `${process.platform} ${process.arch}`,
     date: date.toISOString(),
-    commit: (run('git', ['rev-parse', 'HEAD']) ?? 'unknown') + ` (sandgate ${packageVersion()})`,
+    commit: (run('git', ['rev-parse', 'HEAD']) ?? 'unknown') + ` (sandgate ${version})`,
     dirty: status === undefined ? undefined : status.length > 0,
     redis: run('redis-server', ['--version'])?.match(/v=(\S+)/)?.[1],
   };

@@ -1,7 +1,4 @@
-/**
- * Reads one series from a gateway's Prometheus text exposition (`/metrics`): the sum of every sample of
- * `name` whose labels include all of `labels`.
- */
+/** The sum of every sample of `name` in the gateway's /metrics whose labels include all of `labels`. */
 export async function metricValue(adminUrl: string, name: string, labels: Readonly<Record<string, string>> = {}): Promise<number> {
   const res = await fetch(adminUrl + '/metrics', { signal: AbortSignal.timeout(10_000) });
   const text = await res.text();

@@ -4,20 +4,13 @@ import { join } from 'node:path';
 import { ProcessTreeTarget } from './proc-cpu.js';
 import { answers, freePort, sleep, type ProcessGroup } from './processes.js';
 
-/**
- * nginx beside sandgate: found on the PATH (the bench installs nothing), run in the foreground with a
- * generated config in a private prefix, and stopped with its section.
- */
-
-export type NginxFound = { readonly bin: string } | { readonly skipped: string };
-
 function run(cmd: string, args: readonly string[]): string | undefined {
   const r = spawnSync(cmd, args, { timeout: 10_000, encoding: 'utf8' });
   return r.status === 0 ? r.stdout + r.stderr : undefined;
 }
 
 /** nginx with every one of `modules` (as `nginx -V` names them), or why there is none. */
-export function findNginx(modules: readonly string[]): NginxFound {
+export function findNginx(modules: readonly string[]): { readonly bin: string } | { readonly skipped: string } {
   const onPath = run('sh', ['-c', 'command -v nginx'])?.trim();
   // A non-login shell of a non-root user may lack /usr/sbin on its PATH.
   const bin = onPath !== undefined && onPath !== '' ? onPath : ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
@@ -29,13 +22,11 @@ export function findNginx(modules: readonly string[]): NginxFound {
   return missing.length > 0 ? { skipped: `${bin} was built without ${missing.join(', ')}` } : { bin };
 }
 
-const KEEPALIVE = ['proxy_http_version 1.1;', 'proxy_set_header Connection "";'];
+const KEEPALIVE = ['  proxy_http_version 1.1;', '  proxy_set_header Connection "";'];
 
 /**
- * nginx as a team would put it in front of sandboxes without Envoy: `auth_request` to sandgate's HTTP
- * authz (an `upstream` with keep-alive), then `proxy_pass` to the address it answers. An address held in
- * a variable gets no keep-alive pool in open-source nginx, so every request opens a connection to the
- * sandbox, as it would with many sandboxes.
+ * nginx as a team would put it in front of sandboxes without Envoy. An address held in a variable gets no
+ * keep-alive pool in open-source nginx, so every request opens a connection to the sandbox, as it would with many.
  */
 export function authRequestServer(adminPort: number): NginxServer {
   return {
@@ -45,7 +36,7 @@ export function authRequestServer(adminPort: number): NginxServer {
       '  auth_request /_authz;',
       '  auth_request_set $sandgate_upstream $upstream_http_x_sandgate_upstream;',
       '  proxy_pass http://$sandgate_upstream;',
-      ...KEEPALIVE.map((l) => '  ' + l),
+      ...KEEPALIVE,
       '}',
       'location = /_authz {',
       '  internal;',
@@ -54,23 +45,22 @@ export function authRequestServer(adminPort: number): NginxServer {
       '  proxy_set_header Content-Length "";',
       '  proxy_set_header X-Original-URI $request_uri;',
       '  proxy_set_header Host $host;',
-      ...KEEPALIVE.map((l) => '  ' + l),
+      ...KEEPALIVE,
       '}',
     ],
   };
 }
 
-/** nginx terminating TLS (HTTP/1.1 and h2 by ALPN) with `cert`, and `proxy_pass` to one upstream over a keep-alive pool. */
 export function tlsProxyServer(certFile: string, keyFile: string, upstreamPort: number): NginxServer {
   return {
     listen: 'ssl http2',
     upstreams: [`upstream sandbox { server 127.0.0.1:${upstreamPort}; keepalive 256; keepalive_requests 1000000; keepalive_timeout 60s; }`],
-    server: [`ssl_certificate ${certFile};`, `ssl_certificate_key ${keyFile};`, 'ssl_protocols TLSv1.2 TLSv1.3;', 'location / {', '  proxy_pass http://sandbox;', ...KEEPALIVE.map((l) => '  ' + l), '}'],
+    server: [`ssl_certificate ${certFile};`, `ssl_certificate_key ${keyFile};`, 'ssl_protocols TLSv1.2 TLSv1.3;', 'location / {', '  proxy_pass http://sandbox;', ...KEEPALIVE, '}'],
   };
 }
 
-export interface NginxServer {
-  /** What follows the address in `listen` (`ssl http2`). */
+interface NginxServer {
+  /** What follows the address in `listen`. */
   readonly listen?: string;
   readonly upstreams: readonly string[];
   readonly server: readonly string[];
@@ -78,11 +68,7 @@ export interface NginxServer {
 
 const TEMPS = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'];
 
-/**
- * Starts nginx in the foreground with its prefix (config, logs, temp files) in a new folder under `dir`.
- * One process serves (`master_process off`: a SIGKILL leaves no orphaned worker); clients keep their
- * connections for the whole run.
- */
+/** `master_process off`: a SIGKILL leaves no orphaned worker. */
 export async function startNginx(group: ProcessGroup, dir: string, bin: string, spec: NginxServer): Promise<ProcessTreeTarget> {
   const prefix = mkdtempSync(join(dir, 'nginx-'));
   for (const k of TEMPS) mkdirSync(join(prefix, 'tmp', k), { recursive: true });

@@ -2,13 +2,7 @@ import { readdirSync } from 'node:fs';
 import { processCpuMicros, readStat, type Stat } from './proc-stat.js';
 import { Target } from './targets.js';
 
-/**
- * CPU time of a whole process tree — a `--workers` gateway's primary and its workers, nginx's master and
- * workers — and of several processes measured as one tier: every process alive now, each read from /proc
- * (proc-stat.ts).
- */
-
-/** `root` and its descendants alive now, with their stats. */
+/** `root` and its descendants alive now. */
 function processTree(root: number): Map<number, Stat> {
   const stats = new Map<number, Stat>();
   for (const name of readdirSync('/proc')) {
@@ -33,26 +27,21 @@ function processTree(root: number): Map<number, Stat> {
   return tree;
 }
 
-/** CPU used so far, in microseconds, by `root` and every descendant that is still running. */
-export function processTreeCpuMicros(root: number): number {
-  let micros = 0;
-  for (const pid of processTree(root).keys()) micros += processCpuMicros(pid) ?? 0;
-  return micros;
-}
-
 /** How many processes descend from `root` now (a cluster primary's workers). */
 export function descendantCount(root: number): number {
   return Math.max(0, processTree(root).size - 1);
 }
 
-/** A target whose CPU is read from /proc for its whole process tree (a cluster primary and its workers, nginx). */
+/** A cluster primary and its workers, nginx: CPU of every process of the tree still running. */
 export class ProcessTreeTarget extends Target {
   static of(t: Target): ProcessTreeTarget {
     return new ProcessTreeTarget(t.child, t.ports);
   }
 
   override cpuMicrosNow(): number {
-    return processTreeCpuMicros(this.pid);
+    let micros = 0;
+    for (const pid of processTree(this.pid).keys()) micros += processCpuMicros(pid) ?? 0;
+    return micros;
   }
 }
 

@@ -2,12 +2,9 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
 /**
- * CPU time of one process as the kernel counts it, read from /proc without the process's help (so it
- * works for nginx and costs the process under test nothing). /proc/<pid>/stat holds user + system time in
- * clock ticks (10 ms): a 2 s window at 5k req/s would then be known to ±4 µs per request, too coarse for a
- * target of +2 µs. The same total (the scheduler's sum_exec_runtime, which the kernel splits into utime
- * and stime) is in /proc/<pid>/task/<tid>/schedstat in nanoseconds, one line per thread; the sum over the
- * threads is what is read, and /proc/<pid>/stat is the fallback where schedstat is missing.
+ * /proc/<pid>/stat counts CPU in clock ticks (10 ms): a 2 s window at 5k req/s would be known to ±4 µs per
+ * request, too coarse for a target of +2 µs. The same total (the scheduler's sum_exec_runtime) is in each
+ * thread's /proc/<pid>/task/<tid>/schedstat in nanoseconds; stat is the fallback where schedstat is missing.
  */
 
 let ticksPerSecond: number | undefined;
@@ -37,7 +34,6 @@ export function readStat(pid: number): Stat | undefined {
   return { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) };
 }
 
-/** Σ over the threads of /proc/<pid>/task/<tid>/schedstat's first field (ns on a CPU), or undefined. */
 function schedstatNanos(pid: number): number | undefined {
   let tids: string[];
   try {
@@ -58,9 +54,9 @@ function schedstatNanos(pid: number): number | undefined {
 
 let schedstatWorks: boolean | undefined;
 
-/** CPU used so far by one process (every thread), in microseconds; undefined when it is gone. */
+/** Every thread, in microseconds; undefined when the process is gone. */
 export function processCpuMicros(pid: number): number | undefined {
-  if (schedstatWorks === undefined) schedstatWorks = (schedstatNanos(process.pid) ?? 0) > 0;
+  schedstatWorks ??= (schedstatNanos(process.pid) ?? 0) > 0;
   if (schedstatWorks) {
     const ns = schedstatNanos(pid);
     if (ns !== undefined) return ns / 1000;

@@ -2,12 +2,7 @@ import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { createConnection, createServer } from 'node:net';
 import type { IpcReply } from './ipc.js';
 
-/**
- * Every server and load generator runs in its own process. A ProcessGroup owns the children one section
- * started and stops them when the section ends, whatever happened; every child of the run is also
- * SIGKILLed if the runner itself exits, so a failed run leaves nothing listening.
- */
-
+// Every child of the run is SIGKILLed if the runner itself exits, so a failed run leaves nothing listening.
 const LIVE = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const c of LIVE) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
@@ -16,13 +11,13 @@ process.on('exit', () => {
 const TAIL_LINES = 40;
 
 export class Child {
-  /** The last lines the child printed (stdout and stderr), for error messages. */
+  /** The last lines the child printed, for error messages. */
   readonly tail: string[] = [];
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   private nextId = 1;
   private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private readonly readyInfo: Promise<Record<string, unknown>>;
-  /** Set when the process could not be started at all (ENOENT: the program is not installed). */
+  /** ENOENT: the program is not installed. */
   private spawnError: Error | undefined;
 
   constructor(
@@ -80,12 +75,10 @@ export class Child {
     return this.tail.join('\n');
   }
 
-  /** Resolves with the child's `{ready}` message (bench children send one when they listen). */
   ready(): Promise<Record<string, unknown>> {
     return withTimeout(this.readyInfo, 60_000, `${this.name} was not ready within 60 s`);
   }
 
-  /** One IPC request; rejects when the child answers with an error or exits. */
   request<T>(op: string, args: unknown = {}, timeoutMs = 600_000): Promise<T> {
     if (!this.running || this.proc.send === undefined) return Promise.reject(new Error(`${this.name} is not running`));
     const id = this.nextId++;
@@ -96,7 +89,6 @@ export class Child {
     return withTimeout(p, timeoutMs, `${this.name}: ${op} took more than ${timeoutMs} ms`);
   }
 
-  /** Sends `signal` and waits for the exit; SIGKILL after `graceMs`. */
   async stop(signal: NodeJS.Signals = 'SIGTERM', graceMs = 10_000): Promise<void> {
     if (!this.running) return;
     this.proc.kill(signal);
@@ -114,17 +106,16 @@ function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> 
   return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
-/** The children one section started. */
+/** The children one section started, stopped when it ends whatever happened. */
 export class ProcessGroup {
   private readonly children: Child[] = [];
 
-  /** Forks a node script with an IPC channel and piped output; `env` is the child's whole environment (default: this process's). */
+  /** `env` is the child's whole environment. */
   node(name: string, script: string, args: readonly string[] = [], opts: { execArgv?: readonly string[]; env?: NodeJS.ProcessEnv } = {}): Child {
     const proc = fork(script, [...args], { execArgv: [...(opts.execArgv ?? [])], env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
     return this.adopt(new Child(name, proc));
   }
 
-  /** Spawns any program (redis-server, nginx) with piped output. */
   program(name: string, command: string, args: readonly string[]): Child {
     return this.adopt(new Child(name, spawn(command, [...args], { stdio: ['ignore', 'pipe', 'pipe'] })));
   }
@@ -134,14 +125,13 @@ export class ProcessGroup {
     return c;
   }
 
-  /** SIGTERM to every child still running (in reverse start order), then SIGKILL after the grace. */
   async stopAll(): Promise<void> {
     for (const c of this.children.reverse()) await c.stop();
     this.children.length = 0;
   }
 }
 
-/** A free TCP port on 127.0.0.1 (bound and released: another process could take it in between, which on a quiet loopback does not happen). */
+/** Bound and released: another process could take it in between, which on a quiet loopback does not happen. */
 export async function freePort(): Promise<number> {
   const srv = createServer();
   await new Promise<void>((resolve, reject) => {
@@ -158,7 +148,6 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-/** Whether something on loopback `port` accepts a connection (within half a second). */
 export function answers(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = createConnection({ host: '127.0.0.1', port });

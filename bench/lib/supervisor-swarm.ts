@@ -4,14 +4,7 @@ import { mintSupervisorToken, parseSupervisorKeys } from '../../src/sessions/sup
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 import { sandboxName, sandboxNamespace } from './sandboxes.js';
 
-/**
- * Many reference supervisors (SupervisorClient) in one process, one per sandbox, each with the same list
- * of gateways: it connects to the first and, when that one dies, reconnects to the next.
- *
- *   IPC: open {gateways, secretFile, from, count} (once) → startedAt (epoch ms), once every token is minted;
- *        accepted {sinceMs} → the sessions up now that were accepted since then, when the last of them
- *        was (epoch ms), and the closes seen so far by code; close {} ends every session (1000).
- */
+/** Reference supervisors, one per sandbox, each with the same list of gateways: when the first dies, each reconnects to the next. */
 
 export interface Accepted {
   readonly count: number;
@@ -22,6 +15,7 @@ export interface Accepted {
 const supervisors: { readonly client: SupervisorClient; acceptedAt: number }[] = [];
 const closes = new Map<number, number>();
 
+/** Returns when the supervisors started (epoch ms), after every token is minted. */
 async function open(a: { gateways: string[]; secretFile: string; from: number; count: number }): Promise<number> {
   const keys = { keys: parseSupervisorKeys(readFileSync(a.secretFile, 'utf8'), 'bench secret'), audience: 'sandgate-supervisor' };
   for (let i = a.from; i < a.from + a.count; i++) {

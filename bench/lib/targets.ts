@@ -5,12 +5,6 @@ import { benchScript, CLI } from './machine.js';
 import { processCpuMicros } from './proc-stat.js';
 import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
 
-/**
- * The processes under test: the gateway started from its CLI as an operator starts it, and the bare
- * baselines, each carrying the heap probe (heap-probe.ts); with `--cpu-prof` each writes a V8 CPU profile
- * into `profileDir` on exit.
- */
-
 export interface TargetOptions {
   readonly profileDir?: string | undefined;
 }
@@ -58,7 +52,7 @@ export class Target {
     return pid;
   }
 
-  /** CPU time used so far by the process (every thread), in microseconds, read from /proc. */
+  /** Read from /proc: it costs the process nothing and works for nginx too. */
   cpuMicrosNow(): number {
     const us = processCpuMicros(this.pid);
     if (us === undefined) throw new Error(`${this.name} is not running`);
@@ -70,7 +64,6 @@ export class Target {
   }
 }
 
-/** The gateway refused to start; `reason` is what it printed. */
 export class TargetStartError extends Error {
   constructor(
     readonly target: string,
@@ -82,10 +75,7 @@ export class TargetStartError extends Error {
 
 let profiles = 0;
 
-/**
- * The V8 flags the gateway ships with (Dockerfile ENTRYPOINT, `npm start`; a test keeps them in step; why
- * each: docs/operations.md, "Start-up and graceful shutdown").
- */
+/** The V8 flags of the Dockerfile and `npm start` (a test keeps them in step). */
 export const GATEWAY_NODE_FLAGS = ['--min-semi-space-size=64', '--max-semi-space-size=64', '--no-allocation-site-pretenuring', '--heap-growing-percent=100'] as const;
 
 function nodeFlags(name: string, opts: TargetOptions): string[] {
@@ -99,11 +89,9 @@ function nodeFlags(name: string, opts: TargetOptions): string[] {
 
 export interface GatewaySpec {
   readonly name: string;
-  /** A sandboxes file. */
   readonly sandboxes?: string;
-  /** `grpc://…` remote drivers. */
   readonly drivers?: readonly string[];
-  /** A certificate pair: the proxy's TLS listener (`--proxy-tls-port`) is opened too. */
+  /** The proxy's TLS listener is opened too. */
   readonly tls?: { readonly certFile: string; readonly keyFile: string };
   readonly args?: readonly string[];
   readonly readyTimeoutMs?: number;
@@ -118,10 +106,7 @@ function cliFlags(): ReadonlySet<string> {
   return knownFlags;
 }
 
-/**
- * Starts `sandgate serve` on loopback with free ports, logging at warn, demo off, and waits until
- * /readyz answers 200 (every driver synced). Throws TargetStartError when the process exits first.
- */
+/** `sandgate serve` on loopback, ready once /readyz answers 200 (every driver synced). */
 export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts: TargetOptions = {}): Promise<Target> {
   // Every listener gets a free port (listeners added to the CLI later too), so two gateways of one section
   // never collide on a default. `--default-port` is the sandbox port of a route, not a listener; the ops
@@ -161,7 +146,6 @@ export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts:
   throw new TargetStartError(spec.name, `not ready within ${timeoutMs} ms:\n${child.tailText()}`);
 }
 
-/** Starts one of the bench's own servers (bare-http-server.js, …) and waits for its ready message. */
 export async function startBare(group: ProcessGroup, name: string, script: string, opts: TargetOptions = {}, args: readonly string[] = []): Promise<Target> {
   const port = await freePort();
   const child = group.node(name, benchScript(script), [String(port), ...args], { execArgv: nodeFlags(name, opts) });

@@ -12,17 +12,11 @@ import { kubeVariants, type KubeKind } from './kube-variants.js';
 import { decodedSnapshots } from './sandboxes.js';
 
 /**
- * The in-process half of the scale section, run in a child of its own per view (`node --expose-gc`): it
- * fills a SandboxView the way a driver's list does, measures heap after GC with the snapshots alone and
- * with the view holding them, then times decide() — parse the route, look the sandbox up, decide — over
- * Envoy-shaped requests for random sandboxes. The snapshots are the file driver's, or a Kubernetes
- * driver's mapping of objects shaped like test/fixtures/kubernetes, parsed from JSON text as a watch
- * delivers them; for those the parsed objects themselves, held by namespace/name, are the baseline: what
- * a driver that kept the raw objects would cost.
+ * The scale section's heap and decide() figures, in a child of its own per view. For a Kubernetes view the
+ * baseline is the parsed objects held by namespace/name: what a driver that kept the raw objects would cost.
  *
  * One decide() takes a few hundred nanoseconds, less than the resolution worth trusting from a clock read,
- * so calls are timed in batches of BATCH and each batch's mean per call is one sample: the percentiles are
- * of those means. A GC pause or a cache-missing batch still shows in the tail.
+ * so each sample is the mean of a batch of BATCH calls. A GC pause or a cache-missing batch still shows in the tail.
  */
 
 export interface ViewProbeArgs {
@@ -35,10 +29,8 @@ export interface ViewProbeArgs {
 
 export interface ViewProbeResult {
   readonly size: number;
-  /** Heap after GC per sandbox: the decoded snapshots alone, and the view holding them. */
   readonly snapshotBytesPerSandbox: number;
   readonly viewBytesPerSandbox: number;
-  /** Kubernetes only: the parsed objects held by namespace/name. */
   readonly rawObjectBytesPerSandbox?: number;
   readonly latency: LatencySummary;
   readonly allowed: number;
@@ -83,7 +75,6 @@ function snapshotsOf(a: ViewProbeArgs): BackendSnapshot[] {
   return out;
 }
 
-/** Heap after GC per object of the parsed Kubernetes objects, held in a Map by namespace/name. */
 function rawObjectBytes(): number {
   const r0 = heapAfterGc();
   const raw = new Map<string, unknown>();
