@@ -19,7 +19,6 @@ export interface HttpRequestSpec {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-/** The process whose CPU is read, where its load goes, and how (TLS with `ca`, HTTP/2 with `h2`). */
 export interface HttpSide {
   readonly target: Target;
   readonly url: string;
@@ -180,7 +179,6 @@ export interface CostComparison extends Trials {
   readonly bUs: Spread;
   /** a − b per pair. */
   readonly diffUs: Spread;
-  /** Blocks that fell short of the offered rate. */
   readonly shortfalls: readonly string[];
 }
 
@@ -211,12 +209,10 @@ export function compareRate(trials: Trials): RateComparison {
 
 const signed = (v: number, digits = 1): string => (v >= 0 ? '+' : '') + v.toFixed(digits);
 
-/** "+1.3 µs (spread +0.8 … +2.1, 10 pairs)", or in another unit. */
 export function formatDiff(s: Spread, unit = 'µs', digits = 1): string {
   return `${signed(s.median, digits)} ${unit} (spread ${signed(s.min, digits)} … ${signed(s.max, digits)}, ${s.values.length} pairs)`;
 }
 
-/** "0.91× (spread 0.88 … 0.95)" */
 export function formatRatio(s: Spread): string {
   return `${s.median.toFixed(2)}× (spread ${s.min.toFixed(2)} … ${s.max.toFixed(2)})`;
 }

@@ -41,12 +41,10 @@ function grpcFrame(message: Buffer): Buffer {
 
 interface GrpcCaller {
   call(answered: (message: Buffer | undefined, err: Error | undefined) => void): void;
-  /** Decodes a response and says whether it is an allow. */
   allowed(message: Buffer): boolean;
   close(): void;
 }
 
-/** Envoy-shaped calls for sandboxes 0 … sandboxes-1, over one connection. */
 export async function grpcCaller(kind: GrpcKind, target: string, sandboxes: number, seed: number): Promise<GrpcCaller> {
   const Ctor = kind === 'check' ? authorizationService() : externalProcessorService();
   const m = (Ctor.service as unknown as Record<string, Method>)[kind === 'check' ? 'Check' : 'Process']!;

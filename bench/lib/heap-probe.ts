@@ -4,11 +4,9 @@ import { exitWithParent, serveIpc } from './ipc.js';
 
 /** Loaded into every process under test with `--import`, so heap figures need nothing of the code under test. */
 
-export type HeapFacts = NodeJS.MemoryUsage;
-
 // A `--workers` gateway's workers inherit these flags, but their IPC channel belongs to node:cluster: the
 // probe would unref it and a worker waiting for its shared listener would exit. The runner asks the primary.
 if (process.send !== undefined && !cluster.isWorker) {
-  serveIpc({ heap: (): HeapFacts => memoryAfterGc() }, false);
+  serveIpc({ heap: () => memoryAfterGc() }, false);
   exitWithParent();
 }

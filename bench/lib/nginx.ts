@@ -60,7 +60,6 @@ export function tlsProxyServer(certFile: string, keyFile: string, upstreamPort: 
 }
 
 interface NginxServer {
-  /** What follows the address in `listen`. */
   readonly listen?: string;
   readonly upstreams: readonly string[];
   readonly server: readonly string[];

@@ -1,5 +1,6 @@
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { createConnection, createServer } from 'node:net';
+import { createInterface } from 'node:readline';
 import type { IpcReply } from './ipc.js';
 
 // Every child of the run is SIGKILLed if the runner itself exits, so a failed run leaves nothing listening.
@@ -11,7 +12,6 @@ process.on('exit', () => {
 const TAIL_LINES = 40;
 
 export class Child {
-  /** The last lines the child printed, for error messages. */
   readonly tail: string[] = [];
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   private nextId = 1;
@@ -37,18 +37,11 @@ export class Child {
         resolve({ code, signal });
       });
     });
-    for (const stream of [proc.stdout, proc.stderr]) {
-      let buf = '';
-      stream?.setEncoding('utf8');
-      stream?.on('data', (d: string) => {
-        buf += d;
-        let nl: number;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const line = buf.slice(0, nl);
-          buf = buf.slice(nl + 1);
-          this.tail.push(line);
-          if (this.tail.length > TAIL_LINES) this.tail.shift();
-        }
+    for (const input of [proc.stdout, proc.stderr]) {
+      if (input === null) continue;
+      createInterface({ input }).on('line', (line) => {
+        this.tail.push(line);
+        if (this.tail.length > TAIL_LINES) this.tail.shift();
       });
     }
     this.readyInfo = new Promise((resolve, reject) => {

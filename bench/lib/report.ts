@@ -62,11 +62,8 @@ function formatNumber(v: number | undefined, unit = ''): string {
 }
 
 export function sectionMarkdown(s: SectionResult): string {
+  if (s.error !== undefined) return [`### ${s.title}`, '', `Section failed: ${s.error.split('\n')[0]}`, ''].join('\n');
   const lines = [`### ${s.title}`, ''];
-  if (s.error !== undefined) {
-    lines.push(`Section failed: ${s.error.split('\n')[0]}`, '');
-    return lines.join('\n');
-  }
   if (s.rows.length > 0) {
     lines.push(`| measure | sandgate | baseline: ${s.baseline} | ratio |`, '|---|---:|---:|---:|');
     for (const r of s.rows) {

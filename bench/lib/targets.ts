@@ -1,6 +1,5 @@
 import { execFileSync } from 'node:child_process';
 import { pathToFileURL } from 'node:url';
-import type { HeapFacts } from './heap-probe.js';
 import { benchScript, CLI } from './machine.js';
 import { processCpuMicros } from './proc-stat.js';
 import { freePort, sleep, type Child, type ProcessGroup } from './processes.js';
@@ -42,8 +41,8 @@ export class Target {
     return p;
   }
 
-  heap(): Promise<HeapFacts> {
-    return this.child.request<HeapFacts>('heap', {}, 60_000);
+  heap(): Promise<NodeJS.MemoryUsage> {
+    return this.child.request<NodeJS.MemoryUsage>('heap', {}, 60_000);
   }
 
   get pid(): number {
