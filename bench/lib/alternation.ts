@@ -1,5 +1,5 @@
 import type { LoadResult } from './grpc-load.js';
-import { latencies, record, summarise, type Latencies } from './histogram.js';
+import { latencies, record, summarise } from './histogram.js';
 
 /** How one request ended: undefined answered as expected, 'denied' answered otherwise, an Error not answered. */
 export type Outcome = undefined | 'denied' | Error;
@@ -37,15 +37,8 @@ const SLICES = ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a'] as const;
 const TICK_MS = 1;
 const DRAIN_MS = 10_000;
 
-interface Tally {
-  completed: number;
-  errors: number;
-  notAllowed: number;
-  firstError: string | undefined;
-  hist: Latencies;
-}
-
-const fresh = (): Tally => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined, hist: latencies() });
+const fresh = () => ({ completed: 0, errors: 0, notAllowed: 0, firstError: undefined as string | undefined, hist: latencies() });
+type Tally = ReturnType<typeof fresh>;
 
 /**
  * Runs the plan, both sides' CPU read at every block boundary; rejects (after the requests in flight have drained)

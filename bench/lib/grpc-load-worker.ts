@@ -1,5 +1,5 @@
-import { grpcCaller, SAMPLE_EVERY, type GrpcKind } from './grpc-load.js';
-import { latencies, record, summarise, type LatencySummary } from './histogram.js';
+import { grpcCaller, SAMPLE_EVERY, type GrpcKind, type LoadResult } from './grpc-load.js';
+import { latencies, record, summarise } from './histogram.js';
 import { announceReady, exitWithParent, serveIpc } from './ipc.js';
 
 export interface GrpcRunArgs {
@@ -13,15 +13,8 @@ export interface GrpcRunArgs {
   readonly seed: number;
 }
 
-export interface GrpcRunResult {
-  readonly completed: number;
-  readonly errors: number;
-  readonly notAllowed: number;
-  readonly latency: LatencySummary;
-  /** CPU this process used during the measured window. */
-  readonly cpuCores: number;
-  readonly firstError: string | undefined;
-}
+/** `cpuCores`: the CPU this process used during the measured window. */
+export type GrpcRunResult = Omit<LoadResult, 'rps' | 'durationMs' | 'loadCpuCores'> & { readonly cpuCores: number };
 
 const DRAIN_MS = 10_000;
 

@@ -9,16 +9,14 @@ export interface LatencySummary {
   readonly count: number;
 }
 
-export type Latencies = RecordableHistogram;
-
-export const latencies = (): Latencies => createHistogram();
+export const latencies = (): RecordableHistogram => createHistogram();
 
 /** The histogram takes whole nanoseconds from 1. */
-export function record(h: Latencies, ns: number): void {
+export function record(h: RecordableHistogram, ns: number): void {
   h.record(Math.max(1, Math.round(ns)));
 }
 
-export function summarise(h: Latencies): LatencySummary {
+export function summarise(h: RecordableHistogram): LatencySummary {
   if (h.count === 0) return { p50: 0, p99: 0, p999: 0, mean: 0, count: 0 };
   return { p50: h.percentile(50) / 1000, p99: h.percentile(99) / 1000, p999: h.percentile(99.9) / 1000, mean: h.mean / 1000, count: h.count };
 }

@@ -14,7 +14,7 @@ export interface IpcReply {
   readonly error?: string;
 }
 
-export type Handlers = Readonly<Record<string, (args: never) => unknown>>;
+type Handlers = Readonly<Record<string, (args: never) => unknown>>;
 
 function isRequest(m: unknown): m is IpcRequest {
   return typeof m === 'object' && m !== null && typeof (m as IpcRequest).id === 'number' && typeof (m as IpcRequest).op === 'string';

@@ -14,19 +14,6 @@ export function benchScript(relative: string): string {
 
 export const CLI = join(ROOT, 'dist', 'src', 'cli', 'main.js');
 
-export interface MachineFacts {
-  readonly cpuModel: string;
-  readonly cores: number;
-  readonly memoryBytes: number;
-  readonly node: string;
-  readonly v8: string;
-  readonly platform: string;
-  readonly date: string;
-  readonly commit: string;
-  readonly dirty: boolean | undefined;
-  readonly redis: string | undefined;
-}
-
 function run(cmd: string, args: readonly string[]): string | undefined {
   try {
     return execFileSync(cmd, [...args], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
@@ -35,7 +22,9 @@ function run(cmd: string, args: readonly string[]): string | undefined {
   }
 }
 
-export function machineFacts(date: Date): MachineFacts {
+export type MachineFacts = ReturnType<typeof machineFacts>;
+
+export function machineFacts(date: Date) {
   const list = cpus();
   const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
   // --no-optional-locks: a plain `git status` may rewrite the index; the bench only reads.
