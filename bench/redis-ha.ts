@@ -122,22 +122,16 @@ export const redisHa: Section = {
     const secretFile = join(ctx.tmp, 'supervisor-secret');
     writeFileSync(secretFile, randomBytes(32).toString('hex') + '\n', { mode: 0o600 });
     const sandboxes = writeSandboxesFile(ctx.tmp, count + gone, 'required');
-    let redis: SentinelGroup;
-    try {
-      // Sentinel declares a master down after 1 s, the shortest setting operators commonly run.
-      redis = await startSentinelGroup({ downAfterMs: 1000, failoverTimeoutMs: 5000 });
-    } catch (err) {
-      return skipped((err as Error).message.split('\n')[0]!);
-    }
+    // Sentinel declares a master down after 1 s, the shortest setting operators commonly run.
+    const redis = await startSentinelGroup({ downAfterMs: 1000, failoverTimeoutMs: 5000 }).catch((err: Error) => err.message.split('\n')[0]!);
+    if (typeof redis === 'string') return skipped(redis);
     try {
       const args = (i: number) => ['--supervisor-secret-file', secretFile, '--max-sessions-per-source', '1000000', '--presence', 'redis://127.0.0.1', '--gateway-id', `ha-${i}`, '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)];
-      let gateways: Target[];
-      try {
-        gateways = await Promise.all(Array.from({ length: GATEWAYS }, (_, i) => startGateway(ctx.procs, { name: `sandgate-ha-${i}`, sandboxes, args: args(i) }, ctx.targetOptions)));
-      } catch (err) {
-        if (err instanceof TargetStartError) return skipped(err.reason);
+      const gateways = await Promise.all(Array.from({ length: GATEWAYS }, (_, i) => startGateway(ctx.procs, { name: `sandgate-ha-${i}`, sandboxes, args: args(i) }, ctx.targetOptions))).catch((err: unknown) => {
+        if (err instanceof TargetStartError) return err.reason;
         throw err;
-      }
+      });
+      if (typeof gateways === 'string') return skipped(gateways);
       const n = count.toLocaleString('en-US');
       const rows: Row[] = [];
       const master = await redis.masterPort();
