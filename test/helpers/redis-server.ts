@@ -97,8 +97,12 @@ export async function startRedisServer(opts: { port?: number; args?: readonly st
   const launch = async (): Promise<void> => {
     const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extra], { stdio: 'ignore' });
     proc = child;
+    // A program that is not installed is an 'error' event (ENOENT), not an exit.
+    let spawnError: Error | undefined;
+    child.on('error', (err) => (spawnError = err));
     await eventually(
       async () => {
+        if (spawnError !== undefined) throw new Error(`redis-server did not start: ${spawnError.message}`);
         if (child.exitCode !== null) throw new Error(`redis-server exited with ${child.exitCode}`);
         return ping(port);
       },
@@ -111,14 +115,17 @@ export async function startRedisServer(opts: { port?: number; args?: readonly st
     for (const a of admins.splice(0)) a.disconnect();
     const child = proc;
     proc = undefined;
-    if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
+    if (child?.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     if (signal === 'SIGTERM') child.kill('SIGCONT');
     child.kill(signal);
     await exited;
   };
 
-  await launch();
+  await launch().catch((err: unknown) => {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  });
   return {
     port,
     url: `redis://127.0.0.1:${port}`,
