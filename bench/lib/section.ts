@@ -16,6 +16,10 @@ export interface BenchContext {
   log(message: string): void;
 }
 
+/**
+ * Every section module reads alike on purpose: its constants (sizes, rates, bars), then one Section
+ * literal. What they share is this contract; what they measure differs, so nothing more is factored out.
+ */
 export interface Section {
   readonly id: string;
   readonly title: string;
