@@ -13,12 +13,14 @@ import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentine
  * as a stale master. Throughout, a watcher reads both gateways' sandbox status, HTTP authz decisions and
  * /readyz every few milliseconds and records anything that breaks the invariants.
  *
- * Stated bound: every live session is Ready again on every gateway within RECOVERY_BOUND_MS of the
- * sentinels agreeing on the new master (reconnect backoff ≤ 2 s, one renewal, a seal, a re-scan).
+ * Every live session comes back Ready on every gateway after the sentinels agree on the new master. How
+ * long that takes (reconnect backoff ≤ 2 s, one renewal, a seal, a re-scan: docs/presence.md) is the
+ * redis-ha benchmark's figure; here the wait only turns a hang into a failure, since a loaded machine
+ * stretches any wall-clock bound.
  */
 
 const TTL = 1000;
-const RECOVERY_BOUND_MS = 2000 + TTL / 3 + 1000 + 500;
+const RECOVERY_WAIT_MS = 20_000;
 const keys: SupervisorKeys = { keys: [{ kid: 'default', secret: new TextEncoder().encode(TEST_SECRET) }], audience: 'sandgate-supervisor' };
 const LIVE = { web: 'A', api: 'B', db: 'A' } as const;
 const NAMES = [...Object.keys(LIVE), 'gone'] as const;
@@ -163,14 +165,14 @@ function expectUniqueEpochs(w: Watch): void {
 }
 
 describe('presence through a Sentinel failover (gateway processes)', () => {
-  it('kill -9 of the master: degraded while it lasts, routing from the mirror, no false Ready, every session Ready again within the bound, no epoch reused', { timeout: 45_000 }, async () => {
+  it('kill -9 of the master: degraded while it lasts, routing from the mirror, no false Ready, every session Ready again, no epoch reused', { timeout: 75_000 }, async () => {
     const gs = await cluster();
     const master = await group.master();
     const w = watch(gs);
     try {
       await master.kill();
       await group.switched(master.port);
-      await allReady(gs, RECOVERY_BOUND_MS);
+      await allReady(gs, RECOVERY_WAIT_MS);
     } finally {
       await w.stop();
     }
@@ -184,14 +186,14 @@ describe('presence through a Sentinel failover (gateway processes)', () => {
     expect((await gs[1]!.sandbox('team-a', 'gone'))?.session?.epoch).toBeGreaterThan(2 ** 32);
   });
 
-  it('SIGSTOP of the master past the failover, then SIGCONT: the stale master is demoted and no gateway writes to it', { timeout: 45_000 }, async () => {
+  it('SIGSTOP of the master past the failover, then SIGCONT: the stale master is demoted and no gateway writes to it', { timeout: 75_000 }, async () => {
     const gs = await cluster();
     const old: RedisServer = await group.master();
     const w = watch(gs);
     try {
       old.pause();
       await group.switched(old.port);
-      await allReady(gs, RECOVERY_BOUND_MS);
+      await allReady(gs, RECOVERY_WAIT_MS);
       old.resume();
       const probe = old.admin();
       const calls = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await probe.info('commandstats'))?.[1] ?? 0);
