@@ -91,13 +91,12 @@ describe('Sentinel failover to a replica that lost the last writes', () => {
       await master.kill();
       const newPort = await group.switched(master.port);
       expect(newPort).toBe(replica.port);
-      // The promoted replica really lost the writes: the old `moved` record and the `released` record are
-      // there, `born` is not, and the change counter went backwards.
+      // The promoted replica really lost the writes (a failover that loses nothing proves nothing): A's
+      // release of `released` is not there. B may be re-asserting `moved`, `born` and `reused` by now, so
+      // only the record nobody re-asserts (A is gone) is read here.
       const k = presenceKeys(PREFIX);
       const onReplica = replica.admin();
-      // (Read before the gateways reconnect and re-assert: a failover that loses nothing proves nothing.)
-      const before = await onReplica.hgetall(k.presence);
-      expect(Object.keys(before).sort()).toEqual(['ns/moved', 'ns/released', 'ns/reused']);
+      expect(await onReplica.hget(k.presence, 'ns/released')).not.toBeNull();
 
       // Every live session is back on the new master, re-asserted with the epoch it had.
       await eventually(
