@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { envoyDoors, type Ask } from '../helpers/door-answers.js';
-import { eventually } from '../helpers/eventually.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { KEYS, RELAY_SECRET, relaySandbox, startSupervisor } from '../helpers/relay-stack.js';
+import { KEYS, RELAY_SECRET, relaySandbox, supervisedReady } from '../helpers/relay-stack.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 
@@ -37,8 +36,7 @@ describe('the Envoy doors mark h2c ports', () => {
       { relaySecret: RELAY_SECRET },
       { supervisorKeys: KEYS },
     );
-    sup = await startSupervisor(`ws://127.0.0.1:${t.gw.supervisorPort!}`, 'relayed');
-    await eventually(() => t.gw.view.get('team-a', 'relayed')?.status.phase === 'Ready', 5000, 'the relay sandbox Ready');
+    sup = await supervisedReady(t.gw, 'relayed');
     doors = envoyDoors(t);
   });
   afterAll(async () => {

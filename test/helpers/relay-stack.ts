@@ -204,6 +204,13 @@ export async function startSupervisor(gateway: string, name: string, relay?: Rel
   return c;
 }
 
+/** A reference supervisor for team-a/`name` on a test gateway, resolved once the gateway's view has the sandbox Ready. */
+export async function supervisedReady(gw: { readonly supervisorPort?: number | undefined; readonly view: SandboxView }, name: string): Promise<SupervisorClient> {
+  const sup = await startSupervisor(`ws://127.0.0.1:${gw.supervisorPort!}`, name);
+  await eventually(() => gw.view.get('team-a', name)?.status.phase === 'Ready', 5000, `${name} Ready`);
+  return sup;
+}
+
 /** A supervisor that completes the handshake and then ignores every relay frame (OPEN is never answered). */
 export async function silentSupervisor(gateway: string, name: string): Promise<WebSocket> {
   const token = await mintSupervisorToken(KEYS, 'team-a', name, 3600);

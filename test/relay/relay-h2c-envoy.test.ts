@@ -11,7 +11,7 @@ import { envoyDoors, type Ask, type DoorAnswer } from '../helpers/door-answers.j
 import { eventually } from '../helpers/eventually.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { client, everyKindOfCall, expectDeadlineReachesServer, failure, h2c, h2cSeries, startEchoServer, unary, type EchoClient, type EchoServer } from '../helpers/grpc-echo.js';
-import { KEYS, RELAY_CREDENTIALS, RELAY_SECRET, relaySandbox, startGatewayPair, startRelayStack, startSupervisor, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
+import { KEYS, RELAY_CREDENTIALS, RELAY_SECRET, relaySandbox, startGatewayPair, startRelayStack, startSupervisor, supervisedReady, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
 import { CertificateStore } from '../../src/lib/tls/certificate-store.js';
@@ -69,8 +69,7 @@ describe('gRPC to a relay-only sandbox through Envoy and the relay listener of t
   beforeAll(async () => {
     echo = await startEchoServer();
     t = await startTestGateway([new TestDriver([{ ...relaySandbox('relayed'), ...h2c(echo.port) }])], { relaySecret: RELAY_SECRET }, { supervisorKeys: KEYS });
-    sup = await startSupervisor(`ws://127.0.0.1:${t.gw.supervisorPort!}`, 'relayed');
-    await eventually(() => t.gw.view.get('team-a', 'relayed')?.status.phase === 'Ready', 5000, 'the relay sandbox Ready');
+    sup = await supervisedReady(t.gw, 'relayed');
     doors = envoyDoors(t);
   });
   afterAll(async () => {
