@@ -118,6 +118,8 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
       if (!isDnsLabel(ns) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
       const scope = authorizeApi(deps.auth, req.headers, res);
       if (scope === undefined) return;
+      const refused = scope.refuses(ns);
+      if (refused !== undefined) return sendError(res, refused);
       // Another tenant's sandbox gets the very answer a missing one gets.
       const e = scope.sees(ns) ? view.get(ns, name) : undefined;
       if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(ns, name)}`);

@@ -69,6 +69,8 @@ function orderOf(body: unknown, e: { namespace: string; name: string; uid: strin
 
 /** `POST /v1/sandboxes/{ns}/{name}/links`: another tenant's sandbox gets the answer a missing one gets. */
 export async function mintLink(links: LinkApi, view: SandboxView, scope: ApiScope & { ok: true }, ns: string, name: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const refused = scope.refuses(ns);
+  if (refused !== undefined) return sendError(res, refused);
   const e = scope.sees(ns) ? view.get(ns, name) : undefined;
   if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(ns, name)}`);
   try {

@@ -38,6 +38,9 @@ export async function linkCommand(argv: readonly string[]): Promise<number> {
     body: JSON.stringify(body),
   });
   const answer = (await res.json()) as { url?: string; expiresAt?: string; id?: string; code?: string; message?: string };
+  if (res.status === 401 && answer.code === 'api_key_required' && key === undefined) {
+    throw new SandgateError('invalid_request', `api_key_required: namespace ${namespace} requires an API key, and none was given: pass --api-key KEY or set SANDGATE_API_KEY`);
+  }
   if (res.status !== 201) throw new SandgateError('invalid_request', `${answer.code ?? res.status}: ${answer.message ?? 'the gateway refused the link'}`);
   process.stdout.write(`${answer.url}\n`);
   process.stderr.write(`id ${answer.id}, expires ${answer.expiresAt}\n`);
