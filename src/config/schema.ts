@@ -419,7 +419,7 @@ export const SCHEMA = {
     default: 0,
     min: 0,
     max: 10_000_000,
-    description: 'Sandboxes of one namespace that may run (any phase but Paused, Error and Deleting) before traffic may no longer wake a paused one: 429 namespace_quota_exceeded (0 = no limit).',
+    description: 'Sandboxes of one namespace that may run (any phase but Paused, Error and Deleting) or be waking (resumes in flight, on every gateway sharing Redis presence) before traffic may no longer wake a paused one: 429 namespace_quota_exceeded (0 = no limit).',
   },
   maxConnectionsPerSandbox: {
     kind: 'int',

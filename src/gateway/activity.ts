@@ -40,6 +40,7 @@ export function createActivity(config: ActivitySlice, core: Core, gatewayId: str
   const { view, metrics, now } = core;
   const lifecycleLog = log.child({ part: 'lifecycle' });
   const channel = lifecycleChannel(config, gatewayId, lifecycleLog);
+  if (channel.resumeClaims !== undefined) core.resumer.shareClaims(channel.resumeClaims);
   const driverById = (id: string): Driver | undefined => core.drivers.find((d) => d.id === id);
   const reporter = new ActivityReporter({
     view,
