@@ -1,6 +1,6 @@
 import { resolveConfig } from '../config/load.js';
 import { apiKeyStoreFromConfig, linkMaxTtlFromConfig } from '../config/factories.js';
-import { revokeLinkIn } from '../auth/link-service.js';
+import { EVERY_NAMESPACE, revokeLinkIn } from '../auth/link-service.js';
 import { SandgateError } from '../domain/errors.js';
 import { parseDuration, takeFlags } from './supervisor-commands.js';
 
@@ -55,7 +55,7 @@ async function revoke(argv: readonly string[]): Promise<number> {
   if (store === undefined) throw new SandgateError('config_invalid', `revoking links needs the gateways' store: set --api-keys FILE|redis://…\n${USAGE}`);
   await store.start();
   try {
-    await revokeLinkIn(store, own.id, linkMaxTtlFromConfig(config));
+    await revokeLinkIn(store, own.id, EVERY_NAMESPACE, { maxTtlSeconds: linkMaxTtlFromConfig(config), perNamespace: config.linkRevocationsPerNamespace });
   } finally {
     await store.close();
   }
