@@ -1,7 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { RedisClient } from '../../lib/redis-connection.js';
-import type { LuaScript } from './redis-scripts.js';
-import { runScript } from './redis-script-runner.js';
+import type { RedisClient } from '../lib/redis-connection.js';
 
 /**
  * Resumes in flight, counted by every gateway against `--max-running-per-namespace`. A gateway's own view
@@ -34,7 +32,7 @@ export type ResumeClaimReply = { readonly ok: true; readonly token: string } | {
  * token} (the claim's score as Redis writes it) or {0, counted}. Reads Redis's clock (TIME, so gateways'
  * clocks do not matter); replicate_commands() lets a script write after TIME on Redis 5 and 6.
  */
-const CLAIM = script('resume-claim', `
+const CLAIM = script(`
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -55,12 +53,27 @@ redis.call('PEXPIREAT', KEYS[1], last[2])
 return {1, redis.call('ZSCORE', KEYS[1], ARGV[3])}`);
 
 /** KEYS[1] the namespace's set; ARGV: the sandbox, the token its claim was given. */
-const RELEASE = script('resume-release', `
+const RELEASE = script(`
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return 0`);
 
-function script(name: string, lua: string): LuaScript {
-  return { name, lua, sha: createHash('sha1').update(lua).digest('hex') };
+interface Script {
+  readonly lua: string;
+  readonly sha: string;
+}
+
+function script(lua: string): Script {
+  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
+}
+
+/** EVALSHA, and the script's text when the server has not cached it (NOSCRIPT: restarted or failed over). */
+async function run(client: RedisClient, s: Script, key: string, args: ReadonlyArray<string | number>): Promise<unknown> {
+  try {
+    return await client.evalsha(s.sha, 1, key, ...args);
+  } catch (err) {
+    if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
+    return client.eval(s.lua, 1, key, ...args);
+  }
 }
 
 export class RedisResumeClaims implements ResumeClaims {
@@ -71,12 +84,12 @@ export class RedisResumeClaims implements ResumeClaims {
   ) {}
 
   async claim(namespace: string, sandbox: string, running: readonly string[], max: number, ttlMs: number): Promise<ResumeClaimReply> {
-    const reply = (await runScript(this.client, CLAIM, [this.key(namespace)], [ttlMs, max, sandbox, ...running])) as [number, string];
+    const reply = (await run(this.client, CLAIM, this.key(namespace), [ttlMs, max, sandbox, ...running])) as [number, string];
     return reply[0] === 1 ? { ok: true, token: String(reply[1]) } : { ok: false, counted: Number(reply[1]) };
   }
 
   async release(namespace: string, sandbox: string, token: string): Promise<void> {
-    await runScript(this.client, RELEASE, [this.key(namespace)], [sandbox, token]);
+    await run(this.client, RELEASE, this.key(namespace), [sandbox, token]);
   }
 
   private key(namespace: string): string {

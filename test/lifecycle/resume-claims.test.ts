@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { RedisResumeClaims } from '../../src/sessions/presence/resume-claims.js';
+import { RedisResumeClaims } from '../../src/lifecycle/resume-claims.js';
 import { eventually } from '../helpers/eventually.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 

@@ -1,6 +1,6 @@
 import { SandgateError } from '../domain/errors.js';
-import type { Logger } from '../observability/logger.js';
-import type { ResumeClaims } from '../sessions/presence/resume-claims.js';
+import type { Logger } from 'pino';
+import type { ResumeClaims } from './resume-claims.js';
 import type { SandboxView, ViewEntry } from '../view/sandbox-view.js';
 
 /**
