@@ -45,6 +45,7 @@ describe('the operator API without a key, where a namespace requires one', () =>
     expect(await answer(await fetch(`${t.admin}/v1/sandboxes/team-a/nothing`))).toEqual([401, 'api_key_required']);
     const mint = await fetch(`${t.admin}/v1/sandboxes/team-a/web/links`, { method: 'POST', body: JSON.stringify({ port: 80 }) });
     expect(await answer(mint)).toEqual([401, 'api_key_required']);
+    expect(await answer(await fetch(`${t.admin}/console/api/phase-changes?namespace=team-a&name=web`))).toEqual([401, 'api_key_required']);
     // A namespace that requires no key is still open without one; the team's key still reads its own.
     expect((await fetch(`${t.admin}/v1/sandboxes/open/web`)).status).toBe(200);
     expect(await answer(await fetch(`${t.admin}/v1/sandboxes/open/nothing`))).toEqual([404, 'sandbox_not_found']);
