@@ -1,7 +1,8 @@
 import type { OptionSpec } from './schema.js';
 
 /**
- * The tracing options of the schema: the OpenTelemetry SDK's own environment variables (OpenTelemetry specification, "Environment Variable Specification" and "OTLP
+ * The tracing options of the schema. All but `--trace-trusted-sources` are the OpenTelemetry SDK's own
+ * environment variables (OpenTelemetry specification, "Environment Variable Specification" and "OTLP
  * Exporter"): their `env` is the standard name, not a `SANDGATE_*` one, so a deployment configured for
  * any OpenTelemetry SDK configures sandgate too; each is also a flag and a config-file key. An empty
  * variable counts as unset, as the specification says. Each `OTEL_EXPORTER_OTLP_TRACES_*` option, when
@@ -14,6 +15,12 @@ const COMPRESSIONS = ['gzip', 'none'];
 const traces = (generic: string): string => `For traces only; when set, instead of \`${generic}\`.`;
 
 export const TRACING_OPTIONS = {
+  traceTrustedSources: {
+    kind: 'list',
+    default: [],
+    description:
+      'Addresses (CIDR, e.g. `10.0.0.0/8`, or single addresses) whose W3C `traceparent` tracing continues, sampling decision included: Envoy, nginx, peer gateways. A request from any other address starts a trace of its own, sampled by `OTEL_TRACES_SAMPLER`, with a span link to the trace it came with (docs/operations.md). Empty: none trusted.',
+  },
   otelSdkDisabled: { kind: 'bool', env: 'OTEL_SDK_DISABLED', default: false, description: 'Turns tracing off, whatever else is set.' },
   otelTracesExporter: {
     kind: 'list',
@@ -27,7 +34,7 @@ export const TRACING_OPTIONS = {
     env: 'OTEL_TRACES_SAMPLER',
     default: 'parentbased_always_on',
     values: ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'],
-    description: 'Which requests are traced. `parentbased_*` follow the sampled flag of an incoming `traceparent` and sample other requests as their suffix says.',
+    description: 'Which requests are traced. `parentbased_*` follow the sampled flag of a trusted `traceparent` (`--trace-trusted-sources`) and sample other requests as their suffix says.',
   },
   otelTracesSamplerArg: { kind: 'string', env: 'OTEL_TRACES_SAMPLER_ARG', default: '', description: 'The ratio (0 to 1) of the `traceidratio` samplers (default 1).' },
   otelServiceName: { kind: 'string', env: 'OTEL_SERVICE_NAME', default: '', description: 'The `service.name` of spans (default `sandgate`).' },

@@ -1,4 +1,5 @@
 import { SandgateError } from '../domain/errors.js';
+import { AddressSet } from '../lib/address-set.js';
 import type { OtlpProtocol, SamplerName, TlsFile, TracingSettings } from '../observability/tracing.js';
 import { envOf, type Config } from './schema.js';
 
@@ -11,7 +12,7 @@ import { envOf, type Config } from './schema.js';
  * one is `config_invalid` naming its variable, never a warning and a silent default.
  */
 
-type TracingConfig = Pick<Config, Extract<keyof Config, `otel${string}`>>;
+type TracingConfig = Pick<Config, Extract<keyof Config, `otel${string}` | 'traceTrustedSources'>>;
 
 const DEFAULT_ENDPOINT: Record<OtlpProtocol, string> = { grpc: 'http://localhost:4317', 'http/protobuf': 'http://localhost:4318', 'http/json': 'http://localhost:4318' };
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -22,6 +23,12 @@ function invalid(option: string, why: string): SandgateError {
 
 /** The gateway's tracing; undefined when the options leave it off. Throws `config_invalid`. */
 export function tracingSettings(c: TracingConfig): TracingSettings | undefined {
+  let trusted: AddressSet;
+  try {
+    trusted = new AddressSet(c.traceTrustedSources);
+  } catch (err) {
+    throw new SandgateError('config_invalid', `--trace-trusted-sources: ${(err as Error).message}`, { cause: err });
+  }
   if (c.otelSdkDisabled || c.otelTracesExporter.includes('none')) return undefined;
   if (!c.otelTracesExporter.includes('otlp') && c.otelExporterOtlpEndpoint === '' && c.otelExporterOtlpTracesEndpoint === '') return undefined;
   const protocol = (c.otelExporterOtlpTracesProtocol || c.otelExporterOtlpProtocol) as OtlpProtocol;
@@ -39,6 +46,7 @@ export function tracingSettings(c: TracingConfig): TracingSettings | undefined {
     ratio: ratio(c),
     resource: resource(c),
     batch: batch(c),
+    trusted: (address) => trusted.has(address),
   };
 }
 

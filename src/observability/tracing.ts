@@ -32,6 +32,8 @@ export interface TracingSettings {
   /** Resource attributes besides `service.name` = `sandgate` and `service.instance.id` = the gateway id (these win over them). */
   readonly resource: Readonly<Record<string, string>>;
   readonly batch: { readonly scheduledDelayMillis: number; readonly exportTimeoutMillis: number; readonly maxQueueSize: number; readonly maxExportBatchSize: number };
+  /** Whether a request that came over a connection from `address` may decide its trace (`--trace-trusted-sources`). */
+  readonly trusted: (address: string) => boolean;
 }
 
 /** The gateway's tracer, or undefined (and the SDK not even loaded) when tracing is off. */

@@ -4,6 +4,7 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config/load.js';
 import { tracingSettings } from '../../src/config/tracing-settings.js';
+import { AddressSet } from '../../src/lib/address-set.js';
 import { createExporter } from '../../src/observability/otel-exporter.js';
 import { expectSandgateError } from '../helpers/sandgate-error.js';
 
@@ -92,13 +93,29 @@ describe('tracing options from the OTEL_* environment', () => {
   });
 });
 
+describe('--trace-trusted-sources', () => {
+  it('matches addresses and CIDR blocks of both families, IPv4-mapped IPv6 peers as IPv4', () => {
+    const set = new AddressSet(['10.0.0.0/8', '192.0.2.7', 'fd00::/8', '::1']);
+    for (const a of ['10.1.2.3', '::ffff:10.1.2.3', '192.0.2.7', 'fd12::1', '::1', 'fd00::1%eth0']) expect(set.has(a), a).toBe(true);
+    for (const a of ['11.0.0.1', '192.0.2.8', '::ffff:192.0.2.8', 'fe80::1', '', 'envoy', '10.0.0.1:80']) expect(set.has(a), a).toBe(false);
+    expect(new AddressSet([]).has('127.0.0.1')).toBe(false);
+  });
+
+  it('refuses what is not an address or a CIDR block', () => {
+    for (const bad of ['envoy.internal', '10.0.0.0/33', '10.0.0.0/8x', 'fd00::/129', '10.0.0.0/', '/8']) {
+      expectSandgateError(() => resolveConfig({ argv: ['--trace-trusted-sources', bad] }), 'config_invalid', /--trace-trusted-sources: /);
+    }
+    expect(resolveConfig({ env: { SANDGATE_TRACE_TRUSTED_SOURCES: '10.0.0.0/8, fd00::/8' } }).traceTrustedSources).toEqual(['10.0.0.0/8', 'fd00::/8']);
+  });
+});
+
 describe('sandgate config', () => {
   it('shows the resolved OTEL_* options, header values redacted', async () => {
     const cli = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
     const env = { PATH: process.env.PATH ?? '', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'grpc', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4317', OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=hunter2-otel' };
-    const { stdout } = await promisify(execFile)(process.execPath, [cli, 'config'], { env });
+    const { stdout } = await promisify(execFile)(process.execPath, [cli, 'config', '--trace-trusted-sources', '10.0.0.0/8'], { env });
     const shown = JSON.parse(stdout) as Record<string, unknown>;
-    expect(shown).toMatchObject({ otelExporterOtlpTracesProtocol: 'grpc', otelExporterOtlpProtocol: 'http/protobuf', otelExporterOtlpEndpoint: 'http://collector:4317', otelExporterOtlpHeaders: '[redacted]' });
+    expect(shown).toMatchObject({ otelExporterOtlpTracesProtocol: 'grpc', otelExporterOtlpProtocol: 'http/protobuf', otelExporterOtlpEndpoint: 'http://collector:4317', otelExporterOtlpHeaders: '[redacted]', traceTrustedSources: ['10.0.0.0/8'] });
     expect(stdout).not.toContain('hunter2-otel');
   });
 });
