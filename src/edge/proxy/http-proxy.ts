@@ -252,7 +252,7 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   private handle(req: ClientRequest, res: ClientResponse): void {
-    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp, peer: req.clientIp });
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return this.refuse(res, t, this.route(req), x);
     if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req), x);
@@ -387,7 +387,7 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer, secure?: boolean): void {
     socket.on('error', () => socket.destroy());
-    const x = this.decider.recorder?.begin('proxy', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as ClientRequest['headers'], client: socket.remoteAddress ?? '' });
+    const x = this.decider.recorder?.begin('proxy', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as ClientRequest['headers'], client: socket.remoteAddress ?? '', peer: socket.remoteAddress ?? '' });
     const refuse = x === undefined ? writeDenial : (s: Socket, d: Deny, r: RouteRequest): void => x.denied(d.status, d.code, writeDenial(s, d, r));
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return void refuse(socket, t, this.route(req));
@@ -416,7 +416,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const res = new H2Response(stream);
     if (req.method !== 'CONNECT') return this.request(req, res);
     // Recorded as an HTTP/1.1 upgrade is: one record per stream, ended when the stream closes.
-    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp, peer: req.clientIp });
     if (headers[':protocol'] !== 'websocket') return this.refuse(res, H2_CONNECT, this.route(req), x);
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return this.refuse(res, t, this.route(req), x);

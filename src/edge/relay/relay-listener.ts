@@ -180,7 +180,7 @@ export class RelayListener {
   }
 
   private h2cRequest(req: ClientRequest, res: ClientResponse, h: IncomingHttpHeaders): void {
-    const x = this.opts.recorder?.begin('relay', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    const x = this.opts.recorder?.begin('relay', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp, peer: req.clientIp });
     const grpc = isGrpc(req.headers['content-type']);
     const refuse = (d: Deny): void => {
       const bytes = grpc ? respondGrpcDenial(res, d) : respondDenial(res, d, req.headers.accept);
@@ -201,7 +201,7 @@ export class RelayListener {
   }
 
   private begin(req: IncomingMessage): Exchange | undefined {
-    return this.opts.recorder?.begin('relay', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as Record<string, string | undefined>, client: req.socket.remoteAddress ?? '' });
+    return this.opts.recorder?.begin('relay', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as Record<string, string | undefined>, client: req.socket.remoteAddress ?? '', peer: req.socket.remoteAddress ?? '' });
   }
 }
 
