@@ -52,6 +52,7 @@ describe('the operator API without a key, where a namespace requires one', () =>
     expect((await fetch(`${t.admin}/v1/sandboxes/team-a/web`, { headers: { 'x-api-key': teamKey } })).status).toBe(200);
   });
 
+  // Two CLI processes: each starts a Node process, slow on a loaded machine.
   it('sandgate link without a key says that a key is missing', async () => {
     const env = { ...process.env };
     delete env.SANDGATE_API_KEY;
@@ -59,5 +60,5 @@ describe('the operator API without a key, where a namespace requires one', () =>
     await expect(failed).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(/api_key_required: namespace team-a requires an API key, and none was given/) });
     const ok = await run(process.execPath, [CLI, 'link', '--namespace', 'team-a', '--name', 'web', '--port', '80', '--api-url', t.admin, '--api-key', teamKey], { env });
     expect(ok.stdout).toMatch(/^http:\/\/80-web\.team-a\./);
-  });
+  }, 60_000);
 });
