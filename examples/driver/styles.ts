@@ -26,7 +26,7 @@ export const LABEL_ID = `${PREFIX}sandbox-id`;
 export const LABEL_SUPERVISOR = `${PREFIX}supervisor`;
 /** Comma-separated port allow-list. */
 export const LABEL_PORTS = `${PREFIX}ports`;
-/** `50051=h2c,8000=http`: ports that speak h2c (HTTP/2 with prior knowledge, e.g. gRPC); the rest speak HTTP/1.1. */
+/** `50051=h2c,22=tcp,8000=http`: ports that speak h2c (HTTP/2 with prior knowledge, e.g. gRPC) or raw TCP (tunnels only); the rest speak HTTP/1.1. */
 export const LABEL_PORT_PROTOCOLS = `${PREFIX}port-protocols`;
 /** RFC 3339 expiry (Docker and Podman have no native one). */
 export const LABEL_SHUTDOWN_TIME = `${PREFIX}shutdown-time`;
@@ -155,14 +155,15 @@ function ports(text: string | undefined): number[] | undefined {
   });
 }
 
-function h2cPorts(text: string | undefined): number[] | undefined {
+/** The ports `text` declares `want` (`h2c` or `tcp`). */
+function portsSpeaking(text: string | undefined, want: 'h2c' | 'tcp'): number[] | undefined {
   if (text === undefined || text === '') return undefined;
   const out: number[] = [];
   for (const part of text.split(',')) {
     const [port, protocol] = part.trim().split('=');
     const n = Number(port);
-    if (!Number.isInteger(n) || n < 1 || n > 65535 || (protocol !== 'h2c' && protocol !== 'http')) throw new Error(`bad entry ${JSON.stringify(part)} in ${LABEL_PORT_PROTOCOLS}`);
-    if (protocol === 'h2c') out.push(n);
+    if (!Number.isInteger(n) || n < 1 || n > 65535 || (protocol !== 'h2c' && protocol !== 'http' && protocol !== 'tcp')) throw new Error(`bad entry ${JSON.stringify(part)} in ${LABEL_PORT_PROTOCOLS}`);
+    if (protocol === want) out.push(n);
   }
   return out.length === 0 ? undefined : out;
 }
@@ -203,7 +204,8 @@ function containerSnapshot(
     endpoint: addresses(c.NetworkSettings.IPAddress),
     sessionModel: sessionModel(label(l, LABEL_SUPERVISOR)),
     ports: ports(label(l, LABEL_PORTS)),
-    h2cPorts: h2cPorts(label(l, LABEL_PORT_PROTOCOLS)),
+    h2cPorts: portsSpeaking(label(l, LABEL_PORT_PROTOCOLS), 'h2c'),
+    tcpPorts: portsSpeaking(label(l, LABEL_PORT_PROTOCOLS), 'tcp'),
     shutdownTime: time(label(l, LABEL_SHUTDOWN_TIME)),
   };
 }
@@ -352,7 +354,8 @@ export const kubernetes: StyleMapping<KubeSandbox> = {
       endpoint: ips.length > 0 ? { kind: 'address', addresses: ips } : s.status.serviceFQDN ? { kind: 'service', fqdn: s.status.serviceFQDN } : addresses(''),
       sessionModel: sessionModel(label(a, LABEL_SUPERVISOR)),
       ports: ports(label(a, LABEL_PORTS)),
-      h2cPorts: h2cPorts(label(a, LABEL_PORT_PROTOCOLS)),
+      h2cPorts: portsSpeaking(label(a, LABEL_PORT_PROTOCOLS), 'h2c'),
+      tcpPorts: portsSpeaking(label(a, LABEL_PORT_PROTOCOLS), 'tcp'),
       shutdownTime: time(s.spec.shutdownTime),
       revision: desired !== undefined && current !== undefined ? { desired, current } : undefined,
     };

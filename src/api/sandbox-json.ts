@@ -41,6 +41,7 @@ export function sandboxJson(e: ViewEntry, activity: ActivityReadout): Record<str
     ports: s.ports ?? null,
     publicPorts: s.publicPorts ?? null,
     h2cPorts: s.h2cPorts ?? null,
+    tcpPorts: s.tcpPorts ?? null,
     sessionModel: s.sessionModel,
     session: p === undefined ? null : { gatewayId: p.gatewayId, sessionId: p.sessionId, instanceId: p.instanceId, epoch: p.epoch, since: new Date(p.since).toISOString() },
     uid: s.uid,

@@ -19,6 +19,8 @@ Usage:
                                print a signed URL opening a sandbox port in a browser (docs/links.md)
   sandgate link revoke --id ID [--api-keys FILE|redis://…]
                                revoke a link and its cookies on every gateway
+  sandgate tunnel <namespace>/<name> <port> [--gateway URL] [--api-key KEY | SANDGATE_API_KEY]
+                               join stdin/stdout to a TCP port of a sandbox (docs/tunnels.md)
   sandgate config [options]    print the resolved configuration (--markdown: the option table)
   sandgate version             print the version
   sandgate help                this text
@@ -43,6 +45,8 @@ export async function runCli(argv: readonly string[]): Promise<number> {
         return await (await import('./keys-commands.js')).keysCommand(rest);
       case 'link':
         return await (await import('./link-commands.js')).linkCommand(rest);
+      case 'tunnel':
+        return await (await import('./tunnel-commands.js')).tunnelCommand(rest);
       case 'config': {
         if (rest.includes('--markdown')) {
           process.stdout.write(configMarkdown());

@@ -97,6 +97,13 @@ export function linkMaxTtlFromConfig(config: Config): number {
   return Math.floor(ms / 1000);
 }
 
+/** `--tunnel-idle-timeout` in ms (0 = never). Throws `config_invalid`. */
+export function tunnelIdleTimeoutFromConfig(config: Pick<Config, 'tunnelIdleTimeout'>): number {
+  const ms = parseDuration(config.tunnelIdleTimeout);
+  if (typeof ms === 'string') throw new SandgateError('config_invalid', `tunnel-idle-timeout: ${ms}`);
+  return ms;
+}
+
 /** `--api-key-namespaces`: `*` grants every namespace. */
 export function keyPolicy(namespaces: readonly string[]): KeyPolicy {
   return { all: namespaces.includes('*'), namespaces: new Set(namespaces.filter((n) => n !== '*')) };

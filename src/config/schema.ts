@@ -443,6 +443,18 @@ export const SCHEMA = {
     max: 10_000_000,
     description: 'Embedded proxy: concurrent requests and WebSockets per sandbox (past it: 429 too_many_connections; 0 = no cap).',
   },
+  tunnelsPerNamespace: {
+    kind: 'int',
+    default: 100,
+    min: 0,
+    max: 10_000_000,
+    description: 'Embedded proxy: open TCP tunnels (CONNECT, the WebSocket tunnel) per namespace on this gateway (past it: 429 too_many_tunnels; 0 = no cap).',
+  },
+  tunnelIdleTimeout: {
+    kind: 'string',
+    default: '15m',
+    description: 'Embedded proxy: a TCP tunnel carrying no byte either way for this long is closed, e.g. `15m` (`500ms`, `30s`, `1h30m`, or seconds; `0` = never).',
+  },
   metricsNamespaces: {
     kind: 'list',
     default: [],

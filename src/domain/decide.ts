@@ -1,7 +1,7 @@
 import { isPreflight, preflightAnswer } from './cors.js';
 import { e2bStatus, E2B_PAUSED_MESSAGE, isE2bAddressed } from './e2b-answers.js';
 import { ERROR_CODES, type ErrorCode } from './errors.js';
-import { parseRoute, type RouteOptions, type RouteRequest, type RouteTarget } from './route-key.js';
+import { parseRoute, parseTunnelAuthority, type RouteOptions, type RouteParse, type RouteRequest, type RouteTarget } from './route-key.js';
 import type { PublicPhase, PublicStatus } from './sandbox.js';
 
 /**
@@ -24,6 +24,8 @@ export interface RouteEntry {
   readonly ports: ReadonlySet<number> | undefined;
   /** Ports that speak h2c (HTTP/2 with prior knowledge); undefined = none. */
   readonly h2cPorts: ReadonlySet<number> | undefined;
+  /** Ports that carry raw TCP through a tunnel; undefined = none. */
+  readonly tcpPorts: ReadonlySet<number> | undefined;
   /** Ports that need no credential (the snapshot's `publicPorts`); undefined = none. */
   readonly publicPorts: ReadonlySet<number> | undefined;
   /**
@@ -191,6 +193,8 @@ function decideFor(table: RouteTable, t: RouteTarget, access?: Access, req?: Rou
   if (entry.ports !== undefined && !entry.ports.has(t.port)) {
     return deny('port_not_allowed', `Port ${t.port} is not exposed by this sandbox`, entry);
   }
+  // A tunnel opens only a port declared TCP: refused before any wait or wake it would set off.
+  if (req?.tunnel === true && (entry.tcpPorts === undefined || !entry.tcpPorts.has(t.port))) return deny('port_not_tcp', undefined, entry);
   // No door carries a WebSocket to an h2c port; refused before any wait or resume it would set off.
   if (entry.h2cPorts !== undefined && req !== undefined && entry.h2cPorts.has(t.port) && isUpgrade(req)) return deny('upgrade_not_supported', undefined, entry);
   switch (entry.status.phase) {
@@ -216,12 +220,20 @@ export function isUpgrade(req: RouteRequest): boolean {
   return req.headers.upgrade !== undefined || req.headers[':protocol'] !== undefined;
 }
 
+/**
+ * The target a request names: a tunnel's from its authority — any authority that is no sandbox's reads as
+ * a missing sandbox, so a tunnel is never opened to an address a client chooses — else by the route sources.
+ */
+export function routeOf(req: RouteRequest, opts: RouteOptions): RouteParse {
+  return req.tunnel === true ? parseTunnelAuthority(req.host, opts) : parseRoute(req, opts);
+}
+
 /** Parses the route and decides. Never throws for any input. */
 export function decide(table: RouteTable, opts: RouteOptions, req: RouteRequest, access?: Access): Decision {
-  const t = parseRoute(req, opts);
+  const t = routeOf(req, opts);
   const e2bAnswers = opts.e2bAnswers !== false;
   if (!table.synced) return typeof t === 'object' && e2bAnswers ? answerFor(t, GATEWAY_NOT_READY) : GATEWAY_NOT_READY;
-  if (t === undefined) return NO_ROUTE;
+  if (t === undefined) return req.tunnel === true ? NOT_FOUND : NO_ROUTE;
   if (typeof t === 'string') return deny('invalid_route', t);
   return decideTarget(table, t, access, e2bAnswers, req);
 }

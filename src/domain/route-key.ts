@@ -46,6 +46,11 @@ export interface RouteRequest {
   readonly method?: string | undefined;
   /** The request reached the data plane over TLS (a link's cookie is then `Secure`). */
   readonly secure?: boolean | undefined;
+  /**
+   * A tunnel (CONNECT, the WebSocket tunnel): the sandbox is named by `host` in the tunnel's authority
+   * form (parseTunnelAuthority), and only a port declared `tcp` is opened.
+   */
+  readonly tunnel?: boolean | undefined;
 }
 
 export interface RouteTarget {
@@ -205,6 +210,33 @@ function fromHost(raw: string | undefined, opts: RouteOptions): RouteParse {
   const label = host.slice(dash + 1, dot);
   if (dot === prefixLen) return target('host', undefined, undefined, label, port, undefined);
   if (!isLabelIn(host, dot + 1, prefixLen) || host.indexOf('.', dot + 1) !== prefixLen) return 'host must have exactly one namespace label before the base domain';
+  return target('host', host.slice(dot + 1, prefixLen), label, undefined, port, undefined);
+}
+
+/**
+ * The sandbox a tunnel's authority names (docs/tunnels.md): `<name>.<namespace>.<base-domain>:<port>`, or
+ * `<id>.<base-domain>:<port>` (the E2B form). The port is the authority's, never a default; undefined for
+ * any other authority — a tunnel to anything but a sandbox's port is never opened.
+ */
+export function parseTunnelAuthority(raw: string | undefined, opts: RouteOptions): RouteTarget | undefined {
+  if (raw === undefined || raw.length === 0 || raw.length > MAX_HOST_LENGTH) return undefined;
+  const colon = raw.lastIndexOf(':');
+  if (colon <= 0) return undefined;
+  const port = parsePort(raw, colon + 1, raw.length);
+  if (port === 0) return undefined;
+  const name = raw.slice(0, colon);
+  // One port only: normaliseHost() would take a second `:port` off the name.
+  if (name.includes(':')) return undefined;
+  const host = normaliseHost(name);
+  const base = opts.baseDomain;
+  if (host === undefined) return undefined;
+  const prefixLen = host.length - base.length - 1;
+  if (prefixLen <= 0 || !host.endsWith(base) || host.charCodeAt(prefixLen) !== 0x2e) return undefined;
+  const dot = host.indexOf('.');
+  if (!isLabelIn(host, 0, dot)) return undefined;
+  const label = host.slice(0, dot);
+  if (dot === prefixLen) return target('host', undefined, undefined, label, port, undefined);
+  if (!isLabelIn(host, dot + 1, prefixLen) || host.indexOf('.', dot + 1) !== prefixLen) return undefined;
   return target('host', host.slice(dot + 1, prefixLen), label, undefined, port, undefined);
 }
 

@@ -56,6 +56,11 @@ export interface BackendSnapshot {
    */
   readonly h2cPorts?: readonly number[] | undefined;
   /**
+   * Ports that carry raw TCP (sshd, a database): reached only through a tunnel (CONNECT or the WebSocket
+   * tunnel, docs/tunnels.md), and no tunnel reaches any other port. Undefined = none.
+   */
+  readonly tcpPorts?: readonly number[] | undefined;
+  /**
    * Ports anyone may open: a request to one needs no API key, traffic token or link (docs/links.md).
    * Routing, the port allow-list, readiness and the gateway's bounds still apply, and a credential a client
    * sends is still stripped. When `ports` is set, each public port is one of them. Undefined = none.

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
-import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
-import { answerFor, decide, deny, isUpgrade, type Access, type Decision, type Deny } from '../domain/decide.js';
-import { parseRoute, type RouteOptions, type RouteRequest } from '../domain/route-key.js';
+import { accessFor, ANONYMOUS, NO_ENVD_CHECK, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
+import { answerFor, decide, deny, isUpgrade, routeOf, type Access, type Decision, type Deny } from '../domain/decide.js';
+import type { RouteOptions, RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import { SandgateError } from '../domain/errors.js';
 import { CLIENT_CLOSED, type Exchange, type ExchangeRecorder } from '../observability/exchange.js';
@@ -95,6 +95,7 @@ export class Decider {
   access(req: RouteRequest): Access | undefined {
     const a = this.auth;
     if (a === undefined) return undefined;
+    if (req.tunnel === true) return this.tunnelAccess(a, req);
     // A link (query token or session cookie) decides alone: it stands for the key and the traffic token.
     const link = this.links?.presented(req);
     if (link !== undefined) {
@@ -112,6 +113,29 @@ export class Decider {
     if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0) return undefined;
     const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(req.headers[a.apiKeyHeader]);
     return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, { token: envdToken, port: a.envdTokenHeader === '' ? 0 : a.envdPort });
+  }
+
+  /**
+   * A tunnel's access check: never a link (its cookie rides along with any request the browser sends, so
+   * it never opens a raw byte stream). `Proxy-Authorization: Bearer` (what a proxy client sends with
+   * CONNECT) carries the API key — or the sandbox's traffic token, when the key comes in its own header
+   * or no key store is configured.
+   */
+  private tunnelAccess(a: RequestAuth, req: RouteRequest): Access | undefined {
+    const bearer = proxyBearer(req.headers['proxy-authorization']);
+    let key = req.headers[a.apiKeyHeader];
+    let token: string | undefined;
+    for (const h of a.tokenHeaders) {
+      token = req.headers[h];
+      if (token !== undefined) break;
+    }
+    if (bearer !== undefined) {
+      if (key === undefined && a.keys !== undefined) key = bearer;
+      else token ??= bearer;
+    }
+    if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0) return undefined;
+    const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(key);
+    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, NO_ENVD_CHECK);
   }
 
   /** Decides at once. When `shouldWait(d)`, the door calls wait() and answers with its result instead. */
@@ -196,7 +220,7 @@ export class Decider {
       x.port = d.target.port;
     } else {
       x.code = d.code;
-      const t = parseRoute(req, this.route);
+      const t = routeOf(req, this.route);
       const target = typeof t === 'object' ? t : undefined;
       x.namespace = d.namespace ?? target?.namespace;
       x.name = d.name ?? target?.name;
@@ -311,7 +335,7 @@ export class Decider {
    */
   answer(req: RouteRequest, d: Deny): Deny {
     if (this.route.e2bAnswers === false) return d;
-    const t = parseRoute(req, this.route);
+    const t = routeOf(req, this.route);
     return typeof t === 'object' ? answerFor(t, d) : d;
   }
 
@@ -339,6 +363,13 @@ const RETRY_AFTER_QUOTA = 30;
 /** A browser loading a page (Fetch metadata `Sec-Fetch-Mode: navigate`, or an Accept that asks for HTML). */
 export function isNavigation(req: RouteRequest): boolean {
   return wantsHtml(req.headers.accept, req.headers['sec-fetch-mode']);
+}
+
+/** The credential of `Proxy-Authorization: Bearer <credential>` (RFC 9110 §11.7.1); undefined for any other scheme. */
+function proxyBearer(v: string | undefined): string | undefined {
+  if (v === undefined || v.length < 8 || v.slice(0, 7).toLowerCase() !== 'bearer ') return undefined;
+  const c = v.slice(7).trim();
+  return c === '' ? undefined : c;
 }
 
 /** A signal that fires when `source` (the client's response or socket) closes: the client went away. */

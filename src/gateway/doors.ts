@@ -1,4 +1,4 @@
-import { grpcLimits, h2cLimits } from '../config/factories.js';
+import { grpcLimits, h2cLimits, tunnelIdleTimeoutFromConfig } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { listenFailed } from '../config/start-errors.js';
 import { startGrpcServer, type GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
@@ -89,6 +89,8 @@ type ProxySlice = Pick<
   | 'h2cMaxSessionsPerUpstream'
   | 'h2cMaxStreamsPerSession'
   | 'h2cIdleTimeoutMs'
+  | 'tunnelsPerNamespace'
+  | 'tunnelIdleTimeout'
 >;
 
 export interface ProxyDoor {
@@ -120,6 +122,7 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       tls: core.certificates.proxyTls,
       redirectHttpsPort: config.proxyRedirectHttpsPort,
       h2c: h2cLimits(config),
+      tunnels: { perNamespace: config.tunnelsPerNamespace, idleTimeoutMs: tunnelIdleTimeoutFromConfig(config) },
     },
     log.child({ part: 'proxy' }),
   );

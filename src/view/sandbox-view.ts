@@ -194,6 +194,7 @@ function sharedWithHeld(held: BackendSnapshot, s: BackendSnapshot): BackendSnaps
     endpoint: sameEndpoint(held.endpoint, s.endpoint) ? held.endpoint : s.endpoint,
     ports: s.ports !== undefined && held.ports !== undefined && sameList(held.ports, s.ports) ? held.ports : s.ports,
     h2cPorts: s.h2cPorts !== undefined && held.h2cPorts !== undefined && sameList(held.h2cPorts, s.h2cPorts) ? held.h2cPorts : s.h2cPorts,
+    tcpPorts: s.tcpPorts !== undefined && held.tcpPorts !== undefined && sameList(held.tcpPorts, s.tcpPorts) ? held.tcpPorts : s.tcpPorts,
     publicPorts: s.publicPorts !== undefined && held.publicPorts !== undefined && sameList(held.publicPorts, s.publicPorts) ? held.publicPorts : s.publicPorts,
   };
 }
@@ -463,6 +464,7 @@ export class SandboxView implements RouteTable {
       upstreamHost: held !== undefined && s.endpoint === held.snapshot.endpoint ? held.upstreamHost : upstreamHostOf(s.endpoint),
       ports: s.ports === undefined ? undefined : held?.ports !== undefined && s.ports === held.snapshot.ports ? held.ports : new Set(s.ports),
       h2cPorts: s.h2cPorts === undefined ? undefined : held?.h2cPorts !== undefined && s.h2cPorts === held.snapshot.h2cPorts ? held.h2cPorts : new Set(s.h2cPorts),
+      tcpPorts: s.tcpPorts === undefined ? undefined : held?.tcpPorts !== undefined && s.tcpPorts === held.snapshot.tcpPorts ? held.tcpPorts : new Set(s.tcpPorts),
       publicPorts: s.publicPorts === undefined ? undefined : held?.publicPorts !== undefined && s.publicPorts === held.snapshot.publicPorts ? held.publicPorts : new Set(s.publicPorts),
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
       accessToken: accessTokenOf(s, claims, inUse, this.opts.deriveToken),

@@ -74,9 +74,19 @@ describe('sandboxes file format', () => {
     expect(plain!.h2cPorts).toBeUndefined();
   });
 
+  it('reads {port, protocol: tcp}: TCP ports are listed apart, and every entry is in the allow-list', () => {
+    const [s] = parseSandboxesFile('sandboxes:\n  - {namespace: a, name: b, ports: [8000, {port: 22, protocol: tcp}, {port: 5432, protocol: tcp}]}');
+    expect(s).toMatchObject({ ports: [8000, 22, 5432], tcpPorts: [22, 5432] });
+    expect(s!.h2cPorts).toBeUndefined();
+    const [plain] = parseSandboxesFile('sandboxes:\n  - {namespace: a, name: b, ports: [8000]}');
+    expect(plain!.tcpPorts).toBeUndefined();
+  });
+
   it.each([
     ['not a list', 'sandboxes: 3', /top-level "sandboxes" list/],
-    ['unknown protocol', 'sandboxes:\n  - {namespace: a, name: b, ports: [{port: 50051, protocol: h2}]}', /ports\[0\]\.protocol must be http or h2c/],
+    ['unknown protocol', 'sandboxes:\n  - {namespace: a, name: b, ports: [{port: 50051, protocol: h2}]}', /ports\[0\]\.protocol must be http, h2c or tcp/],
+    ['a port both tcp and h2c', 'sandboxes:\n  - {namespace: a, name: b, ports: [{port: 22, protocol: tcp}, {port: 22, protocol: h2c}]}', /port 22 with two protocols/],
+    ['a port both http and tcp', 'sandboxes:\n  - {namespace: a, name: b, ports: [22, {port: 22, protocol: tcp}]}', /port 22 with two protocols/],
     ['port mapping without a port', 'sandboxes:\n  - {namespace: a, name: b, ports: [{protocol: h2c}]}', /ports\[0\]\.port must be a port number/],
     ['unknown key in a port mapping', 'sandboxes:\n  - {namespace: a, name: b, ports: [{port: 1, proto: h2c}]}', /unknown key "proto"/],
     ['port with two protocols', 'sandboxes:\n  - {namespace: a, name: b, ports: [50051, {port: 50051, protocol: h2c}]}', /port 50051 with two protocols/],

@@ -381,6 +381,15 @@ describe('sandbox codec', () => {
     expect(() => snapshotFromWire({ ...base, ports: [8000], h2c_ports: [50051] })).toThrow(/h2c_ports\[0\].*not in ports/);
   });
 
+  it('reads tcp_ports (field 22), each in a non-empty allow-list and never also h2c', () => {
+    const base = { namespace: 'a', name: 'b', uid: 'u', resource_version: '1', state: 'BACKEND_STATE_READY' };
+    expect(snapshotFromWire({ ...base, ports: [22, 8000], tcp_ports: [22] }).tcpPorts).toEqual([22]);
+    expect(snapshotFromWire(base).tcpPorts).toBeUndefined();
+    expect(() => snapshotFromWire({ ...base, tcp_ports: [70000] })).toThrow(/tcp_ports\[0\].*1-65535/);
+    expect(() => snapshotFromWire({ ...base, ports: [8000], tcp_ports: [22] })).toThrow(/tcp_ports\[0\].*not in ports/);
+    expect(() => snapshotFromWire({ ...base, h2c_ports: [22], tcp_ports: [22] })).toThrow(/tcp_ports\[0\].*also in h2c_ports/);
+  });
+
   it.each([null, undefined, 'text', 7, []])('rejects %j as a sandbox', (msg) => {
     expect(() => snapshotFromWire(msg)).toThrow(DriverError);
     expect(() => deletionFromWire(msg)).toThrow(DriverError);

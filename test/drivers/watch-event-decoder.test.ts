@@ -23,7 +23,7 @@ const tag = (field: number, wireType: number): number[] => varint(BigInt((field 
 
 /** Fields driver.proto does not define, in every wire type (a newer driver's additions). */
 function unknownFields(rand: () => number): Buffer {
-  const field = 18 + Math.floor(rand() * 1000);
+  const field = 23 + Math.floor(rand() * 1000);
   switch (Math.floor(rand() * 5)) {
     case 0:
       return Buffer.from([...tag(field, 0), ...varint(BigInt(Math.floor(rand() * 2 ** 40)))]);
@@ -77,6 +77,9 @@ function sandbox(rand: () => number): WireSandbox {
     envd_access_token: maybe(rand, () => pick(rand, WORDS)),
     idle_timeout: maybe(rand, () => timestamp(rand)),
     wake_timeout: maybe(rand, () => timestamp(rand)),
+    h2c_ports: Array.from({ length: Math.floor(rand() * 3) }, () => pick(rand, [1, 50051, 70000])),
+    public_ports: Array.from({ length: Math.floor(rand() * 3) }, () => pick(rand, [1, 8080])),
+    tcp_ports: Array.from({ length: Math.floor(rand() * 3) }, () => pick(rand, [22, 5432, 2 ** 32 - 1])),
   };
   const endpoint = Math.floor(rand() * 4);
   if (endpoint === 1) s.addresses = { addresses: Array.from({ length: Math.floor(rand() * 3) }, () => pick(rand, WORDS)) };

@@ -418,8 +418,10 @@ describe('gateway headers, absolute-form targets and malformed requests at every
       expect(seen).toEqual([]);
     });
 
-    it('CONNECT → 405 method_not_allowed with the typed body on the proxy, admin and ops listeners', async () => {
-      for (const [listener, port] of [['proxy', t.gw.proxyPort!], ['admin', t.gw.adminPort], ['ops', t.gw.opsPort!]] as const) {
+    it('CONNECT → 405 method_not_allowed with the typed body on the admin and ops listeners; the proxy opens no tunnel to a host form', async () => {
+      const proxy = await raw(t.gw.proxyPort!, `CONNECT ${webHost('team-a')}:443 HTTP/1.1\r\nHost: ${webHost('team-a')}:443\r\n\r\n`);
+      expect(answerOf(proxy)).toEqual([404, 'sandbox_not_found']);
+      for (const [listener, port] of [['admin', t.gw.adminPort], ['ops', t.gw.opsPort!]] as const) {
         const res = await raw(port, `CONNECT ${webHost('team-a')}:443 HTTP/1.1\r\nHost: ${webHost('team-a')}:443\r\n\r\n`);
         expect([listener, ...answerOf(res)]).toEqual([listener, 405, 'method_not_allowed']);
         expect(res).toMatch(/\r\nallow: /i);

@@ -21,6 +21,7 @@ import type { Driver, DriverSink } from '../driver.js';
  *       address: 127.0.0.2     # where the sandbox listens; absent = relay only (no inbound network)
  *       ports: [8000, {port: 50051, protocol: h2c}]  # optional allow-list; absent = any port
  *                              # protocol: http (HTTP/1.1, the default) | h2c (HTTP/2 prior knowledge, gRPC)
+ *                              #   | tcp (raw TCP, through tunnels only: docs/tunnels.md)
  *       publicPorts: [8000]    # optional: ports anyone may open, no credential needed (each one of `ports`, if set)
  *       state: ready           # starting | ready | paused | failed | deleting
  *       supervisor: none       # required (default) | none
@@ -64,12 +65,13 @@ function isPort(p: unknown): p is number {
   return Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535;
 }
 
-/** `ports`: each a port number, or `{port, protocol}` with protocol `http` (the default) or `h2c`. */
-function parsePorts(raw: unknown, at: string): { ports: number[] | undefined; h2cPorts: number[] | undefined } {
-  if (raw === undefined) return { ports: undefined, h2cPorts: undefined };
+/** `ports`: each a port number, or `{port, protocol}` with protocol `http` (the default), `h2c` or `tcp`. */
+function parsePorts(raw: unknown, at: string): { ports: number[] | undefined; h2cPorts: number[] | undefined; tcpPorts: number[] | undefined } {
+  if (raw === undefined) return { ports: undefined, h2cPorts: undefined, tcpPorts: undefined };
   if (!Array.isArray(raw)) throw fail(`${at}.ports must be a list of port numbers 1-65535 or {port, protocol} mappings`);
   const ports: number[] = [];
   const h2cPorts: number[] = [];
+  const tcpPorts: number[] = [];
   raw.forEach((p: unknown, i) => {
     const where = `${at}.ports[${i}]`;
     if (typeof p === 'object' && p !== null && !Array.isArray(p)) {
@@ -77,9 +79,10 @@ function parsePorts(raw: unknown, at: string): { ports: number[] | undefined; h2
       for (const k of Object.keys(m)) if (k !== 'port' && k !== 'protocol') throw fail(`${where}: unknown key ${JSON.stringify(k)}; allowed: port, protocol`);
       if (!isPort(m.port)) throw fail(`${where}.port must be a port number 1-65535`);
       const protocol = m.protocol ?? 'http';
-      if (protocol !== 'http' && protocol !== 'h2c') throw fail(`${where}.protocol must be http or h2c`);
+      if (protocol !== 'http' && protocol !== 'h2c' && protocol !== 'tcp') throw fail(`${where}.protocol must be http, h2c or tcp`);
       ports.push(m.port);
       if (protocol === 'h2c') h2cPorts.push(m.port);
+      if (protocol === 'tcp') tcpPorts.push(m.port);
     } else if (isPort(p)) {
       ports.push(p);
     } else {
@@ -87,8 +90,8 @@ function parsePorts(raw: unknown, at: string): { ports: number[] | undefined; h2
     }
   });
   const count = (list: number[], p: number): number => list.filter((x) => x === p).length;
-  for (const p of h2cPorts) if (count(ports, p) !== count(h2cPorts, p)) throw fail(`${at}.ports lists port ${p} with two protocols`);
-  return { ports, h2cPorts: h2cPorts.length === 0 ? undefined : h2cPorts };
+  for (const declared of [h2cPorts, tcpPorts]) for (const p of declared) if (count(ports, p) !== count(declared, p)) throw fail(`${at}.ports lists port ${p} with two protocols`);
+  return { ports, h2cPorts: h2cPorts.length === 0 ? undefined : h2cPorts, tcpPorts: tcpPorts.length === 0 ? undefined : tcpPorts };
 }
 
 function parseEntry(raw: unknown, at: string): FileSandbox {
@@ -122,7 +125,7 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     if (isIP(address) === 0) throw fail(`${at}.address ${JSON.stringify(address)} must be an IP address`);
     endpoint = { kind: 'address', addresses: [address] };
   }
-  const { ports, h2cPorts } = parsePorts(o.ports, at);
+  const { ports, h2cPorts, tcpPorts } = parsePorts(o.ports, at);
   let publicPorts: number[] | undefined;
   if (o.publicPorts !== undefined) {
     if (!Array.isArray(o.publicPorts) || !o.publicPorts.every((p) => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535)) {
@@ -175,6 +178,7 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     sessionModel: supervisor,
     ports,
     h2cPorts,
+    tcpPorts,
     publicPorts,
     shutdownTime,
   };
@@ -201,6 +205,7 @@ function withIdentity(s: FileSandbox, uid: string, resourceVersion: string): Bac
     sessionModel: s.sessionModel,
     ports: s.ports,
     h2cPorts: s.h2cPorts,
+    tcpPorts: s.tcpPorts,
     publicPorts: s.publicPorts,
     shutdownTime: s.shutdownTime,
     accessToken: s.accessToken,

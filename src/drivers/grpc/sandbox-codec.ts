@@ -215,6 +215,14 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     if (ports.length > 0 && !ports.includes(p)) throw bad(`${at}h2c_ports[${i}]`, `port ${p} is not in ports`);
   }
 
+  const tcpPorts = list(o, 'tcp_ports', at, LIMITS.ports);
+  for (let i = 0; i < tcpPorts.length; i++) {
+    const p = tcpPorts[i];
+    if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) throw bad(`${at}tcp_ports[${i}]`, 'must be a port number 1-65535');
+    if (ports.length > 0 && !ports.includes(p)) throw bad(`${at}tcp_ports[${i}]`, `port ${p} is not in ports`);
+    if (h2cPorts.includes(p)) throw bad(`${at}tcp_ports[${i}]`, `port ${p} is also in h2c_ports`);
+  }
+
   const publicPorts = list(o, 'public_ports', at, LIMITS.ports);
   for (let i = 0; i < publicPorts.length; i++) {
     const p = publicPorts[i];
@@ -244,6 +252,7 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     sessionModel: sessionModel === 'SESSION_MODEL_NONE' ? 'none' : 'required',
     ports: ports.length === 0 ? undefined : (ports as number[]),
     h2cPorts: h2cPorts.length === 0 ? undefined : (h2cPorts as number[]),
+    tcpPorts: tcpPorts.length === 0 ? undefined : (tcpPorts as number[]),
     publicPorts: publicPorts.length === 0 ? undefined : (publicPorts as number[]),
     shutdownTime: o.shutdown_time === undefined || o.shutdown_time === null ? undefined : timestampMs(o.shutdown_time, at + 'shutdown_time'),
     revision,
@@ -298,6 +307,7 @@ export function snapshotToWire(s: BackendSnapshot): WireSandbox {
     session_model: s.sessionModel === 'none' ? 'SESSION_MODEL_NONE' : 'SESSION_MODEL_REQUIRED',
     ports: s.ports === undefined ? [] : [...s.ports],
     h2c_ports: s.h2cPorts === undefined ? [] : [...s.h2cPorts],
+    tcp_ports: s.tcpPorts === undefined ? [] : [...s.tcpPorts],
     public_ports: s.publicPorts === undefined ? [] : [...s.publicPorts],
     shutdown_time: s.shutdownTime === undefined ? undefined : msToTimestamp(s.shutdownTime),
     revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },

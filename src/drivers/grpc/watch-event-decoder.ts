@@ -281,6 +281,7 @@ function emptySandbox(): Mutable<WireSandbox> {
     wake_timeout: undefined,
     h2c_ports: EMPTY,
     public_ports: EMPTY,
+    tcp_ports: EMPTY,
   };
 }
 
@@ -368,6 +369,13 @@ function sandbox(r: Reader): WireSandbox {
         break;
       case 0xaa:
         s.public_ports = packedUint32s(r, s.public_ports!);
+        break;
+      case 0xb0:
+        // Field 22 (tcp_ports), unpacked and packed (0xb2) like ports.
+        s.tcp_ports = append(s.tcp_ports!, r.uint32());
+        break;
+      case 0xb2:
+        s.tcp_ports = packedUint32s(r, s.tcp_ports!);
         break;
       default:
         r.skip(tag & 7);

@@ -169,6 +169,7 @@ export interface Annotated {
   readonly sessionModel: SessionModel;
   readonly ports: readonly number[] | undefined;
   readonly h2cPorts: readonly number[] | undefined;
+  readonly tcpPorts: readonly number[] | undefined;
   readonly publicPorts: readonly number[] | undefined;
   readonly id: string | undefined;
   readonly accessToken: string | { readonly derived: true } | undefined;
@@ -189,22 +190,26 @@ function durationAnnotation(a: Json | undefined, name: string, where: string, op
   return undefined;
 }
 
-/** The h2c ports of a sandgate.dev/port-protocols annotation; undefined (and a warning) when any entry is bad. */
-function portProtocols(a: Json | undefined, where: string, opts: MapOptions): number[] | undefined {
+/** The h2c and tcp ports of a sandgate.dev/port-protocols annotation; none (and a warning) when any entry is bad. */
+function portProtocols(a: Json | undefined, where: string, opts: MapOptions): { h2c: number[] | undefined; tcp: number[] | undefined } {
+  const none = { h2c: undefined, tcp: undefined };
   const v = a?.[ANNOTATION_PORT_PROTOCOLS];
-  if (v === undefined) return undefined;
+  if (v === undefined) return none;
   const h2c: number[] = [];
+  const tcp: number[] = [];
   for (const part of String(v).split(',')) {
     const [portText, protocol, extra] = part.trim().split('=');
     const p = parsePort((portText ?? '').trim());
     const proto = protocol?.trim();
-    if (p === 0 || extra !== undefined || (proto !== 'h2c' && proto !== 'http')) {
-      opts.onWarning?.(`${where}: annotation ${ANNOTATION_PORT_PROTOCOLS}=${JSON.stringify(v)} is not a list of <port>=http|h2c; ignored`);
-      return undefined;
+    const other = proto === 'h2c' ? tcp : proto === 'tcp' ? h2c : [...h2c, ...tcp];
+    if (p === 0 || extra !== undefined || (proto !== 'h2c' && proto !== 'http' && proto !== 'tcp') || other.includes(p)) {
+      opts.onWarning?.(`${where}: annotation ${ANNOTATION_PORT_PROTOCOLS}=${JSON.stringify(v)} is not a list of <port>=http|h2c|tcp, one protocol a port; ignored`);
+      return none;
     }
     if (proto === 'h2c' && !h2c.includes(p)) h2c.push(p);
+    if (proto === 'tcp' && !tcp.includes(p)) tcp.push(p);
   }
-  return h2c.length === 0 ? undefined : h2c;
+  return { h2c: h2c.length === 0 ? undefined : h2c, tcp: tcp.length === 0 ? undefined : tcp };
 }
 
 /**
@@ -229,7 +234,7 @@ function publicPortsAnnotation(a: Json | undefined, ports: readonly number[] | u
 /**
  * The sandgate.dev/* annotations. A bad value is reported through `onWarning` and then: supervisor →
  * the default; id → ignored; ports → the valid entries only (fail closed: a list with no valid port
- * allows no port, rather than every port); port-protocols → ignored (every port speaks HTTP/1.1);
+ * allows no port, rather than every port); port-protocols → ignored (every port speaks HTTP/1.1, none is TCP);
  * public-ports → ignored (no port is public).
  */
 export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
@@ -275,9 +280,9 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   }
   const idleTimeoutMs = durationAnnotation(a, ANNOTATION_IDLE_TIMEOUT, where, opts);
   const wakeTimeoutMs = durationAnnotation(a, ANNOTATION_WAKE_TIMEOUT, where, opts);
-  const h2cPorts = portProtocols(a, where, opts);
+  const { h2c: h2cPorts, tcp: tcpPorts } = portProtocols(a, where, opts);
   const publicPorts = publicPortsAnnotation(a, ports, where, opts);
-  return { sessionModel, ports, h2cPorts, publicPorts, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
+  return { sessionModel, ports, h2cPorts, tcpPorts, publicPorts, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
 }
 
 /** What a CRD's mapping decides; the identity and the annotations give the rest of the snapshot. */
@@ -307,6 +312,7 @@ export function snapshotOf(id: Identity, ann: Annotated, m: Mapped): BackendSnap
     sessionModel: ann.sessionModel,
     ports: ann.ports,
     h2cPorts: ann.h2cPorts,
+    tcpPorts: ann.tcpPorts,
     publicPorts: ann.publicPorts,
     accessToken: ann.accessToken,
     envdAccessToken: ann.envdAccessToken,

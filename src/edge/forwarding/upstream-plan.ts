@@ -32,6 +32,11 @@ export interface UpstreamPlan {
   readonly pooled: { readonly origin: string; readonly hop: ForwardHop } | undefined;
   /** The HTTP/2 session transport to an h2c port: its pool key and how a session's connection opens. */
   readonly h2c: { readonly key: string; readonly open: OpenTransport };
+  /**
+   * The sandbox port's own bytes, no HTTP hop in between (a TCP tunnel): a connection to the sandbox, a
+   * relay stream of the local session, or a CONNECT tunnel through the peer's relay listener.
+   */
+  readonly bytes: OpenTransport;
   /** The denial a failure to reach the upstream, before any answer, gets. */
   denial(err: unknown): Deny;
 }
@@ -94,8 +99,12 @@ class SandboxUpstream implements UpstreamPlan {
   }
 
   get h2c(): { key: string; open: OpenTransport } {
+    return { key: this.host, open: this.bytes };
+  }
+
+  get bytes(): OpenTransport {
     const connect = this.open;
-    return { key: this.host, open: () => connect(NO_ABORT) };
+    return () => connect(NO_ABORT);
   }
 
   denial(err: unknown): Deny {
@@ -118,8 +127,12 @@ class OwnRelayUpstream implements UpstreamPlan {
   }
 
   get h2c(): { key: string; open: OpenTransport } {
+    return { key: this.host, open: this.bytes };
+  }
+
+  get bytes(): OpenTransport {
     const open = this.open;
-    return { key: this.host, open: () => open(NO_ABORT) };
+    return () => open(NO_ABORT);
   }
 
   denial(err: unknown): Deny {
@@ -154,6 +167,10 @@ class PeerUpstream implements UpstreamPlan {
 
   get h2c(): { key: string; open: OpenTransport } {
     return { key: `${this.host}>${this.stream}`, open: this.peer.tunnel };
+  }
+
+  get bytes(): OpenTransport {
+    return this.peer.tunnel;
   }
 
   denial(err: unknown): Deny {

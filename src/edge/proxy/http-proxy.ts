@@ -38,6 +38,7 @@ import { httpsRedirect } from './https-redirect.js';
 import { DEFAULT_H2C_LIMITS, H2cPool, H2cSaturated, type H2cLimits } from '../forwarding/h2c-pool.js';
 import { h2cExchange, isGrpc } from '../forwarding/h2c-exchange.js';
 import { respondGrpcDenial } from '../forwarding/grpc-denial.js';
+import { serveConnect, type ConnectDoorDeps } from './connect-door.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
@@ -98,6 +99,8 @@ export interface ProxyOptions {
   readonly handlerErrors?: { inc(): void };
   /** Bounds on the HTTP/2 sessions to h2c sandbox ports (forwarding/h2c-pool.ts). */
   readonly h2c?: Partial<H2cLimits>;
+  /** TCP tunnels (CONNECT): `--tunnels-per-namespace` (0 = no cap) and `--tunnel-idle-timeout` in ms (0 = never). */
+  readonly tunnels?: { readonly perNamespace: number; readonly idleTimeoutMs: number };
 }
 
 /** The TLS listener: HTTP/1.1 (node:http and the proxy's front) and HTTP/2 beside it. */
@@ -141,6 +144,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   private readonly peers: RelayPeers;
   /** The relay half of the upstream plan; undefined: a relay decision answers 502 sandbox_unreachable. */
   private readonly relay: RelayRoutes | undefined;
+  /** Open TCP tunnels per namespace (`--tunnels-per-namespace`). */
+  readonly tunnels: ConnectionLimit;
   port = 0;
   tlsPort = 0;
 
@@ -166,6 +171,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     this.guard = new RequestGuard('proxy', log, opts.handlerErrors);
     this.relayExchange = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard: this.guard };
     this.h2c = new H2cPool({ ...DEFAULT_H2C_LIMITS, ...opts.h2c });
+    this.tunnels = new ConnectionLimit(opts.tunnels?.perNamespace ?? 0);
     if (opts.redirectHttpsPort !== undefined && opts.redirectHttpsPort >= 0) {
       const to = opts.redirectHttpsPort;
       this.server = createServer({ noDelay: true }, httpsRedirect(() => (to === 0 ? this.tlsPort : to)));
@@ -173,6 +179,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       refuseConnect(this.server, PROXIED_METHODS);
     } else {
       this.server = createStreamingServer((req, res) => this.request(fromNodeHttp(req), res), (req, socket, head) => this.upgrade(req, socket, head), this.guard);
+      serveConnect(this.server, this.connectDoor(), false);
       this.front = new HttpFront(this.server, proxyFrontHandler((req, res) => this.request(req, res)), log);
       const h2 = new Http2Beside(undefined, (stream, headers, ip) => this.stream(stream, headers, ip, false), { ...H2_LIMITS, idleTimeoutMs: this.server.keepAliveTimeout });
       this.front.h2c = (socket) => h2.accept(socket);
@@ -189,6 +196,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       { ...store.serverOptions(), ALPNProtocols: ALPN },
     );
     store.attach(server as unknown as TlsServer);
+    serveConnect(server, this.connectDoor(), true);
     const front = new HttpFront(server, proxyFrontHandler((req, res) => this.request(req, res), true), this.log, 'secureConnection');
     const h2 = new Http2Beside(server, (stream, headers, ip) => this.stream(stream, headers, ip), { ...H2_LIMITS, idleTimeoutMs: server.keepAliveTimeout });
     const fronts: ConnectionFront = {
@@ -196,6 +204,20 @@ export class EmbeddedProxy implements ExchangeOwner {
       closeAll: () => (front.closeAll(), h2.closeAll()),
     };
     return { server, fronts, h2 };
+  }
+
+  private connectDoor(): ConnectDoorDeps {
+    const o = this.opts;
+    return {
+      decider: this.decider,
+      guard: this.guard,
+      relay: this.relay,
+      connectTimeoutMs: o.connectTimeoutMs,
+      connections: this.connections,
+      tunnels: { perNamespace: this.tunnels, idleTimeoutMs: o.tunnels?.idleTimeoutMs ?? 0 },
+      activity: o.activity,
+      log: this.log,
+    };
   }
 
   /** The plain port (not when `port` is negative: TLS only). */

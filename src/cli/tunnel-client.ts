@@ -1,0 +1,107 @@
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { Duplex } from 'node:stream';
+
+/**
+ * The client side of a TCP tunnel through sandgate's embedded proxy (docs/tunnels.md): `CONNECT
+ * <name>.<namespace>.<base-domain>:<port>` to the gateway's data-plane URL, the credential in
+ * `Proxy-Authorization: Bearer`. Resolves with the connection once the gateway answered 200; a refusal
+ * rejects with the gateway's typed code and message.
+ */
+
+export interface TunnelTarget {
+  readonly namespace: string;
+  readonly name: string;
+  readonly port: number;
+}
+
+export interface TunnelClientOptions {
+  /** The proxy's URL, `http://…` or `https://…`. */
+  readonly gateway: URL;
+  readonly baseDomain: string;
+  /** An API key or the sandbox's traffic token. */
+  readonly credential: string | undefined;
+}
+
+/** The gateway refused the tunnel: its status and typed code, said in one line. */
+export class TunnelRefusedError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    detail: string,
+  ) {
+    super(`tunnel refused: ${status} ${code}: ${detail}`);
+  }
+}
+
+/** Longest refusal body read: the gateway's typed JSON answers are far shorter. */
+const MAX_REFUSAL_BYTES = 16 * 1024;
+
+export function tunnelAuthority(t: TunnelTarget, baseDomain: string): string {
+  return `${t.name}.${t.namespace}.${baseDomain}:${t.port}`;
+}
+
+/** Opens a tunnel with CONNECT. */
+export function connectTunnel(t: TunnelTarget, o: TunnelClientOptions): Promise<Duplex> {
+  const authority = tunnelAuthority(t, o.baseDomain);
+  const secure = o.gateway.protocol === 'https:';
+  const request = secure ? httpsRequest : httpRequest;
+  return new Promise<Duplex>((resolve, reject) => {
+    const req = request({
+      host: o.gateway.hostname.replace(/^\[|\]$/g, ''),
+      port: o.gateway.port === '' ? (secure ? 443 : 80) : Number(o.gateway.port),
+      method: 'CONNECT',
+      path: authority,
+      headers: { host: authority, ...(o.credential === undefined ? {} : { 'proxy-authorization': `Bearer ${o.credential}` }) },
+      servername: secure ? o.gateway.hostname : undefined,
+    });
+    req.once('connect', (res: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (res.statusCode === 200) {
+        if (head.length > 0) socket.unshift(head);
+        return resolve(socket);
+      }
+      // The refusal's body follows the head on the same connection.
+      readRefusal(socket, head, res, reject);
+    });
+    // A refusal answered as an ordinary response (a gateway or proxy that does not serve CONNECT).
+    req.once('response', (res: IncomingMessage) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        if ((size += c.length) <= MAX_REFUSAL_BYTES) chunks.push(c);
+      });
+      res.once('end', () => reject(refusal(res.statusCode ?? 0, res.headers['x-sandgate-error'], Buffer.concat(chunks))));
+      res.once('error', reject);
+    });
+    req.once('error', reject);
+    req.end();
+  });
+}
+
+function readRefusal(socket: Duplex, head: Buffer, res: IncomingMessage, reject: (err: Error) => void): void {
+  const chunks: Buffer[] = [head];
+  let size = head.length;
+  const done = (): void => {
+    socket.destroy();
+    reject(refusal(res.statusCode ?? 0, res.headers['x-sandgate-error'], Buffer.concat(chunks)));
+  };
+  socket.on('data', (c: Buffer) => {
+    if ((size += c.length) <= MAX_REFUSAL_BYTES) chunks.push(c);
+    else done();
+  });
+  socket.once('end', done);
+  socket.once('error', done);
+}
+
+function refusal(status: number, header: string | string[] | undefined, body: Buffer): TunnelRefusedError {
+  let code = typeof header === 'string' ? header : 'refused';
+  let message = body.toString('utf8').trim().split('\n')[0] ?? '';
+  try {
+    const j = JSON.parse(body.toString('utf8')) as { code?: unknown; message?: unknown };
+    if (typeof j.code === 'string') code = j.code;
+    if (typeof j.message === 'string') message = j.message;
+  } catch {
+    // Not the gateway's JSON: the first line of whatever answered.
+  }
+  return new TunnelRefusedError(status, code, message || 'no reason given');
+}

@@ -1,0 +1,80 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { writeApiKeyFiles } from '../helpers/api-key-files.js';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { snapshot } from '../helpers/snapshots.js';
+import { needsOpenssh, OPENSSH, runOpenssh, startSshd, type Sshd } from '../helpers/sshd.js';
+import { TestDriver } from '../helpers/test-driver.js';
+
+/**
+ * The real thing: OpenSSH's client, with `sandgate tunnel` as its ProxyCommand, to a real sshd that is the
+ * sandbox's port declared `tcp` — a command runs and a file is copied with scp through CONNECT at the
+ * embedded proxy; and the command says in one line why a tunnel was refused.
+ */
+
+const CLI = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
+const PEPPER = 'pepper-for-ssh-tunnel-tests-0123456789abcdef0123';
+
+function runCli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { timeout: 30_000 }, (err, stdout, stderr) => {
+      resolve({ code: err === null ? 0 : Number((err as { code?: unknown }).code ?? -1), stdout, stderr });
+    });
+  });
+}
+
+describe.skipIf(!OPENSSH)(needsOpenssh('OpenSSH through sandgate tunnels'), () => {
+  let sshd: Sshd;
+  let t: TestGateway;
+  let key: string;
+  let gateway: string;
+
+  beforeAll(async () => {
+    sshd = await startSshd();
+    const k = await writeApiKeyFiles(PEPPER, { 'team-a': 'team-a' });
+    key = k.keys['team-a'];
+    const box = { sessionModel: 'none' as const, endpoint: { kind: 'address' as const, addresses: ['127.0.0.1'] } };
+    t = await startTestGateway([new TestDriver([snapshot({ name: 'web', ...box, ports: [sshd.port, 8000], tcpPorts: [sshd.port] })])], { apiKeys: k.keysFile, keyPepperFile: k.pepperFile, readinessWaitMs: 0 });
+    gateway = `http://127.0.0.1:${t.gw.proxyPort}`;
+  });
+  afterAll(async () => {
+    await t?.close();
+    sshd?.close();
+  });
+
+  const proxyCommand = (): string => `${process.execPath} ${CLI} tunnel team-a/web ${sshd.port} --gateway ${gateway} --api-key ${key}`;
+
+  it('ssh runs a command through CONNECT', async () => {
+    const r = await runOpenssh('ssh', sshd.keyFile, proxyCommand(), ['root@team-a.web', 'echo ok-through-connect']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe('ok-through-connect\n');
+  });
+
+  it('scp copies a file through CONNECT, byte for byte', async () => {
+    const src = join(sshd.dir, 'payload.bin');
+    const dst = join(sshd.dir, 'copied.bin');
+    const payload = randomBytes(3 * 1024 * 1024);
+    writeFileSync(src, payload);
+    const r = await runOpenssh('scp', sshd.keyFile, proxyCommand(), ['-q', src, `root@team-a.web:${dst}`]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(readFileSync(dst).equals(payload)).toBe(true);
+  });
+
+  it('sandgate tunnel says in one line why a tunnel was refused', async () => {
+    const notTcp = await runCli(['tunnel', 'team-a/web', '8000', '--gateway', gateway, '--api-key', key]);
+    expect(notTcp.code).toBe(1);
+    expect(notTcp.stderr).toMatch(/^sandgate: tunnel refused: 409 port_not_tcp: .+\n$/);
+    const noKey = await runCli(['tunnel', 'team-a/web', String(sshd.port), '--gateway', gateway]);
+    expect(noKey.code).toBe(1);
+    expect(noKey.stderr).toMatch(/^sandgate: tunnel refused: 401 api_key_required: .+\n$/);
+    const bad = await runCli(['tunnel', 'team-a', '22', '--gateway', gateway]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('is not <namespace>/<name>');
+  });
+});
