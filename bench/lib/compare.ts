@@ -89,14 +89,14 @@ function h2Sender(s: HttpSide, requests: readonly HttpRequestSpec[]): Sender {
     send(finish) {
       const { method, path, headers } = requests[next++ % requests.length]!;
       const { host, ...rest } = headers;
-      const st = open().request({ ':method': method, ':path': path, ':authority': host, ...rest });
+      // A bodyless request ends with its HEADERS frame (END_STREAM), as browsers and curl send a GET.
+      const st = open().request({ ':method': method, ':path': path, ':authority': host, ...rest }, { endStream: true });
       let status = 0;
       let failed: Error | undefined;
       st.on('response', (h) => (status = Number(h[':status'])));
       st.on('error', (err: Error) => (failed ??= err));
       st.on('close', () => finish(failed ?? (status === 200 ? undefined : 'denied')));
       st.resume();
-      st.end();
     },
     close: () => session?.close(),
   };
