@@ -75,7 +75,7 @@ export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger):
     let req: CheckAttributes | undefined;
     try {
       req = call.request;
-      const x = decider.recorder?.begin('ext_authz', { method: req.httpMethod, target: req.path ?? '/', headers: req.headers, client: req.client });
+      const x = decider.recorder?.begin('ext_authz', { method: req.httpMethod, target: req.path ?? '/', headers: req.headers, client: req.client, peer: call.peer });
       void decider.decideAndAnswer('ext_authz', req, call, callSignal, answer, x);
     } catch (err) {
       log.error({ err }, 'ext_authz Check failed');

@@ -117,7 +117,7 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger,
         return undefined;
       }
       try {
-        const x = decider.recorder?.begin('ext_proc', { method: req.headers[':method'] ?? '', target: req.path ?? '/', headers: req.headers, client: forwardedClient(req.headers, '') });
+        const x = decider.recorder?.begin('ext_proc', { method: req.headers[':method'] ?? '', target: req.path ?? '/', headers: req.headers, client: forwardedClient(req.headers, ''), peer: call.peer });
         return decider.decideAndAnswer('ext_proc', req, call, callSignal, answer, x);
       } catch (err) {
         log.error({ err }, 'ext_proc request_headers failed');
