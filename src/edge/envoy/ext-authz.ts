@@ -5,7 +5,7 @@ import { callSignal, type ServerCall, type UnaryHandler } from '../../lib/grpc-h
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { cookieForSandbox, headersToRemove, lowerCaseHeaders, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
+import { addHeader, cookieForSandbox, headersToRemove, lowerCaseHeaders, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
 
 /**
@@ -53,8 +53,7 @@ export function checkRequestToRoute(req: CheckRequest): RouteRequest {
     headers = {};
     for (const h of list) {
       const v = h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
-      const k = h.key.toLowerCase();
-      headers[k] = headers[k] === undefined ? v : headers[k] + ',' + v;
+      addHeader(headers, h.key.toLowerCase(), v);
     }
   }
   const lower = lowerCaseHeaders(headers);

@@ -6,6 +6,7 @@ import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
 import { addHeader, cookieForSandbox, forwardedClient, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
+import { isSandgateSetCookie } from '../forwarding/forward-headers.js';
 
 /**
  * Envoy ext_proc v3 (`envoy.service.ext_proc.v3.ExternalProcessor/Process`): one bidirectional stream per
@@ -14,8 +15,13 @@ import { relayHeaders } from '../relay/relay-headers.js';
  * `request_headers` → a header mutation that sets the upstream header (values in `raw_value`: Envoy ≥ 1.27
  * sends and expects raw bytes) with `clear_route_cache: true` (so the route is re-picked on the header we
  * set; `x-sandgate-upstream-protocol: h2c` for a port declared h2c picks the HTTP/2 sandbox cluster), or
- * an `immediate_response` for a denial. Any other message kind — which a headers-only
- * configuration (`request_header_mode: SEND`, the rest SKIP/NONE) should not send — gets a plain CONTINUE.
+ * an `immediate_response` for a denial.
+ *
+ * `response_headers` (the shipped configs send them: `response_header_mode: SEND`) → a plain CONTINUE,
+ * unless the sandbox's answer sets sandgate's session cookie: then a mutation that removes every
+ * `set-cookie` and adds back the others, each as it came (a mutation removes a header by name, all its
+ * values at once; removals apply before additions). Any other message kind — which the shipped
+ * configurations do not send — gets a plain CONTINUE.
  */
 
 interface HeaderValue {
@@ -27,6 +33,7 @@ interface HeaderValue {
 interface ProcessingRequest {
   request?: string;
   request_headers?: { headers?: { headers?: HeaderValue[] }; end_of_stream?: boolean };
+  response_headers?: { headers?: { headers?: HeaderValue[] } };
 }
 
 const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD' as const;
@@ -45,13 +52,35 @@ function rawSet(key: string, value: string): object {
   return { header: { key, raw_value: Buffer.from(value, 'latin1') }, append_action: OVERWRITE };
 }
 
+/** A header value as Envoy sent it: `raw_value` (Envoy ≥ 1.27), else `value`. */
+function valueOf(h: HeaderValue): string {
+  return h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
+}
+
+/**
+ * The answer to a sandbox's response headers: CONTINUE, or the mutation that drops every `Set-Cookie` of
+ * sandgate's cookie (forward-headers.ts isSandgateSetCookie, the rule of every carrier) and keeps the
+ * rest byte for byte, in order. Kept lines are added with `append: true`: Envoy's ext_proc reads that
+ * (wrapped) flag for an `append_action` left at its default, in every version that has either.
+ */
+export function responseHeadersMessage(list: readonly HeaderValue[] | undefined): object {
+  if (list === undefined) return PASS.response_headers!;
+  let dropped = false;
+  const kept: object[] = [];
+  for (const h of list) {
+    if (h.key.length !== 10 || h.key.toLowerCase() !== 'set-cookie') continue;
+    const v = valueOf(h);
+    if (isSandgateSetCookie('set-cookie', v)) dropped = true;
+    else kept.push({ header: { key: 'set-cookie', raw_value: Buffer.from(v, 'latin1') }, append: { value: true } });
+  }
+  if (!dropped) return PASS.response_headers!;
+  return { response_headers: { response: { status: 'CONTINUE', header_mutation: { set_headers: kept, remove_headers: ['set-cookie'] } } } };
+}
+
 export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteRequest {
   const headers: Record<string, string> = {};
   if (list !== undefined) {
-    for (const h of list) {
-      const v = h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
-      addHeader(headers, h.key.toLowerCase(), v);
-    }
+    for (const h of list) addHeader(headers, h.key.toLowerCase(), valueOf(h));
   }
   return { headers, host: headers[':authority'] ?? headers.host, path: headers[':path'], method: headers[':method'], secure: headers[':scheme'] === 'https' };
 }
@@ -112,6 +141,10 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger,
     let queue: Promise<void> | undefined;
     let queued = 0;
     const handle = (msg: ProcessingRequest): Promise<void> | undefined => {
+      if (msg.request === 'response_headers') {
+        call.write(responseHeadersMessage(msg.response_headers?.headers?.headers));
+        return undefined;
+      }
       if (msg.request !== 'request_headers') {
         call.write((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
         return undefined;
