@@ -11,6 +11,7 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { ed25519Pem, linkKeySet, writeLinkKeys } from '../helpers/link-keys.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
+import { makeCa, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
 import { startUpstream } from '../helpers/upstream.js';
 
 /**
@@ -96,6 +97,69 @@ describe.skipIf(CHROMIUM === undefined)(needsChromium('cookie tossing between sa
     expect(again?.status()).toBe(200);
     // The browser sent the planted cookies before the user's; none of sandgate's reached the sandbox.
     expect(webCookies.at(-1) ?? '').not.toContain('sandgate_session');
+    await context.close();
+  });
+});
+
+describe.skipIf(CHROMIUM === undefined || !OPENSSL)(needsChromium('the __Host- link cookie over TLS in Chromium'), () => {
+  const DOMAIN = 'sandboxes.test';
+  let dir: string;
+  let ca: TestCa;
+  let t: TestGateway;
+  let browser: Browser;
+  let web: Awaited<ReturnType<typeof startUpstream>>;
+  let evil: Awaited<ReturnType<typeof startUpstream>>;
+  let attackersLink: string;
+  const keys = linkKeySet([{ kid: 'k1', privateKey: PRIVATE }]);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sandgate-cookie-browser-tls-'));
+    await writeLinkKeys(join(dir, 'links.yaml'), [{ kid: 'k1', privateKey: PRIVATE }]);
+    ca = makeCa();
+    const leaf = ca.issue('wild', [`*.team-a.${DOMAIN}`]);
+    web = await startUpstream((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>web</title><h1>the user\'s sandbox</h1>'));
+    evil = await startUpstream((_req, res) => {
+      // Over TLS the script tries the __Host- name too: a browser refuses a __Host- cookie with a Domain.
+      const plant = [`__Host-sandgate_session=${attackersLink}; domain=team-a.${DOMAIN}; path=/; secure`, `sandgate_session=${attackersLink}; domain=team-a.${DOMAIN}; path=/app; secure`];
+      res.writeHead(200, { 'content-type': 'text/html' }).end(`<!doctype html><script>${plant.map((c) => `document.cookie = '${c}';`).join('\n')}\ndocument.title = 'planted';</script>`);
+    });
+    const at = { kind: 'address' as const, addresses: ['127.0.0.1'] };
+    t = await startTestGateway(
+      [
+        new TestDriver([
+          snapshot({ name: 'web', sessionModel: 'none', endpoint: at, accessToken: 'traffic-secret' }),
+          snapshot({ name: 'evil', uid: 'uid-evil', sessionModel: 'none', endpoint: at, ports: [evil.port], publicPorts: [evil.port] }),
+        ]),
+      ],
+      { baseDomain: DOMAIN, proxyTlsPort: 0, tlsCertFile: leaf.certFile, tlsKeyFile: leaf.keyFile, linkKeysFile: join(dir, 'links.yaml') },
+    );
+    attackersLink = (await mintLinkToken(keys, { namespace: 'team-a', name: 'evil', uid: 'uid-evil', port: evil.port, team: 'team-a', ttlSeconds: 600 }, 86_400)).token;
+    browser = await launchChromium([`--host-resolver-rules=MAP *.${DOMAIN} 127.0.0.1`]);
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await t?.close();
+    await web?.close();
+    await evil?.close();
+    ca?.remove();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('sets __Host-sandgate_session, which a sibling host cannot set, and opens the sandbox with it', async () => {
+    const context = await browser.newContext({ ignoreHTTPSErrors: true });
+    const page = await context.newPage();
+    const origin = (name: string, port: number) => `https://${port}-${name}.team-a.${DOMAIN}:${t.gw.proxyTlsPort}`;
+    await page.goto(`${origin('evil', evil.port)}/`);
+    await expect.poll(() => page.title()).toBe('planted');
+    expect((await context.cookies()).map((c) => [c.name, c.domain, c.path])).toEqual([['sandgate_session', `.team-a.${DOMAIN}`, '/app']]);
+
+    expect((await page.goto(`${origin('web', web.port)}/app/page`))?.status()).toBe(401);
+    const { token } = await mintLinkToken(keys, { namespace: 'team-a', name: 'web', uid: 'uid-1', port: web.port, team: 'team-a', ttlSeconds: 600 }, 86_400);
+    expect((await page.goto(`${origin('web', web.port)}/app/page?sandgate_token=${token}`))?.status()).toBe(200);
+    expect(page.url()).toBe(`${origin('web', web.port)}/app/page`);
+    expect(await page.locator('h1').textContent()).toBe('the user\'s sandbox');
+    const mine = (await context.cookies()).find((c) => c.name === '__Host-sandgate_session');
+    expect(mine).toMatchObject({ domain: `${web.port}-web.team-a.${DOMAIN}`, path: '/', secure: true, httpOnly: true, value: token });
     await context.close();
   });
 });
