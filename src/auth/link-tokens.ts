@@ -43,7 +43,7 @@ const COMPACT_JWS = /^[\w-]+\.[\w-]+\.[\w-]*$/;
  * match, so a sibling host can add cookies of sandgate's name before the real one (docs/links.md):
  * enough room for those, and a bound on the signature checks one request can ask for.
  */
-export const MAX_LINK_COOKIES = 16;
+const MAX_LINK_COOKIES = 16;
 const METHOD = /^[A-Z]{1,16}$/;
 /** Clock skew allowed between the minting machine and a gateway. */
 const SKEW_SECONDS = 60;

@@ -88,7 +88,7 @@ export interface LinkRequest {
   /** The path and query as the client sent it (the redirect's Location is built from it). */
   readonly path: string;
   readonly upgrade: boolean;
-  /** The request came over TLS: the cookie gets `Secure`. */
+  /** The request came over TLS: the cookie gets `Secure`, and in the host form the `__Host-` name. */
   readonly secure: boolean;
   /** The request's `Origin` header, if any (a cookie counts only from its own host: see sameHost()). */
   readonly origin?: string | undefined;
