@@ -80,7 +80,12 @@ function fieldList(headers: IncomingHttpHeaders): string[] {
     if (name.charCodeAt(0) === 0x3a || NOT_IN_H2.has(name)) continue;
     const v = headers[name];
     if (v === undefined) continue;
-    for (const one of Array.isArray(v) ? v : [String(v)]) if (!isSandgateSetCookie(name, one)) out.push(name, one);
+    if (Array.isArray(v)) {
+      for (const one of v) if (!isSandgateSetCookie(name, one)) out.push(name, one);
+    } else {
+      const one = String(v);
+      if (!isSandgateSetCookie(name, one)) out.push(name, one);
+    }
   }
   return out;
 }
