@@ -1,4 +1,5 @@
-import { withoutLinkCookie } from '../../domain/link.js';
+import type { OutgoingHttpHeaders } from 'node:http2';
+import { setsLinkCookie, withoutLinkCookie } from '../../domain/link-cookie.js';
 import { ROUTING_HEADERS } from '../../domain/route-key.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 
@@ -104,13 +105,24 @@ export function stripLinkCookie(headers: string[]): string[] {
     const name = headers[i]!;
     if (name.length !== 6 || name.toLowerCase() !== 'cookie') continue;
     const kept = withoutLinkCookie(headers[i + 1]!);
-    if (kept === undefined) headers.splice(i, 2);
+    if (kept === '') headers.splice(i, 2);
     else headers[i + 1] = kept;
   }
   return headers;
 }
 
 const RESPONSE_DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
+
+/**
+ * The one rule every carrier of a sandbox's answer applies — the proxy (HTTP/1.1 and HTTP/2), the relay
+ * listener, WebSocket handshakes and ext_proc's response headers: a `Set-Cookie` that would set sandgate's
+ * session cookie (domain/link-cookie.ts setsLinkCookie) never reaches the browser. A sandbox could
+ * otherwise plant one with a `Domain` its sibling hosts share and shadow their link cookies. `lowerName`
+ * is the header's name in lower case.
+ */
+export function isSandgateSetCookie(lowerName: string, value: string): boolean {
+  return lowerName === 'set-cookie' && setsLinkCookie(value);
+}
 
 /** A raw header name or value as text: undici hands Buffers, node:http strings; latin1 keeps every byte as it came. */
 function text(v: string | Buffer): string {
@@ -119,10 +131,26 @@ function text(v: string | Buffer): string {
 
 /**
  * An upstream response's raw headers (name, value, name, value… as undici or node:http parsed them) as
- * the flat list `writeHead` takes: order, case and duplicates kept, hop-by-hop headers and the names its
- * `Connection` headers list dropped. Built straight from the raw list: no parsed object in between.
+ * the flat list `writeHead` takes: order, case and duplicates kept, hop-by-hop headers, the names its
+ * `Connection` headers list and a `Set-Cookie` of sandgate's cookie dropped. Built straight from the raw
+ * list: no parsed object in between.
  */
 export function forwardResponseHeaders(raw: readonly (string | Buffer)[]): string[] {
+  const named = connectionNamed(raw);
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = text(raw[i]!);
+    const lower = name.toLowerCase();
+    if (RESPONSE_DROP.has(lower) || named?.has(lower) === true) continue;
+    const value = text(raw[i + 1]!);
+    if (isSandgateSetCookie(lower, value)) continue;
+    out.push(name, value);
+  }
+  return out;
+}
+
+/** The names an upstream response's `Connection` headers list (RFC 9110 §7.6.1), beyond keep-alive and close. */
+function connectionNamed(raw: readonly (string | Buffer)[]): Set<string> | undefined {
   let named: Set<string> | undefined;
   for (let i = 0; i < raw.length; i += 2) {
     if (raw[i]!.length !== 10) continue;
@@ -132,12 +160,30 @@ export function forwardResponseHeaders(raw: readonly (string | Buffer)[]): strin
     if (value === 'keep-alive' || value === 'close') continue;
     for (const t of value.split(',')) (named ??= new Set()).add(t.trim().toLowerCase());
   }
-  const out: string[] = [];
+  return named;
+}
+
+/** Response fields HTTP/2 refuses (RFC 9113 §8.2.2) beyond the hop-by-hop ones. */
+const NOT_IN_H2: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'http2-settings']);
+
+/**
+ * The same headers as forwardResponseHeaders keeps, as the header object an HTTP/2 stream's `respond`
+ * takes, in one pass over the raw list: names in lower case, a repeated name as an array in order.
+ */
+export function forwardResponseHeadersH2(status: number, raw: readonly (string | Buffer)[]): OutgoingHttpHeaders {
+  const named = connectionNamed(raw);
+  // No prototype: a field named `__proto__` or `length` is a field like any other.
+  const out: OutgoingHttpHeaders = Object.create(null) as OutgoingHttpHeaders;
+  out[':status'] = status;
   for (let i = 0; i < raw.length; i += 2) {
-    const name = text(raw[i]!);
-    const lower = name.toLowerCase();
-    if (RESPONSE_DROP.has(lower) || named?.has(lower) === true) continue;
-    out.push(name, text(raw[i + 1]!));
+    const lower = text(raw[i]!).toLowerCase();
+    if (NOT_IN_H2.has(lower) || named?.has(lower) === true) continue;
+    const value = text(raw[i + 1]!);
+    if (isSandgateSetCookie(lower, value)) continue;
+    const had = out[lower];
+    if (had === undefined) out[lower] = value;
+    else if (Array.isArray(had)) had.push(value);
+    else out[lower] = [String(had), value];
   }
   return out;
 }

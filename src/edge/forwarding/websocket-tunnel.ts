@@ -2,7 +2,7 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as connectTls, type ConnectionOptions } from 'node:tls';
-import { forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
+import { forwardRequestHeaders, forwardResponseHeaders, isSandgateSetCookie, type ForwardContext } from './forward-headers.js';
 import { FrameScanner } from './ws-frames.js';
 
 /**
@@ -131,7 +131,7 @@ export function spliceUpgrade(
       answered = true;
       seen?.(answer.status);
       if (answer.status === 101) {
-        client.write(Buffer.concat([answer.bytes, rest]));
+        client.write(Buffer.concat([acceptedHead(answer), rest]));
         if (head.length > 0) up.write(head);
         if (activity !== undefined) watchData((req.headers.upgrade ?? '').toLowerCase() === 'websocket', client, up, head, rest, activity);
         up.pipe(client);
@@ -216,6 +216,19 @@ export function readAnswerHead(up: Pipe, then: (answer: AnswerHead | undefined, 
     then(m === null ? undefined : { status: Number(m[1]), bytes: acc.subarray(0, end + 4), raw }, acc.subarray(end + 4));
   };
   up.on('data', onData);
+}
+
+/**
+ * An accepted upgrade's head, to the client: its bytes as they came, but for a `Set-Cookie` line of
+ * sandgate's cookie (forward-headers.ts isSandgateSetCookie, the rule of every carrier), which is left out.
+ */
+function acceptedHead(answer: AnswerHead): Buffer {
+  const raw = answer.raw;
+  let drop: Set<number> | undefined;
+  for (let i = 0; i < raw.length; i += 2) if (isSandgateSetCookie(raw[i]!.toLowerCase(), raw[i + 1]!)) (drop ??= new Set()).add(i / 2 + 1);
+  if (drop === undefined) return answer.bytes;
+  const lines = answer.bytes.toString('latin1').split('\r\n');
+  return Buffer.from(lines.filter((_line, n) => !drop.has(n)).join('\r\n'), 'latin1');
 }
 
 /**

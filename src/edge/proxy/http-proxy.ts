@@ -25,7 +25,7 @@ import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js'
 import { RecordedUpstreamExchange, UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
 import type { Exchange } from '../../observability/exchange.js';
 import { dropSet, forwardRequestHeaders, stripLinkCookie, type ForwardContext } from '../forwarding/forward-headers.js';
-import { hasLinkCookie } from '../../domain/link.js';
+import { mayHoldLinkCookie } from '../../domain/link-cookie.js';
 import { spliceUpgrade, upgradeHeaders, withoutOrigin } from '../forwarding/websocket-tunnel.js';
 import { planUpstream, type RelayRoutes, type UpstreamPlan } from '../forwarding/upstream-plan.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
@@ -256,7 +256,7 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   /** The forwarded headers without sandgate's link cookie (when links are on and the request has it). */
   private withoutLinkCookie(headers: string[], cookie: string | undefined): string[] {
-    return this.decider.links !== undefined && hasLinkCookie(cookie) ? stripLinkCookie(headers) : headers;
+    return this.decider.links !== undefined && mayHoldLinkCookie(cookie) ? stripLinkCookie(headers) : headers;
   }
 
   private context(req: ClientRequest): ForwardContext {
