@@ -1,4 +1,11 @@
 import { readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
+import { newApiKey } from '../../src/auth/api-keys.js';
+import { ed25519Pem, writeLinkKeys } from '../helpers/link-keys.js';
+import { rawRequest } from '../helpers/upstream.js';
 import type { Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeApiKeyFiles } from '../helpers/api-key-files.js';
@@ -196,6 +203,42 @@ describe('an idle tunnel', () => {
     } finally {
       await t.close();
       echo.server.close();
+    }
+  });
+});
+
+describe('a signed link never opens a tunnel', () => {
+  it('its session cookie, valid for the port over HTTP, gets a CONNECT to that port 401 api_key_required', async () => {
+    const PEPPER = 'p'.repeat(32);
+    const dir = await mkdtemp(join(tmpdir(), 'sandgate-tunnel-links-'));
+    const echo = await startEcho();
+    await writeLinkKeys(join(dir, 'links.yaml'), [{ kid: 'k1', privateKey: ed25519Pem().privateKey }]);
+    const store = new FileApiKeyStore(join(dir, 'keys.yaml'));
+    const admin = newApiKey(new TextEncoder().encode(PEPPER), 'admin');
+    await store.add(admin.record);
+    const box = { sessionModel: 'none' as const, endpoint: { kind: 'address' as const, addresses: ['127.0.0.1'] } };
+    const t = await startTestGateway([new TestDriver([snapshot({ name: 'web', ...box, ports: [echo.port], tcpPorts: [echo.port] })])], { linkKeysFile: join(dir, 'links.yaml'), linkScheme: 'http', apiKeys: join(dir, 'keys.yaml'), keyPepper: PEPPER, readinessWaitMs: 0 });
+    try {
+      const minted = await fetch(`${t.admin}/v1/sandboxes/team-a/web/links`, { method: 'POST', headers: { 'x-api-key': admin.key, 'content-type': 'application/json' }, body: JSON.stringify({ port: echo.port, ttlSeconds: 300 }) });
+      expect(minted.status).toBe(201);
+      const url = new URL(((await minted.json()) as { url: string }).url);
+      const host = `${echo.port}-web.team-a.localhost`;
+      const first = await rawRequest(t.gw.proxyPort!, url.pathname + url.search, { host });
+      expect(first.status).toBe(303);
+      const cookie = first.headers['set-cookie']![0]!.split(';')[0]!;
+      const before = echo.accepted();
+      const tunnel = await rawConnect(t.gw.proxyPort!, `web.team-a.localhost:${echo.port}`, { cookie });
+      expect(tunnel.status).toBe(401);
+      expect((await refusalBody(tunnel)).code).toBe('api_key_required');
+      expect(echo.accepted()).toBe(before);
+      // The same cookie passes the access check of an HTTP request to the port (the echo is no HTTP server).
+      const http = await rawRequest(t.gw.proxyPort!, '/', { host, cookie });
+      expect(http.status).not.toBe(401);
+      expect(echo.accepted()).toBe(before + 1);
+    } finally {
+      await t.close();
+      echo.server.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });
