@@ -1,6 +1,7 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { Duplex } from 'node:stream';
+import WebSocket, { createWebSocketStream } from 'ws';
 
 /**
  * The client side of a TCP tunnel through sandgate's embedded proxy (docs/tunnels.md): `CONNECT
@@ -21,17 +22,60 @@ export interface TunnelClientOptions {
   readonly baseDomain: string;
   /** An API key or the sandbox's traffic token. */
   readonly credential: string | undefined;
+  /** The header an API key travels in on the WebSocket tunnel (`--api-key-header`). */
+  readonly apiKeyHeader: string;
 }
 
-/** The gateway refused the tunnel: its status and typed code, said in one line. */
+/** The tunnel was refused: its status and typed code, said in one line. `typed`: sandgate itself refused. */
 export class TunnelRefusedError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
     detail: string,
+    readonly typed: boolean,
   ) {
     super(`tunnel refused: ${status} ${code}: ${detail}`);
   }
+}
+
+/**
+ * Opens a tunnel: CONNECT where it passes; the WebSocket tunnel when something between the client and the
+ * gateway does not carry CONNECT (an answer that is not sandgate's own, or a connection cut). A refusal by
+ * sandgate is final either way.
+ */
+export async function openTunnel(t: TunnelTarget, o: TunnelClientOptions, via: 'auto' | 'connect' | 'websocket' = 'auto'): Promise<Duplex> {
+  if (via === 'websocket') return websocketTunnel(t, o);
+  try {
+    return await connectTunnel(t, o);
+  } catch (err) {
+    if (via === 'connect' || (err instanceof TunnelRefusedError && err.typed)) throw err;
+    return websocketTunnel(t, o);
+  }
+}
+
+/** Opens the WebSocket tunnel (`GET /v1/sandboxes/{namespace}/{name}/ports/{port}/tunnel`); binary messages carry the bytes. */
+export function websocketTunnel(t: TunnelTarget, o: TunnelClientOptions): Promise<Duplex> {
+  const url = new URL(`/v1/sandboxes/${t.namespace}/${t.name}/ports/${t.port}/tunnel`, o.gateway);
+  url.protocol = o.gateway.protocol === 'https:' ? 'wss:' : 'ws:';
+  // Proxy-Authorization is a hop's own header (an HTTP proxy on the way takes it): the key goes in its header.
+  const headers = o.credential === undefined ? {} : { [o.apiKeyHeader]: o.credential };
+  const ws = new WebSocket(url, { headers, perMessageDeflate: false });
+  return new Promise<Duplex>((resolve, reject) => {
+    ws.once('open', () => {
+      ws.off('error', reject);
+      resolve(createWebSocketStream(ws));
+    });
+    ws.once('unexpected-response', (_req, res: IncomingMessage) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        if ((size += c.length) <= MAX_REFUSAL_BYTES) chunks.push(c);
+      });
+      res.once('end', () => reject(refusal(res.statusCode ?? 0, res.headers['x-sandgate-error'], Buffer.concat(chunks))));
+      res.once('error', reject);
+    });
+    ws.once('error', reject);
+  });
 }
 
 /** Longest refusal body read: the gateway's typed JSON answers are far shorter. */
@@ -103,5 +147,5 @@ function refusal(status: number, header: string | string[] | undefined, body: Bu
   } catch {
     // Not the gateway's JSON: the first line of whatever answered.
   }
-  return new TunnelRefusedError(status, code, message || 'no reason given');
+  return new TunnelRefusedError(status, code, message || 'no reason given', typeof header === 'string');
 }

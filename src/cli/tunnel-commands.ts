@@ -3,25 +3,29 @@ import { resolveConfig } from '../config/load.js';
 import { SandgateError } from '../domain/errors.js';
 import { isDnsLabel } from '../domain/labels.js';
 import { takeFlags } from './supervisor-commands.js';
-import { connectTunnel, TunnelRefusedError, type TunnelTarget } from './tunnel-client.js';
+import { openTunnel, TunnelRefusedError, type TunnelTarget } from './tunnel-client.js';
 
 const USAGE = `usage:
   sandgate tunnel <namespace>/<name> <port> [--gateway http(s)://HOST:PORT] [--api-key KEY | SANDGATE_API_KEY]
-      joins stdin/stdout to a TCP port of the sandbox (ssh -o ProxyCommand='sandgate tunnel team-a/web 22' …)`;
+                 [--via auto|connect|websocket]
+      joins stdin/stdout to a TCP port of the sandbox (ssh -o ProxyCommand='sandgate tunnel team-a/web 22' …);
+      auto (the default) uses CONNECT, and the WebSocket tunnel where CONNECT does not pass`;
 
 /** `sandgate tunnel <namespace>/<name> <port>` (docs/tunnels.md). */
 export async function tunnelCommand(argv: readonly string[]): Promise<number> {
   const positional: string[] = [];
   let i = 0;
   while (i < argv.length && !argv[i]!.startsWith('--')) positional.push(argv[i++]!);
-  const { own, rest } = takeFlags(argv.slice(i), ['--gateway', '--api-key']);
+  const { own, rest } = takeFlags(argv.slice(i), ['--gateway', '--api-key', '--via']);
   const config = resolveConfig({ argv: rest, env: process.env });
   const target = parseTarget(positional);
   const gateway = gatewayUrl(own.gateway ?? `http://127.0.0.1:${config.proxyPort > 0 ? config.proxyPort : 8080}`);
   const credential = own['api-key'] ?? process.env.SANDGATE_API_KEY;
+  const via = own.via ?? 'auto';
+  if (via !== 'auto' && via !== 'connect' && via !== 'websocket') throw new SandgateError('config_invalid', `--via must be auto, connect or websocket\n${USAGE}`);
   let socket: Duplex;
   try {
-    socket = await connectTunnel(target, { gateway, baseDomain: config.baseDomain, credential });
+    socket = await openTunnel(target, { gateway, baseDomain: config.baseDomain, credential, apiKeyHeader: config.apiKeyHeader }, via);
   } catch (err) {
     if (err instanceof TunnelRefusedError) {
       process.stderr.write(`sandgate: ${err.message}\n`);

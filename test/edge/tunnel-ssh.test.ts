@@ -1,4 +1,7 @@
 import { execFile } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -25,6 +28,33 @@ function runCli(args: readonly string[]): Promise<{ code: number; stdout: string
       resolve({ code: err === null ? 0 : Number((err as { code?: unknown }).code ?? -1), stdout, stderr });
     });
   });
+}
+
+/**
+ * An HTTP-only middlebox: refuses CONNECT with its own plain 403 (no sandgate answer), and passes
+ * WebSocket upgrades on to the gateway byte for byte.
+ */
+async function startHttpOnlyProxy(gatewayPort: number): Promise<{ server: Server; port: number; connects: () => number }> {
+  let connects = 0;
+  const server = createServer((_req, res) => res.writeHead(502).end());
+  server.on('connect', (_req: IncomingMessage, socket) => {
+    connects++;
+    socket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+  });
+  server.on('upgrade', (req: IncomingMessage, socket, head: Buffer) => {
+    const up = connect(gatewayPort, '127.0.0.1');
+    let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
+    for (let i = 0; i < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
+    up.write(text + '\r\n');
+    if (head.length > 0) up.write(head);
+    up.pipe(socket).pipe(up);
+    up.on('error', () => socket.destroy());
+    socket.on('error', () => up.destroy());
+    socket.on('close', () => up.destroy());
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return { server, port: (server.address() as AddressInfo).port, connects: () => connects };
 }
 
 describe.skipIf(!OPENSSH)(needsOpenssh('OpenSSH through sandgate tunnels'), () => {
@@ -64,6 +94,31 @@ describe.skipIf(!OPENSSH)(needsOpenssh('OpenSSH through sandgate tunnels'), () =
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(readFileSync(dst).equals(payload)).toBe(true);
+  });
+
+  it('ssh and scp through the WebSocket tunnel (--via websocket)', async () => {
+    const pc = `${proxyCommand()} --via websocket`;
+    const r = await runOpenssh('ssh', sshd.keyFile, pc, ['root@team-a.web', 'echo ok-through-websocket']);
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'ok-through-websocket\n']);
+    const src = join(sshd.dir, 'payload-ws.bin');
+    const dst = join(sshd.dir, 'copied-ws.bin');
+    const payload = randomBytes(2 * 1024 * 1024);
+    writeFileSync(src, payload);
+    const c = await runOpenssh('scp', sshd.keyFile, pc, ['-q', src, `root@team-a.web:${dst}`]);
+    expect([c.code, c.stderr]).toEqual([0, '']);
+    expect(readFileSync(dst).equals(payload)).toBe(true);
+  });
+
+  it('behind a proxy that passes only HTTP, sandgate tunnel falls back from CONNECT to the WebSocket tunnel', async () => {
+    const middle = await startHttpOnlyProxy(t.gw.proxyPort!);
+    try {
+      const pc = `${process.execPath} ${CLI} tunnel team-a/web ${sshd.port} --gateway http://127.0.0.1:${middle.port} --api-key ${key}`;
+      const r = await runOpenssh('ssh', sshd.keyFile, pc, ['root@team-a.web', 'echo ok-after-fallback']);
+      expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'ok-after-fallback\n']);
+      expect(middle.connects()).toBe(1);
+    } finally {
+      middle.server.close();
+    }
   });
 
   it('sandgate tunnel says in one line why a tunnel was refused', async () => {

@@ -56,7 +56,29 @@ export function tunnelRoute(req: IncomingMessage, secure: boolean): RouteRequest
 
 function connect(deps: ConnectDoorDeps, req: IncomingMessage, socket: Duplex, head: Buffer, secure: boolean): void {
   socket.on('error', () => socket.destroy());
-  const route = tunnelRoute(req, secure);
+  // Nothing is read from the client until the tunnel is up: what it sent early waits in its socket.
+  socket.pause();
+  openTunnel(deps, req, socket, tunnelRoute(req, secure), (d, up) => {
+    socket.write(ESTABLISHED);
+    if (head.length > 0) up.write(head);
+    spliceTcp(socket, up, deps.tunnels.idleTimeoutMs, { activity: activityOf(deps, d) });
+    socket.resume();
+  });
+}
+
+/** Bytes either way count as the sandbox port's activity. */
+export function activityOf(deps: ConnectDoorDeps, d: Allow): (() => void) | undefined {
+  const activity = deps.activity;
+  return activity === undefined ? undefined : () => activity.stream(d);
+}
+
+/**
+ * The one admission of every tunnel carrier (CONNECT, the WebSocket tunnel): the decision (with its wait
+ * and wake), the namespace's and the sandbox's places, and the sandbox port's byte stream from the upstream
+ * plan — or the typed refusal, written on `socket` before any byte is carried. `carry` gets the open
+ * stream while the client is still there.
+ */
+export function openTunnel(deps: ConnectDoorDeps, req: IncomingMessage, socket: Duplex, route: RouteRequest, carry: (d: Allow, up: Duplex) => void): void {
   const refuse = (d: Deny): void => void writeDenial(socket, deps.decider.answer(route, d), route);
   const then = (d: Decision): void => {
     if (socket.destroyed) return;
@@ -72,28 +94,18 @@ function connect(deps: ConnectDoorDeps, req: IncomingMessage, socket: Duplex, he
       deps.tunnels.perNamespace.release(namespace);
       deps.connections.release(d.entry.key);
     });
-    open(deps, d, socket, head, refuse);
+    const plan = planUpstream(d, deps.relay, deps.connectTimeoutMs);
+    if (isDeny(plan)) return refuse(plan);
+    plan.bytes().then(
+      (up) => {
+        if (socket.destroyed) return void up.destroy();
+        carry(d, up);
+      },
+      (err: unknown) => {
+        deps.log.debug({ err, upstream: plan.host }, 'tunnel failed to open');
+        if (!socket.destroyed) refuse(plan.denial(err));
+      },
+    );
   };
   void deps.decider.decideAndAnswer('proxy', route, socket, abortOnClose, deps.guard.bindUpgrade(req, socket, then));
-}
-
-function open(deps: ConnectDoorDeps, d: Allow, socket: Duplex, head: Buffer, refuse: (d: Deny) => void): void {
-  const plan = planUpstream(d, deps.relay, deps.connectTimeoutMs);
-  if (isDeny(plan)) return refuse(plan);
-  // Nothing is read from the client until the tunnel is up: what it sent early waits in its socket.
-  socket.pause();
-  plan.bytes().then(
-    (up) => {
-      if (socket.destroyed) return void up.destroy();
-      socket.write(ESTABLISHED);
-      if (head.length > 0) up.write(head);
-      const activity = deps.activity;
-      spliceTcp(socket, up, deps.tunnels.idleTimeoutMs, { activity: activity === undefined ? undefined : () => activity.stream(d) });
-      socket.resume();
-    },
-    (err: unknown) => {
-      deps.log.debug({ err, upstream: plan.host }, 'tunnel failed to open');
-      if (!socket.destroyed) refuse(plan.denial(err));
-    },
-  );
 }

@@ -39,6 +39,7 @@ import { DEFAULT_H2C_LIMITS, H2cPool, H2cSaturated, type H2cLimits } from '../fo
 import { h2cExchange, isGrpc } from '../forwarding/h2c-exchange.js';
 import { respondGrpcDenial } from '../forwarding/grpc-denial.js';
 import { serveConnect, type ConnectDoorDeps } from './connect-door.js';
+import { isTunnelPath, WebSocketTunnelDoor } from './websocket-tunnel-door.js';
 
 /**
  * The embedded data plane: an HTTP/1.1 proxy on `--proxy-port` that makes the same decide() as the Envoy
@@ -146,6 +147,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   private readonly relay: RelayRoutes | undefined;
   /** Open TCP tunnels per namespace (`--tunnels-per-namespace`). */
   readonly tunnels: ConnectionLimit;
+  /** `GET /v1/sandboxes/{namespace}/{name}/ports/{port}/tunnel` upgrades. */
+  private readonly websocketTunnels: WebSocketTunnelDoor;
   port = 0;
   tlsPort = 0;
 
@@ -172,6 +175,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     this.relayExchange = { headersTimeoutMs: opts.headersTimeoutMs, idleTimeoutMs: opts.idleTimeoutMs, guard: this.guard };
     this.h2c = new H2cPool({ ...DEFAULT_H2C_LIMITS, ...opts.h2c });
     this.tunnels = new ConnectionLimit(opts.tunnels?.perNamespace ?? 0);
+    this.websocketTunnels = new WebSocketTunnelDoor(this.connectDoor(), decider.route.baseDomain);
     if (opts.redirectHttpsPort !== undefined && opts.redirectHttpsPort >= 0) {
       const to = opts.redirectHttpsPort;
       this.server = createServer({ noDelay: true }, httpsRedirect(() => (to === 0 ? this.tlsPort : to)));
@@ -243,6 +247,7 @@ export class EmbeddedProxy implements ExchangeOwner {
       this.front === undefined || h2 === undefined ? this.front : { closeIdle: () => (this.front!.closeIdle(), h2.closeIdle()), closeAll: () => (this.front!.closeAll(), h2.closeAll()) };
     if (this.server.listening) await closeGracefully(this.server, graceMs, fronts);
     this.h2c.close();
+    this.websocketTunnels.close();
     await this.agent.close();
   }
 
@@ -408,6 +413,7 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer, secure?: boolean): void {
+    if (isTunnelPath(req.url)) return this.websocketTunnels.upgrade(req, socket, head, secure === true);
     socket.on('error', () => socket.destroy());
     const x = this.decider.recorder?.begin('proxy', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as ClientRequest['headers'], client: socket.remoteAddress ?? '', peer: socket.remoteAddress ?? '' });
     const refuse = x === undefined ? writeDenial : (s: Socket, d: Deny, r: RouteRequest): void => x.denied(d.status, d.code, writeDenial(s, d, r));
