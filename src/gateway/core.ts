@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import type { SandboxWatch } from '../api/sandbox-watch.js';
-import { driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
+import { connectionLimits, driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { startFailed } from '../config/start-errors.js';
 import { namespaceShare } from '../domain/namespace-share.js';
@@ -12,6 +12,7 @@ import type { GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
 import { removedHeaders, type DoorOptions } from '../edge/headers.js';
 import { resolveRelayAddress } from '../edge/relay/relay-config.js';
 import { Resumer } from '../edge/resume.js';
+import { ListenerGuards } from '../lib/connection-guard.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
@@ -49,6 +50,8 @@ export interface Core extends Credentials {
   /** What every door strips, which header carries the upstream, and the relay hop's credentials. */
   readonly door: DoorOptions;
   readonly certificates: Certificates;
+  /** Every listener's guard (connection cap, handshake and first-request timeouts), from one set of limits. */
+  readonly listeners: ListenerGuards;
 }
 
 export interface CoreOptions {
@@ -80,6 +83,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
+  const listeners = new ListenerGuards(connectionLimits(config));
+  metrics.watchListeners(listeners);
   const sinks: ExchangeSink[] = [];
   if (accessLog !== undefined) sinks.push(accessLog);
   if (namespaces.length > 0) sinks.push(new NamespaceFigures(metrics.registry, namespaces));
@@ -133,6 +138,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     decider,
     door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
     certificates,
+    listeners,
   };
 }
 
