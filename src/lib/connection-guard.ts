@@ -9,8 +9,9 @@ import type { TLSSocket } from 'node:tls';
  * when a connection's first request head is complete (firstRequest). From then on the connection is
  * governed by the keep-alive and idle timeouts of whatever reads it.
  *
- * - Past `maxConnections` open connections, node:net closes each new one at accept (net.Server's
- *   `maxConnections`, reported by its 'drop' event) before any byte is read.
+ * - Past `maxConnections` open connections, each new one is destroyed at accept, before any byte is read.
+ *   (Not net.Server's own `maxConnections`: in a node:cluster worker a connection it turns away goes back
+ *   to the primary, which hands it to a worker again, over and over while every worker is full.)
  * - A TLS connection whose handshake has not finished within `tlsHandshakeTimeoutMs`, or that failed its
  *   handshake, is destroyed, never answered: bytes written before the handshake completes are held by
  *   the TLS layer and never sent, so an HTTP answer would keep the socket open.
@@ -91,8 +92,6 @@ export class ConnectionGuard {
    * would turn on node:http2's compatibility layer).
    */
   install(server: NetServer, { tls, http1 }: { readonly tls: boolean; readonly http1: boolean }): void {
-    server.maxConnections = this.limits.maxConnections;
-    server.on('drop', () => this.refused++);
     server.prependListener('connection', (socket: Socket) => this.accepted(socket, tls));
     if (tls) {
       server.prependListener('secureConnection', (socket: TLSSocket) => this.secured(socket));
@@ -109,6 +108,13 @@ export class ConnectionGuard {
   }
 
   private accepted(raw: Socket, tls: boolean): void {
+    // The server's own connection listeners still see the socket, destroyed: theirs is the usual path of
+    // a connection the client reset at once.
+    if (this.open >= this.limits.maxConnections) {
+      this.refused++;
+      raw.destroy();
+      return;
+    }
     this.open++;
     const w: Waiting = { raw, acceptedAt: Date.now(), timer: undefined };
     waiting.set(raw, w);
