@@ -14,6 +14,7 @@ import { SessionStreams, startSessions } from './gateway/sessions.js';
 import { deadlineIn, Lifecycle, once, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import type { GatewayMetrics } from './observability/metrics.js';
+import type { ActivityLog } from './lifecycle/activity-log.js';
 import type { Tracing } from './observability/otel-tracer.js';
 import { tracingFromEnv } from './observability/tracing.js';
 import type { PresenceStore } from './sessions/presence/presence-store.js';
@@ -67,6 +68,8 @@ export interface Gateway {
   readonly relayAddress: string;
   /** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
   readonly lifecycle: ActivityRounds;
+  /** Traffic activity per sandbox and port, and the idle controller's decisions. */
+  readonly activity: ActivityLog;
   /** Graceful shutdown within `--shutdown-timeout-ms`: NOT_SERVING, stop drivers, hand sessions over, close listeners. */
   close(): Promise<void>;
 }
@@ -109,7 +112,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       await life.stop(deadlineIn(config.shutdownTimeoutMs));
       log.info('sandgate stopped');
     });
-    return { config, gatewayId, view: core.view, log, metrics: core.metrics, tracing: core.tracing, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, lifecycle, close };
+    return { config, gatewayId, view: core.view, log, metrics: core.metrics, tracing: core.tracing, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, lifecycle, activity: core.activityLog, close };
   } catch (err) {
     await life.stop(deadlineIn(config.shutdownTimeoutMs));
     throw err;

@@ -422,6 +422,11 @@ export const SCHEMA = {
     max: 600_000,
     description: 'How often a gateway publishes the activity its doors saw to its peers (one message per interval, through the presence Redis) and the lifecycle writer reports it to the drivers.',
   },
+  activityReports: {
+    kind: 'bool',
+    default: true,
+    description: 'Report activity to the drivers that take it (Kubernetes: the `sandgate.dev/last-activity` annotation; remote drivers: `ReportActivity`). Off, and with no idle timeout, console or `--metrics-namespaces`, the doors record no activity at all (docs/lifecycle.md).',
+  },
   activityPatchIntervalMs: {
     kind: 'int',
     default: 60_000,

@@ -32,7 +32,7 @@ import { sandboxKey } from '../../domain/sandbox.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
 import { HttpFront } from '../http-front.js';
 import { proxyFrontHandler } from './proxy-front.js';
-import type { ActivityRecorder } from '../activity-recorder.js';
+import type { ActivityRecorder } from '../../lifecycle/activity-recorder.js';
 import { H2Response, h2Request } from '../forwarding/h2-request.js';
 import { tunnelExtendedConnect } from './h2-websocket.js';
 import { httpsRedirect } from './https-redirect.js';
@@ -405,7 +405,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const retry = this.opts.connectRetry;
     if (retry === undefined || retry.ms <= 0 || x.hop !== 'sandbox' || x.req.body !== null || x.options === undefined || x.res.destroyed) return false;
     if ((err as { code?: unknown }).code !== 'ECONNREFUSED') return false;
-    const since = this.decider.view.activity.readySince(x.decision.entry.key);
+    const since = this.decider.view.readySince(x.decision.entry.key);
     const left = since === undefined ? 0 : since + retry.ms - retry.now();
     if (left <= 0) return false;
     const options = x.options;
