@@ -236,14 +236,18 @@ async function answering(c: Held, request: string): Promise<{ held: Held; again(
   return { held: c, again: ask };
 }
 
-describe('--max-connections', () => {
+describe.skipIf(!OPENSSL)(needsOpenssl('--max-connections'), () => {
+  let ca: TestCa;
   let t: TestGateway;
 
   beforeAll(async () => {
-    t = await startTestGateway([], { maxConnections: 3 });
+    ca = makeCa();
+    const leaf = ca.issue('gw', ['localhost']);
+    t = await startTestGateway([], { maxConnections: 3, proxyTlsPort: 0, tlsCertFile: leaf.certFile, tlsKeyFile: leaf.keyFile });
   });
   afterAll(async () => {
     await t?.close();
+    ca?.remove();
   });
 
   async function metric(name: string, listener: string): Promise<number | undefined> {
@@ -260,8 +264,9 @@ describe('--max-connections', () => {
     expect(refused.received).toBe(0);
     expect(first.some((c) => c.isClosed())).toBe(false);
     expect(await metric('sandgate_listener_connections_refused_total', 'proxy')).toBe(1);
-    // Another listener has caps of its own.
+    // Every listener has a cap of its own.
     expect(await metric('sandgate_listener_connections_refused_total', 'admin')).toBe(0);
+    expect(await metric('sandgate_listener_connections_refused_total', 'proxy_tls')).toBe(0);
 
     first[0]!.socket.destroy();
     await eventually(async () => (await metric('sandgate_listener_connections', 'proxy')) === 2, 5000, 'the place freed');
@@ -269,5 +274,18 @@ describe('--max-connections', () => {
     await eventually(() => next.received > 0, 5000, 'an answer on the connection that took the freed place');
     expect(next.isClosed()).toBe(false);
     expect(await metric('sandgate_listener_connections_refused_total', 'proxy')).toBe(1);
+  });
+
+  it('the same on the TLS port: refused before the handshake, and a freed place takes a TLS client', async () => {
+    const first = await Promise.all([raw(t.gw.proxyTlsPort!), raw(t.gw.proxyTlsPort!), raw(t.gw.proxyTlsPort!)]);
+    await eventually(async () => (await metric('sandgate_listener_connections', 'proxy_tls')) === 3, 5000, 'three connections on the TLS port');
+    const refused = await raw(t.gw.proxyTlsPort!);
+    await refused.closed;
+    expect(refused.received).toBe(0);
+    expect(await metric('sandgate_listener_connections_refused_total', 'proxy_tls')).toBe(1);
+    first[0]!.socket.destroy();
+    await eventually(async () => (await metric('sandgate_listener_connections', 'proxy_tls')) === 2, 5000, 'the place freed');
+    const next = await tls(t.gw.proxyTlsPort!, ca, ['http/1.1']);
+    expect(next.isClosed()).toBe(false);
   });
 });
