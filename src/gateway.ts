@@ -4,6 +4,7 @@ import type { DestinationStream } from 'pino';
 import { createPresenceStore } from './config/factories.js';
 import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
+import { tracingSettings } from './config/tracing-settings.js';
 import type { Driver } from './drivers/driver.js';
 import { createActivity, startActivity, type ActivityRounds } from './gateway/activity.js';
 import { createCore, Serving, startExchangeReaders, startDrivers, startServing } from './gateway/core.js';
@@ -16,7 +17,7 @@ import { createLogger, type Logger } from './observability/logger.js';
 import type { GatewayMetrics } from './observability/metrics.js';
 import type { ActivityLog } from './lifecycle/activity-log.js';
 import type { Tracing } from './observability/otel-tracer.js';
-import { tracingFromEnv } from './observability/tracing.js';
+import { startTracing } from './observability/tracing.js';
 import type { PresenceStore } from './sessions/presence/presence-store.js';
 import type { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
@@ -48,7 +49,7 @@ export interface Gateway {
   readonly view: SandboxView;
   readonly log: Logger;
   readonly metrics: GatewayMetrics;
-  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  /** Undefined unless the tracing options (`OTEL_*`) turn tracing on. */
   readonly tracing: Tracing | undefined;
   readonly drivers: readonly Driver[];
   readonly presence: PresenceStore;
@@ -84,7 +85,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   setLogger({ error: (...a: unknown[]) => grpcLog.debug(a.join(' ')), info: (...a: unknown[]) => grpcLog.debug(a.join(' ')), debug: (...a: unknown[]) => grpcLog.debug(a.join(' ')) });
 
   const now = opts.now ?? Date.now;
-  const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now, tracing: await tracingFromEnv(process.env, gatewayId) });
+  const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now, tracing: await startTracing(tracingSettings(config), gatewayId) });
   const lifecycle = createActivity(config, core, gatewayId, log);
   const onProblem = (p: StopProblem): void =>
     p.err === undefined ? log.warn({ component: p.component }, 'stop overran the shutdown deadline; abandoned') : log.warn({ err: p.err, component: p.component }, 'stop failed');

@@ -2,6 +2,7 @@ import { ROUTE_SOURCES } from '../domain/route-key.js';
 import { DEFAULT_H2C_LIMITS as H2C } from '../edge/forwarding/h2c-pool.js';
 import { GRPC_SERVER_LIMITS as GRPC } from '../lib/grpc-h2-connection.js';
 import { CONNECTION_LIMITS as LISTEN } from '../lib/connection-guard.js';
+import { TRACING_OPTIONS } from './tracing-options.js';
 
 /**
  * The one configuration schema. Every option has a type, a default, a flag (`--kebab-case`), an
@@ -17,6 +18,8 @@ interface BaseSpec<K extends Kind, T> {
   readonly description: string;
   /** Redacted when the resolved configuration is logged. */
   readonly secret?: boolean;
+  /** A standard variable read instead of `SANDGATE_*` (the OpenTelemetry SDK's `OTEL_*`). */
+  readonly env?: string;
 }
 
 export type OptionSpec =
@@ -471,6 +474,7 @@ export const SCHEMA = {
     values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
     description: 'Log level (pino).',
   },
+  ...TRACING_OPTIONS,
 } as const satisfies Record<string, OptionSpec>;
 
 export type Schema = typeof SCHEMA;
@@ -496,5 +500,7 @@ export function flagOf(name: string): string {
 }
 
 export function envOf(name: string): string {
+  const own = (SCHEMA as Record<string, OptionSpec>)[name]?.env;
+  if (own !== undefined) return own;
   return 'SANDGATE_' + name.replace(/[A-Z]/g, (c) => '_' + c).toUpperCase();
 }

@@ -38,7 +38,7 @@ export interface Core extends Credentials {
   readonly view: SandboxView;
   /** `--access-log`; undefined when off. */
   readonly accessLog: AccessLog | undefined;
-  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  /** Undefined unless the tracing options (`OTEL_*`) turn tracing on. */
   readonly tracing: Tracing | undefined;
   /** The doors' exchange records; undefined (none made at all) unless one of their readers is on. */
   readonly recorder: ExchangeRecorder | undefined;
@@ -63,7 +63,7 @@ export interface CoreOptions {
   readonly drivers?: readonly Driver[];
   /** Clock (epoch ms). */
   readonly now: () => number;
-  /** The OpenTelemetry tracer, when the `OTEL_*` environment turns tracing on (tracingFromEnv). */
+  /** The OpenTelemetry tracer, when the tracing options turn it on (config/tracing-settings.ts). */
   readonly tracing: Tracing | undefined;
 }
 
