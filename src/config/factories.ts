@@ -14,6 +14,7 @@ import type { Logger } from '../observability/logger.js';
 import { MemoryPresence } from '../sessions/presence/memory-presence.js';
 import type { PresenceStore } from '../sessions/presence/presence-store.js';
 import type { GrpcServerLimits } from '../lib/grpc-h2-connection.js';
+import type { ConnectionLimits } from '../lib/connection-guard.js';
 import type { H2cLimits } from '../edge/forwarding/h2c-pool.js';
 import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connection.js';
 import { createRedisPresence } from '../sessions/presence/redis-presence.js';
@@ -37,6 +38,11 @@ export function grpcLimits(c: Config): GrpcServerLimits {
     idleTimeoutMs: c.grpcIdleTimeoutMs,
     goawayGraceMs: c.grpcGoawayGraceMs,
   };
+}
+
+/** Every listener's connection cap and first-request timeouts. */
+export function connectionLimits(c: Pick<Config, 'maxConnections' | 'tlsHandshakeTimeoutMs' | 'requestHeaderTimeoutMs'>): ConnectionLimits {
+  return { maxConnections: c.maxConnections, tlsHandshakeTimeoutMs: c.tlsHandshakeTimeoutMs, requestHeaderTimeoutMs: c.requestHeaderTimeoutMs };
 }
 
 /** The embedded proxy's bounds on HTTP/2 sessions to h2c sandbox ports (`--h2c-*`). */

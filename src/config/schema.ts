@@ -1,6 +1,7 @@
 import { ROUTE_SOURCES } from '../domain/route-key.js';
 import { DEFAULT_H2C_LIMITS as H2C } from '../edge/forwarding/h2c-pool.js';
 import { GRPC_SERVER_LIMITS as GRPC } from '../lib/grpc-h2-connection.js';
+import { CONNECTION_LIMITS as LISTEN } from '../lib/connection-guard.js';
 import { TRACING_OPTIONS } from './tracing-options.js';
 
 /**
@@ -35,6 +36,27 @@ const port = (def: number, description: string) => ({ kind: 'int', default: def,
 export const SCHEMA = {
   config: { kind: 'string', default: '', description: 'Optional configuration file (YAML or JSON) with any of these options.' },
   listenHost: { kind: 'string', default: '0.0.0.0', description: 'Address every listener binds.' },
+  maxConnections: {
+    kind: 'int',
+    default: LISTEN.maxConnections,
+    min: 1,
+    max: 1_000_000,
+    description: 'Every listener (proxy, proxy TLS, relay, supervisor, admin, ops, gRPC): connections it holds open at once, per process; past it a new connection is closed at accept, unread (`sandgate_listener_connections_refused_total`). Keep the process\'s open-file limit above the sum.',
+  },
+  tlsHandshakeTimeoutMs: {
+    kind: 'int',
+    default: LISTEN.tlsHandshakeTimeoutMs,
+    min: 1,
+    max: 120_000,
+    description: 'Every TLS listener: a connection whose TLS handshake has not finished this long after accept is closed, unanswered (as is one whose handshake fails).',
+  },
+  requestHeaderTimeoutMs: {
+    kind: 'int',
+    default: LISTEN.requestHeaderTimeoutMs,
+    min: 1,
+    max: 600_000,
+    description: 'Every listener: a connection that has not sent a complete first request head (HTTP/2: the preface and first HEADERS) this long after accept, TLS handshake included, is closed. After its first request a connection is governed by the keep-alive and idle timeouts.',
+  },
   grpcPort: port(9001, 'Envoy ext_authz, ext_proc and gRPC health, on one port (0 = any free port).'),
   grpcMaxConcurrentStreams: {
     kind: 'int',

@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import type { SandboxWatch } from '../api/sandbox-watch.js';
-import { driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
+import { connectionLimits, driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { startFailed } from '../config/start-errors.js';
 import { parseDuration } from '../domain/duration.js';
@@ -15,6 +15,7 @@ import { resolveRelayAddress } from '../edge/relay/relay-config.js';
 import { ActivityLog } from '../lifecycle/activity-log.js';
 import { ActivityDemand, ActivityRecorder, ignorePattern } from '../lifecycle/activity-recorder.js';
 import { Resumer } from '../lifecycle/resumer.js';
+import { ListenerGuards } from '../lib/connection-guard.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
@@ -55,6 +56,8 @@ export interface Core extends Credentials {
   /** What every door strips, which header carries the upstream, and the relay hop's credentials. */
   readonly door: DoorOptions;
   readonly certificates: Certificates;
+  /** Every listener's guard (connection cap, handshake and first-request timeouts), from one set of limits. */
+  readonly listeners: ListenerGuards;
 }
 
 export interface CoreOptions {
@@ -84,6 +87,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   const metrics = new GatewayMetrics(view);
+  const listeners = new ListenerGuards(connectionLimits(config));
+  metrics.watchListeners(listeners);
   const sinks: ExchangeSink[] = [];
   if (accessLog !== undefined) sinks.push(accessLog);
   if (namespaces.length > 0) sinks.push(new NamespaceFigures(metrics.registry, namespaces));
@@ -154,6 +159,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     resumer,
     door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
     certificates,
+    listeners,
   };
 }
 

@@ -94,11 +94,11 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
   const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')), core.certificates.doors);
   const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }), core.certificates.doors === undefined ? 'connection' : 'secureConnection');
   const adminAt = { host: config.listenHost, port: config.adminPort };
-  const adminPort = await startListener(life, '--admin-port', adminAt, () => listenOn(admin, adminAt.host, adminAt.port), (_, ms) => closeGracefully(admin, ms, adminFront));
+  const adminPort = await startListener(life, '--admin-port', adminAt, () => listenOn(admin, adminAt.host, adminAt.port, core.listeners.for('admin')), (_, ms) => closeGracefully(admin, ms, adminFront));
   if (!separateOps) return { adminPort, opsPort: undefined, watch };
   const ops = adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops')), core.certificates.ops);
   const opsAt = { host: config.opsListenHost !== '' ? config.opsListenHost : config.listenHost, port: config.opsPort };
-  const opsPort = await startListener(life, '--ops-port', opsAt, () => listenOn(ops, opsAt.host, opsAt.port), (_, ms) => closeGracefully(ops, ms));
+  const opsPort = await startListener(life, '--ops-port', opsAt, () => listenOn(ops, opsAt.host, opsAt.port, core.listeners.for('ops')), (_, ms) => closeGracefully(ops, ms));
   return { adminPort, opsPort, watch };
 }
 

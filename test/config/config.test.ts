@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { configMarkdown } from '../../src/config/docs.js';
-import { h2cLimits } from '../../src/config/factories.js';
+import { connectionLimits, h2cLimits } from '../../src/config/factories.js';
+import { CONNECTION_LIMITS } from '../../src/lib/connection-guard.js';
 import { redacted, resolveConfig } from '../../src/config/load.js';
 import { DEFAULT_H2C_LIMITS } from '../../src/edge/forwarding/h2c-pool.js';
 import { DEFAULTS } from '../../src/config/schema.js';
@@ -71,6 +72,25 @@ describe('configuration', () => {
     rejects(() => resolveConfig({ env: { SANDGATE_H2C_MAX_STREAMS_PER_SESSION: 'many' } }), /SANDGATE_H2C_MAX_STREAMS_PER_SESSION: expected a whole number/);
     rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'h2cIdleTimeoutMs: 1e9' }), /h2cIdleTimeoutMs in f.yaml: must be between 1 and 86400000/);
     rejects(() => resolveConfig({ argv: ['--h2c-max-stream-per-session', '1'] }), /did you mean --h2c-max-streams-per-session\?/);
+  });
+
+  it("bounds every listener's connections, TLS handshake and first request from file, environment and flags, and rejects bad bounds", () => {
+    expect(connectionLimits(resolveConfig())).toEqual(CONNECTION_LIMITS);
+    expect(CONNECTION_LIMITS).toEqual({ maxConnections: 10_000, tlsHandshakeTimeoutMs: 10_000, requestHeaderTimeoutMs: 10_000 });
+    const c = resolveConfig({
+      argv: ['--config', '/etc/sg.yaml', '--tls-handshake-timeout-ms', '200'],
+      env: { SANDGATE_REQUEST_HEADER_TIMEOUT_MS: '300' },
+      readFile: () => 'max-connections: 5\ntlsHandshakeTimeoutMs: 900\n',
+    });
+    expect(connectionLimits(c)).toEqual({ maxConnections: 5, tlsHandshakeTimeoutMs: 200, requestHeaderTimeoutMs: 300 });
+    rejects(() => resolveConfig({ argv: ['--max-connections', '0'] }), /--max-connections: must be between 1 and 1000000/);
+    rejects(() => resolveConfig({ argv: ['--max-connections', 'lots'] }), /--max-connections: expected a whole number/);
+    rejects(() => resolveConfig({ argv: ['--tls-handshake-timeout-ms', '0'] }), /--tls-handshake-timeout-ms: must be between 1 and 120000/);
+    rejects(() => resolveConfig({ argv: ['--tls-handshake-timeout-ms=120001'] }), /--tls-handshake-timeout-ms: must be between 1 and 120000/);
+    rejects(() => resolveConfig({ argv: ['--request-header-timeout-ms', '-5'] }), /--request-header-timeout-ms: must be between 1 and 600000/);
+    rejects(() => resolveConfig({ argv: ['--request-header-timeout-ms'] }), /--request-header-timeout-ms needs a value/);
+    rejects(() => resolveConfig({ env: { SANDGATE_MAX_CONNECTIONS: '2.5' } }), /SANDGATE_MAX_CONNECTIONS: expected a whole number/);
+    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'requestHeaderTimeoutMs: 1e9' }), /requestHeaderTimeoutMs in f.yaml: must be between 1 and 600000/);
   });
 
   it('redacts secrets and the passwords inside connection strings when printed', () => {

@@ -7,6 +7,7 @@ import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn, PROXIED_METHODS, refuseConnect, type ConnectionFront } from '../../lib/http-listen.js';
 import { RequestGuard } from '../../lib/request-guard.js';
+import { ListenerGuards } from '../../lib/connection-guard.js';
 import type { CertificateStore } from '../../lib/tls/certificate-store.js';
 import type { PeerTls } from '../../lib/tls/peer-tls.js';
 import { ALPN, Http2Beside } from '../../lib/tls/http2-beside.js';
@@ -98,6 +99,8 @@ export interface ProxyOptions {
   readonly handlerErrors?: { inc(): void };
   /** Bounds on the HTTP/2 sessions to h2c sandbox ports (forwarding/h2c-pool.ts). */
   readonly h2c?: Partial<H2cLimits>;
+  /** The guards of the plain (`proxy`) and TLS (`proxy_tls`) ports; default: one set with the default limits. */
+  readonly guards?: ListenerGuards;
 }
 
 /** The TLS listener: HTTP/1.1 (node:http and the proxy's front) and HTTP/2 beside it. */
@@ -139,6 +142,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   readonly h2c: H2cPool;
   /** How peers' relay listeners are reached. */
   private readonly peers: RelayPeers;
+  /** Connection caps and first-request timeouts of both ports. */
+  readonly guards: ListenerGuards;
   /** The relay half of the upstream plan; undefined: a relay decision answers 502 sandbox_unreachable. */
   private readonly relay: RelayRoutes | undefined;
   port = 0;
@@ -151,6 +156,7 @@ export class EmbeddedProxy implements ExchangeOwner {
   ) {
     // A client's copies of the relay headers never travel on: a relay hop gets the gateway's own.
     this.connections = new ConnectionLimit(opts.maxConnectionsPerSandbox ?? 0);
+    this.guards = opts.guards ?? new ListenerGuards();
     // With tracing on, the sandbox gets the proxy's own `traceparent` (its span's), never the client's.
     const traced = decider.recorder?.tracer !== undefined ? [TRACEPARENT] : [];
     this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, ...traced] });
@@ -200,13 +206,13 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   /** The plain port (not when `port` is negative: TLS only). */
   async start(): Promise<number> {
-    if (this.opts.port >= 0) this.port = await listenOn(this.server, this.opts.host, this.opts.port);
+    if (this.opts.port >= 0) this.port = await listenOn(this.server, this.opts.host, this.opts.port, this.guards.for('proxy'));
     return this.port;
   }
 
   /** The TLS port. */
   async startTls(): Promise<number> {
-    this.tlsPort = await listenOn(this.secure!.server, this.opts.host, this.opts.tls!.port);
+    this.tlsPort = await listenOn(this.secure!.server, this.opts.host, this.opts.tls!.port, this.guards.for('proxy_tls'));
     return this.tlsPort;
   }
 
