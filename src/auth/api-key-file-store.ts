@@ -29,8 +29,9 @@ export class FileApiKeyStore implements ApiKeyStore {
   ) {}
 
   async start(): Promise<void> {
+    // Watched before the first read: a change between the two is then seen, never lost.
+    this.watcher = watchFile(this.path, () => void this.load(), this.onError, 20);
     await this.load();
-    this.watcher = watchFile(this.path, 20, () => void this.load(), this.onError);
   }
 
   byHash(hash: string): ApiKeyRecord | undefined {

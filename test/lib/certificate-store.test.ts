@@ -5,6 +5,7 @@ import { connect, createServer, type Server } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { selectPair, type CertificatePair } from '../../src/lib/tls/certificate-pair.js';
 import { CertificateStore, type ReloadEvent } from '../../src/lib/tls/certificate-store.js';
+import { AtomicWriterVolume } from '../helpers/atomic-writer.js';
 import { eventually } from '../helpers/eventually.js';
 import { makeCa, needsOpenssl, OPENSSL, servedSubject, type TestCa } from '../helpers/tls-certs.js';
 
@@ -110,6 +111,40 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the certificate store'), () => {
     } finally {
       server.close();
       store.close();
+    }
+  });
+
+  it('Kubernetes TLS Secrets renewed by the atomic writer (..data swapped) are served: a pair of --tls-cert-file, a Secret as --tls-dir, one in a sub-directory', async () => {
+    const one = ca.issue('k8s-one', ['one.k8s.test']);
+    const two = ca.issue('k8s-two', ['two.k8s.test']);
+    const sub = ca.issue('k8s-sub', ['sub.k8s.test']);
+    const subNext = ca.issue('k8s-sub-next', ['sub.k8s.test', 'next.k8s.test']);
+    const single = new AtomicWriterVolume(join(ca.dir, 'k8s-single'), { 'tls.crt': one.cert, 'tls.key': one.key });
+    const asDir = new AtomicWriterVolume(join(ca.dir, 'k8s-dir'), { 'tls.crt': one.cert, 'tls.key': one.key });
+    const parent = join(ca.dir, 'k8s-parent');
+    const inSub = new AtomicWriterVolume(join(parent, 'sub'), { 'tls.crt': sub.cert, 'tls.key': sub.key });
+    const stores = [
+      new CertificateStore({ certFile: single.path('tls.crt'), keyFile: single.path('tls.key') }, { pollMs: 0, debounceMs: 20 }),
+      new CertificateStore({ dir: asDir.dir }, { pollMs: 0, debounceMs: 20 }),
+      new CertificateStore({ dir: parent }, { pollMs: 0, debounceMs: 20 }),
+    ];
+    const served = await Promise.all(stores.map(serve));
+    for (const s of stores) s.start();
+    try {
+      expect(await servedSubject(served[0]!.port, undefined)).toContain('CN = one.k8s.test');
+      expect(await servedSubject(served[1]!.port, undefined)).toContain('CN = one.k8s.test');
+      expect(await servedSubject(served[2]!.port, 'next.k8s.test')).toContain('CN = sub.k8s.test');
+      single.update({ 'tls.crt': two.cert, 'tls.key': two.key });
+      asDir.update({ 'tls.crt': two.cert, 'tls.key': two.key });
+      inSub.update({ 'tls.crt': subNext.cert, 'tls.key': subNext.key });
+      await eventually(async () => (await servedSubject(served[0]!.port, undefined))?.includes('CN = two.k8s.test'), 10_000, 'the renewed --tls-cert-file pair');
+      await eventually(async () => (await servedSubject(served[1]!.port, undefined))?.includes('CN = two.k8s.test'), 10_000, 'the renewed Secret mounted as --tls-dir');
+      await eventually(() => stores[2]!.current[0]!.names.includes('next.k8s.test'), 10_000, 'the renewed Secret in a --tls-dir sub-directory');
+      expect(await servedSubject(served[2]!.port, 'next.k8s.test')).toContain('CN = sub.k8s.test');
+      for (const s of stores) expect(s.problems()).toEqual([]);
+    } finally {
+      for (const { server } of served) server.close();
+      for (const s of stores) s.close();
     }
   });
 

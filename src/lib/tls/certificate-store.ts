@@ -1,15 +1,15 @@
-import { readdirSync, readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SecureContext, Server as TlsServer, TlsOptions } from 'node:tls';
 import { SandgateError } from '../../domain/errors.js';
+import { watchFiles, type FileWatch } from '../file-watch.js';
 import { loadPair, selectPair, TLS_DEFAULTS, type CertificatePair } from './certificate-pair.js';
 
 /**
  * The one certificate store every TLS listener is handed (the proxy, the supervisor endpoint, the doors):
  * either one pair (`--tls-cert-file` / `--tls-key-file`) or a directory of pairs chosen by SNI
- * (`--tls-dir`). The files are watched and re-read when they change — a cert-manager Secret update swaps
- * the files of a mounted volume — and a periodic re-read backs the watch up (a watch can miss a
- * symlink swap on some filesystems). A pair whose new files do not load keeps serving its last good
+ * (`--tls-dir`). The files are followed by the one file watch (lib/file-watch.ts) and re-read when they
+ * change — a cert-manager Secret update swaps the `..data` symlink of a mounted volume. A pair whose new files do not load keeps serving its last good
  * certificate, and the failure is reported until a later read succeeds.
  *
  * A directory holds pairs as `<name>.crt` + `<name>.key` files, or as sub-directories holding `tls.crt` +
@@ -30,7 +30,7 @@ export interface ReloadEvent {
 export interface CertificateStoreOptions {
   /** Quiet time after a file change before re-reading (a rotation writes several files). */
   readonly debounceMs?: number;
-  /** Re-read every this many ms even without a change seen (0 = only on changes). */
+  /** Compare the files every this many ms even without an event (0 = only on events). */
   readonly pollMs?: number;
   readonly onReload?: (e: ReloadEvent) => void;
   /** Clock (epoch ms), for expiry. */
@@ -52,12 +52,7 @@ export class CertificateStore {
   /** Sources whose files do not load now (their last good pair, if any, still serves), with why. */
   private readonly failing = new Map<string, string>();
   private readonly servers = new Set<TlsServer>();
-  private watchers: FSWatcher[] = [];
-  private watchedDirs = '';
-  private started = false;
-  private timer: NodeJS.Timeout | undefined;
-  private poll: NodeJS.Timeout | undefined;
-  private readonly debounceMs: number;
+  private watch: FileWatch | undefined;
   private readonly now: () => number;
 
   /** Loads the pairs now; throws `tls_certificate_invalid` when none loads (nothing could be served). */
@@ -65,7 +60,6 @@ export class CertificateStore {
     readonly from: CertificateSource,
     private readonly opts: CertificateStoreOptions = {},
   ) {
-    this.debounceMs = opts.debounceMs ?? 100;
     this.now = opts.now ?? Date.now;
     this.reload();
     if (this.pairs.length === 0) {
@@ -74,23 +68,21 @@ export class CertificateStore {
     }
   }
 
-  /** Starts watching the files (and the periodic re-read). */
+  /** Starts following the files; a change since they were loaded is read now. */
   start(): void {
-    this.started = true;
-    this.rewatch();
-    const pollMs = this.opts.pollMs ?? 10_000;
-    if (pollMs > 0) {
-      this.poll = setInterval(() => this.reload(), pollMs);
-      this.poll.unref();
-    }
+    this.watch = watchFiles({
+      paths: () => this.followed(),
+      onChange: () => this.reload(),
+      onError: (err) => this.fail('dir' in this.from ? this.from.dir : this.from.certFile, err),
+      debounceMs: this.opts.debounceMs ?? 100,
+      pollMs: this.opts.pollMs ?? 10_000,
+    });
+    this.reload();
   }
 
   close(): void {
-    clearTimeout(this.timer);
-    clearInterval(this.poll);
-    this.started = false;
-    for (const w of this.watchers) w.close();
-    this.watchers = [];
+    this.watch?.close();
+    this.watch = undefined;
     this.servers.clear();
   }
 
@@ -198,7 +190,6 @@ export class CertificateStore {
     const fallbackBefore = this.pairs.length > 0 ? this.fallback : undefined;
     this.pairs = next;
     if (this.fallback !== fallbackBefore) for (const s of this.servers) s.setSecureContext(this.contextOptions(this.fallback));
-    if (this.started) this.rewatch();
   }
 
   private fail(source: string, error: Error): void {
@@ -229,31 +220,10 @@ export class CertificateStore {
     return out;
   }
 
-  /** Watches every directory a pair's files live in (the set can change with the directory's content). */
-  private rewatch(): void {
-    const dirs = new Set<string>();
-    const from = this.from;
-    if ('dir' in from) {
-      dirs.add(from.dir);
-      for (const p of this.scanQuietly()) dirs.add(join(p.certFile, '..'));
-    } else {
-      dirs.add(join(from.certFile, '..'));
-      dirs.add(join(from.keyFile, '..'));
-    }
-    const key = [...dirs].sort().join('\n');
-    if (key === this.watchedDirs) return;
-    for (const w of this.watchers) w.close();
-    this.watchedDirs = key;
-    this.watchers = [];
-    for (const dir of dirs) {
-      try {
-        const w = watch(dir, () => this.changed());
-        w.on('error', (err) => this.fail(dir, err));
-        this.watchers.push(w);
-      } catch (err) {
-        this.fail(dir, err as Error);
-      }
-    }
+  /** The files the pairs are read from, and a `--tls-dir` itself (a pair added or removed). */
+  private followed(): string[] {
+    const files = this.scanQuietly().flatMap((p) => [p.certFile, p.keyFile]);
+    return 'dir' in this.from ? [this.from.dir, ...files] : files;
   }
 
   private scanQuietly(): PairFiles[] {
@@ -262,11 +232,6 @@ export class CertificateStore {
     } catch {
       return [];
     }
-  }
-
-  private changed(): void {
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.reload(), this.debounceMs);
   }
 }
 
