@@ -19,7 +19,6 @@ import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connectio
 import { createRedisPresence } from '../sessions/presence/redis-presence.js';
 import { CertificateStore, type ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Config } from './schema.js';
-import { parseDuration } from '../domain/duration.js';
 
 /**
  * Configuration → objects: the drivers, the presence store, the API key store and the routing options a
@@ -90,11 +89,9 @@ export function apiKeyStoreFromConfig(c: Config, onError: (err: Error) => void):
   return new FileApiKeyStore(c.apiKeys, onError);
 }
 
-/** `--link-max-ttl` in seconds. Throws `config_invalid`. */
-export function linkMaxTtlFromConfig(config: Config): number {
-  const ms = parseDuration(config.linkMaxTtl);
-  if (typeof ms === 'string' || ms < 1000) throw new SandgateError('config_invalid', `link-max-ttl: ${typeof ms === 'string' ? ms : 'must be at least 1s'}`);
-  return Math.floor(ms / 1000);
+/** `--link-max-ttl` in whole seconds (links count their lifetime in seconds). */
+export function linkMaxTtlFromConfig(config: Pick<Config, 'linkMaxTtl'>): number {
+  return Math.floor(config.linkMaxTtl / 1000);
 }
 
 /** `--api-key-namespaces`: `*` grants every namespace. */

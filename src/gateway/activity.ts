@@ -1,6 +1,4 @@
 import type { Config } from '../config/schema.js';
-import { parseDuration } from '../domain/duration.js';
-import { SandgateError } from '../domain/errors.js';
 import type { Driver } from '../drivers/driver.js';
 import { ActivityReporter } from '../edge/activity-reporter.js';
 import { IdleController } from '../edge/idle-controller.js';
@@ -14,14 +12,6 @@ import type { Core } from './core.js';
  * Activity and idle pause: the doors' activity shared between gateways and reported to drivers, and the
  * idle controller that pauses sandboxes nobody uses. Off the request path, once the drivers run.
  */
-
-/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
-export function idleTimeoutFromConfig(config: Pick<Config, 'idleTimeout'>): number {
-  if (config.idleTimeout === '') return 0;
-  const ms = parseDuration(config.idleTimeout);
-  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
-  return ms;
-}
 
 type ActivitySlice = Pick<Config, 'presence' | 'presenceRedisOptions' | 'presenceKeyPrefix' | 'leaseTtlMs' | 'activityReportIntervalMs' | 'activityPatchIntervalMs'>;
 

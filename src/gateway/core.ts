@@ -21,7 +21,6 @@ import { metricsNamespaces, NamespaceFigures } from '../observability/namespace-
 import { GatewayMetrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/otel-tracer.js';
 import { SandboxView } from '../view/sandbox-view.js';
-import { idleTimeoutFromConfig } from './activity.js';
 import { readCertificates, type Certificates, type Credentials } from './credentials.js';
 
 /**
@@ -69,7 +68,6 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   const tracing = opts.tracing;
   const namespaces = metricsNamespaces(config.metricsNamespaces);
   const now = opts.now;
-  const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
@@ -77,7 +75,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: namespaceShare(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
-  view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
+  view.activity.defaultIdleTimeoutMs = config.idleTimeout;
   const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const sinks: ExchangeSink[] = [];
@@ -127,7 +125,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     recorder,
     view,
     activity,
-    idleTimeoutMs,
+    idleTimeoutMs: config.idleTimeout,
     metrics,
     drivers,
     decider,
