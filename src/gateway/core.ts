@@ -6,12 +6,13 @@ import { startFailed } from '../config/start-errors.js';
 import { namespaceShare } from '../domain/namespace-share.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
-import { ActivityRecorder, ignorePattern } from '../edge/activity-recorder.js';
 import { Decider } from '../edge/decider.js';
 import type { GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
 import { removedHeaders, type DoorOptions } from '../edge/headers.js';
 import { resolveRelayAddress } from '../edge/relay/relay-config.js';
-import { Resumer } from '../edge/resume.js';
+import { ActivityLog } from '../lifecycle/activity-log.js';
+import { ActivityDemand, ActivityRecorder, ignorePattern } from '../lifecycle/activity-recorder.js';
+import { Resumer } from '../lifecycle/resumer.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
@@ -34,14 +35,16 @@ export interface Core extends Credentials {
   readonly view: SandboxView;
   /** `--access-log`; undefined when off. */
   readonly accessLog: AccessLog | undefined;
-  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  /** Undefined unless the tracing options (`OTEL_*`) turn tracing on. */
   readonly tracing: Tracing | undefined;
   /** The doors' exchange records; undefined (none made at all) unless one of their readers is on. */
   readonly recorder: ExchangeRecorder | undefined;
-  /** What every door records traffic into (per sandbox and port). */
+  /** What every door records traffic into (per sandbox and port), while something reads it. */
   readonly activity: ActivityRecorder;
-  /** `--idle-timeout` in ms; 0 = off. */
-  readonly idleTimeoutMs: number;
+  /** Traffic activity per sandbox and port, and the idle controller's decisions. */
+  readonly activityLog: ActivityLog;
+  /** Whether anything reads activity (recording and the lifecycle writer's lock run only then). */
+  readonly activityDemand: ActivityDemand;
   readonly metrics: GatewayMetrics;
   readonly drivers: readonly Driver[];
   readonly decider: Decider;
@@ -55,7 +58,7 @@ export interface CoreOptions {
   readonly drivers?: readonly Driver[];
   /** Clock (epoch ms). */
   readonly now: () => number;
-  /** The OpenTelemetry tracer, when the `OTEL_*` environment turns tracing on (tracingFromEnv). */
+  /** The OpenTelemetry tracer, when the tracing options turn it on (config/tracing-settings.ts). */
   readonly tracing: Tracing | undefined;
 }
 
@@ -75,8 +78,6 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: namespaceShare(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
-  view.activity.defaultIdleTimeoutMs = config.idleTimeout;
-  const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const sinks: ExchangeSink[] = [];
   if (accessLog !== undefined) sinks.push(accessLog);
@@ -91,6 +92,13 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   });
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
+  const activityLog = new ActivityLog(view, config.idleTimeout);
+  const activityDemand = new ActivityDemand({
+    idle: config.idleTimeout > 0,
+    reports: config.activityReports && drivers.some((d) => d.reportActivity !== undefined),
+    shown: config.console || namespaces.length > 0,
+  });
+  const activity = new ActivityRecorder(activityLog, activityDemand, ignore, now);
   const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }), config.maxRunningPerNamespace);
   const decider = new Decider({
     view,
@@ -125,7 +133,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     recorder,
     view,
     activity,
-    idleTimeoutMs: config.idleTimeout,
+    activityLog,
+    activityDemand,
     metrics,
     drivers,
     decider,
