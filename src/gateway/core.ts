@@ -3,8 +3,6 @@ import type { SandboxWatch } from '../api/sandbox-watch.js';
 import { connectionLimits, driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { startFailed } from '../config/start-errors.js';
-import { parseDuration } from '../domain/duration.js';
-import { SandgateError } from '../domain/errors.js';
 import { namespaceShare } from '../domain/namespace-share.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
@@ -78,7 +76,6 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   const tracing = opts.tracing;
   const namespaces = metricsNamespaces(config.metricsNamespaces);
   const now = opts.now;
-  const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
@@ -102,9 +99,9 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   });
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
-  const activityLog = new ActivityLog(view, idleTimeoutMs);
+  const activityLog = new ActivityLog(view, config.idleTimeout);
   const activityDemand = new ActivityDemand({
-    idle: idleTimeoutMs > 0,
+    idle: config.idleTimeout > 0,
     reports: config.activityReports && drivers.some((d) => d.reportActivity !== undefined),
     shown: config.console || namespaces.length > 0,
   });
@@ -161,14 +158,6 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     certificates,
     listeners,
   };
-}
-
-/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
-function idleTimeoutFromConfig(config: Pick<Config, 'idleTimeout'>): number {
-  if (config.idleTimeout === '') return 0;
-  const ms = parseDuration(config.idleTimeout);
-  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
-  return ms;
 }
 
 function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {

@@ -49,20 +49,20 @@ type OpsSlice = Pick<Config, 'watchMaxTotal' | 'watchMaxPerPrincipal' | 'watchMa
 export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: OpsDeps): Promise<OpsSurface> {
   const { gatewayId, core, presence, serving, log } = deps;
   const { view, metrics, keyStore } = core;
-  const certificateStores = core.certificates.stores;
+  const certificates = core.certificates.store;
   const readiness: Readiness = {
     notReady() {
       const reasons = view.unsyncedDrivers().map((d) => `driver ${d} has not synced`);
       if (serving.shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? []), ...certificateStores.flatMap((c) => c.problems())],
+    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
   };
   metrics.watchReadiness({
     notReady: () => readiness.notReady(),
     presenceDegraded: () => presence.degraded(),
     keysDegraded: () => keyStore?.degraded() ?? [],
-    tlsDegraded: () => certificateStores.flatMap((c) => c.problems()),
+    tlsDegraded: () => certificates?.problems() ?? [],
   });
   const watch = new SandboxWatch(view, core.activityLog, { maxTotal: config.watchMaxTotal, maxPerPrincipal: config.watchMaxPerPrincipal, maxBufferBytes: config.watchMaxBufferBytes });
   metrics.watchWatchers(watch);

@@ -8,7 +8,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn, PROXIED_METHODS, refuseConnect, type ConnectionFront } from '../../lib/http-listen.js';
 import { RequestGuard } from '../../lib/request-guard.js';
 import { ListenerGuards } from '../../lib/connection-guard.js';
-import type { CertificateStore } from '../../lib/tls/certificate-store.js';
+import type { CertificateSet } from '../../lib/tls/certificate-store.js';
 import type { PeerTls } from '../../lib/tls/peer-tls.js';
 import { ALPN, Http2Beside } from '../../lib/tls/http2-beside.js';
 import type { Logger } from '../../observability/logger.js';
@@ -46,7 +46,7 @@ import { respondGrpcDenial } from '../forwarding/grpc-denial.js';
  * keeps a Pool per origin), bodies streamed both ways with backpressure, responses written as they
  * arrive (SSE and chunked responses are not buffered), WebSocket upgrades tunnelled byte for byte.
  *
- * With a certificate store, a second listener (`--proxy-tls-port`) speaks TLS: HTTP/1.1 there is read
+ * With certificates from the store, a second listener (`--proxy-tls-port`) speaks TLS: HTTP/1.1 there is read
  * exactly as on the plain port, HTTP/2 (ALPN `h2`) streams become the same requests (h2-request.ts), and
  * RFC 8441 extended CONNECT carries WebSockets (h2-websocket.ts). The plain port may instead redirect
  * every request to HTTPS.
@@ -92,7 +92,7 @@ export interface ProxyOptions {
    */
   readonly connectRetry?: { readonly ms: number; readonly now: () => number };
   /** The TLS listener: its port and the certificates it serves. */
-  readonly tls?: { readonly port: number; readonly store: CertificateStore };
+  readonly tls?: { readonly port: number; readonly pairs: CertificateSet };
   /** The plain port answers every request with a 308 to `https://<host>:<port>` (443: no port in the URL; 0: the TLS listener's port). */
   readonly redirectHttpsPort?: number;
   /** Counts faults in the proxy's handlers (sandgate_http_handler_errors_total{listener="proxy"}). */
@@ -184,17 +184,17 @@ export class EmbeddedProxy implements ExchangeOwner {
       this.front.h2c = (socket) => h2.accept(socket);
       this.plainH2 = h2;
     }
-    if (opts.tls !== undefined) this.secure = this.secureListener(opts.tls.store);
+    if (opts.tls !== undefined) this.secure = this.secureListener(opts.tls.pairs);
   }
 
-  private secureListener(store: CertificateStore): SecureListener {
+  private secureListener(pairs: CertificateSet): SecureListener {
     const server = createStreamingServer(
       (req, res) => this.request(fromNodeHttp(req, true), res),
       (req, socket, head) => this.upgrade(req, socket, head, true),
       this.guard,
-      { ...store.serverOptions(), ALPNProtocols: ALPN },
+      { ...pairs.serverOptions(), ALPNProtocols: ALPN },
     );
-    store.attach(server as unknown as TlsServer);
+    pairs.attach(server as unknown as TlsServer);
     const front = new HttpFront(server, proxyFrontHandler((req, res) => this.request(req, res), true), this.log, 'secureConnection');
     const h2 = new Http2Beside(server, (stream, headers, ip) => this.stream(stream, headers, ip), { ...H2_LIMITS, idleTimeoutMs: server.keepAliveTimeout });
     const fronts: ConnectionFront = {
