@@ -375,6 +375,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const left = since === undefined ? 0 : since + retry.ms - retry.now();
     if (left <= 0) return false;
     const options = x.options;
+    this.log.debug({ upstream: x.decision.upstream, leftMs: left }, 'the sandbox refused the connection after a wake; retrying');
     setTimeout(() => {
       if (!x.res.destroyed) this.agent.dispatch(options, x);
     }, Math.min(CONNECT_RETRY_STEP_MS, left));
