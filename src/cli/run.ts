@@ -21,6 +21,8 @@ Usage:
                                revoke a link and its cookies on every gateway
   sandgate tunnel <namespace>/<name> <port> [--gateway URL] [--api-key KEY | SANDGATE_API_KEY]
                                join stdin/stdout to a TCP port of a sandbox (docs/tunnels.md)
+  sandgate port-forward <namespace>/<name> [LOCAL:]REMOTE… [--gateway URL] [--api-key KEY]
+                               listen on loopback, one tunnel per accepted connection
   sandgate config [options]    print the resolved configuration (--markdown: the option table)
   sandgate version             print the version
   sandgate help                this text
@@ -47,6 +49,8 @@ export async function runCli(argv: readonly string[]): Promise<number> {
         return await (await import('./link-commands.js')).linkCommand(rest);
       case 'tunnel':
         return await (await import('./tunnel-commands.js')).tunnelCommand(rest);
+      case 'port-forward':
+        return await (await import('./tunnel-commands.js')).portForwardCommand(rest);
       case 'config': {
         if (rest.includes('--markdown')) {
           process.stdout.write(configMarkdown());

@@ -1,13 +1,14 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeApiKeyFiles } from '../helpers/api-key-files.js';
+import { eventually } from '../helpers/eventually.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { needsOpenssh, OPENSSH, runOpenssh, startSshd, type Sshd } from '../helpers/sshd.js';
@@ -118,6 +119,33 @@ describe.skipIf(!OPENSSH)(needsOpenssh('OpenSSH through sandgate tunnels'), () =
       expect(middle.connects()).toBe(1);
     } finally {
       middle.server.close();
+    }
+  });
+
+  it('sandgate port-forward prints each local address and opens one tunnel per connection: ssh to it, a refused port says why', async () => {
+    const child = spawn(process.execPath, [CLI, 'port-forward', 'team-a/web', String(sshd.port), '0:8000', '--gateway', gateway, '--api-key', key], { stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const lines = await eventually(() => {
+        const l = out.split('\n').filter((x) => x.startsWith('Forwarding from '));
+        return l.length === 2 && l;
+      }, 20_000, () => `two listening lines (stdout ${JSON.stringify(out)}, stderr ${JSON.stringify(err)})`);
+      const local = (line: string) => Number(/^Forwarding from 127\.0\.0\.1:(\d+) -> \d+$/.exec(line)![1]);
+      expect(lines[0]).toMatch(new RegExp(` -> ${sshd.port}$`));
+      expect(lines[1]).toMatch(/ -> 8000$/);
+      for (const n of [1, 2]) {
+        const r = await runOpenssh('ssh', sshd.keyFile, 'none', ['-p', String(local(lines[0]!)), 'root@127.0.0.1', `echo forwarded-${n}`]);
+        expect([r.code, r.stderr, r.stdout]).toEqual([0, '', `forwarded-${n}\n`]);
+      }
+      const refused: Socket = connect(local(lines[1]!), '127.0.0.1');
+      refused.on('error', () => undefined);
+      await once(refused, 'close');
+      await eventually(() => err.includes('sandgate: tunnel refused: 409 port_not_tcp: '), 10_000, () => `the refusal on stderr (${JSON.stringify(err)})`);
+    } finally {
+      child.kill();
     }
   });
 
