@@ -40,6 +40,7 @@ type SessionsSlice = Pick<
   | 'supervisorPort'
   | 'supervisorSecretFile'
   | 'heartbeatIntervalMs'
+  | 'heartbeatMisses'
   | 'helloTimeoutMs'
   | 'supervisorMaxFrameBytes'
   | 'maxSessions'
@@ -109,6 +110,7 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
           ...at,
           keys,
           heartbeatIntervalMs: config.heartbeatIntervalMs,
+          heartbeatMisses: config.heartbeatMisses,
           helloTimeoutMs: config.helloTimeoutMs,
           maxFrameBytes: config.supervisorMaxFrameBytes,
           maxSessions: config.maxSessions,

@@ -41,6 +41,8 @@ export interface SupervisorServerOptions {
   /** The file `keys` came from: re-read every heartbeat interval, and setKeys() applied when it changes. */
   readonly keysFile?: string | undefined;
   readonly heartbeatIntervalMs: number;
+  /** Intervals a session may stay silent before it is dropped (4001). Default 3. */
+  readonly heartbeatMisses?: number;
   readonly helloTimeoutMs: number;
   /** Largest frame accepted (ws closes with 1009 past it). */
   readonly maxFrameBytes: number;
@@ -65,6 +67,9 @@ export interface SupervisorServerOptions {
    */
   readonly tls?: ServerTls;
 }
+
+/** Silent intervals after which a session is dropped (4001), unless configured. */
+export const DEFAULT_HEARTBEAT_MISSES = 3;
 
 type State = 'hello' | 'claiming' | 'active' | 'closed';
 
@@ -99,6 +104,8 @@ export class SupervisorServer implements RelayOpener {
   private readonly perSource = new Map<string, number>();
   private pending = 0;
   private sweeper: NodeJS.Timeout | undefined;
+  /** When the sweep next pings every session (the sweep itself runs four times per interval). */
+  private nextPingAt = Number.NEGATIVE_INFINITY;
   private shuttingDown = false;
   private readonly now: () => number;
   /** The key set tokens are verified with (setKeys replaces it) and how often it was replaced. */
@@ -181,7 +188,8 @@ export class SupervisorServer implements RelayOpener {
   async start(): Promise<number> {
     this.port = await listenOn(this.http, this.opts.host, this.opts.port);
     if (this.opts.autoSweep !== false) {
-      this.sweeper = setInterval(() => this.sweep(), this.opts.heartbeatIntervalMs);
+      // Four sweeps per interval: a silent session is dropped within a quarter interval of its deadline.
+      this.sweeper = setInterval(() => this.sweep(), Math.max(10, Math.floor(this.opts.heartbeatIntervalMs / 4)));
       this.sweeper.unref();
     }
     this.keysFile?.start(this.opts.heartbeatIntervalMs);
@@ -189,13 +197,23 @@ export class SupervisorServer implements RelayOpener {
   }
 
   /**
-   * One heartbeat round: pings every accepted session and closes those silent for 3 intervals, sockets
-   * that sent no hello within the hello timeout, and sessions whose token expires before the next round
-   * (so no session outlives its token's `exp`). Runs every heartbeat interval.
+   * One heartbeat round: pings every accepted session once per interval, and closes sessions silent for
+   * `heartbeatMisses` intervals, sockets that sent no hello within the hello timeout, and sessions whose
+   * token expires before the next interval (so no session outlives its token's `exp`). Runs four times
+   * per heartbeat interval.
+   *
+   * A silent session is not closed in the round that finds it overdue but just after, once the frames
+   * already waiting on the sockets have been read: timers run before I/O in Node's event loop, so on a
+   * gateway whose loop was busy (full CPU, a long GC) a round can fire while a supervisor's ping sits unread
+   * in the socket buffer. The re-check runs two check phases later (setImmediate twice), so at least one
+   * poll phase, which reads that ping, comes between; ws emits messages synchronously as it reads them.
    */
   sweep(): void {
     const now = this.now();
     const interval = this.opts.heartbeatIntervalMs;
+    const ping = now >= this.nextPingAt;
+    if (ping) this.nextPingAt = now + interval;
+    const overdue: LocalSession[] = [];
     for (const s of this.open) {
       if (s.state === 'closed') continue;
       if (s.expiresAt - now < interval) {
@@ -204,10 +222,29 @@ export class SupervisorServer implements RelayOpener {
       } else if (s.state === 'hello') {
         if (now - s.openedAt >= this.opts.helloTimeoutMs) this.closeSession(s, CLOSE.helloTimeout, 'no hello within the hello timeout');
       } else if (s.state === 'active') {
-        if (now - s.lastSeen >= 3 * interval) this.closeSession(s, CLOSE.heartbeatTimeout, 'missed heartbeats', true);
-        else this.send(s, { type: 'ping', t: now });
+        if (this.silent(s, now)) overdue.push(s);
+        else if (ping) this.send(s, { type: 'ping', t: now });
       }
     }
+    if (overdue.length > 0) setImmediate(() => setImmediate(() => this.dropSilent(overdue, now)));
+  }
+
+  /** Whether `s` has sent nothing for `heartbeatMisses` intervals as of `now`. */
+  private silent(s: LocalSession, now: number): boolean {
+    return now - s.lastSeen >= (this.opts.heartbeatMisses ?? DEFAULT_HEARTBEAT_MISSES) * this.opts.heartbeatIntervalMs;
+  }
+
+  /** Closes the sessions a sweep at `at` found silent that still are, now that pending frames were read. */
+  private dropSilent(overdue: readonly LocalSession[], at: number): void {
+    for (const s of overdue) if (s.state === 'active' && this.silent(s, at)) this.closeSession(s, CLOSE.heartbeatTimeout, 'missed heartbeats', true);
+  }
+
+  /** The age (ms) of the oldest silence among accepted sessions: how long the quietest has sent nothing. */
+  oldestSilenceMs(): number {
+    const now = this.now();
+    let oldest = 0;
+    for (const s of this.open) if (s.state === 'active') oldest = Math.max(oldest, now - s.lastSeen);
+    return oldest;
   }
 
   /**
