@@ -14,7 +14,7 @@ import { RequestGuard } from '../lib/request-guard.js';
 import { sourceGroup } from '../lib/source-address.js';
 import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
-import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
+import { CLOSE, closeCodeLabel, FEATURES, isFrameError, negotiated, parseClientFrame, PROTOCOL_VERSION, SUBPROTOCOL, SUPERVISOR_PATH, type Feature, type Hello, type Move, type ServerMessage } from './supervisor-protocol.js';
 import { SupervisorKeyFile } from './supervisor-key-file.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKey, type SupervisorKeys, type TokenRejection, type TokenSubject } from './supervisor-token.js';
 import { sandboxKey } from '../domain/sandbox.js';
@@ -93,6 +93,10 @@ export interface LocalSession {
   expiresAt: number;
   /** A refresh is being verified: a second one before it is answered is refused. */
   refreshing: boolean;
+  /** What the session uses: the features both sides announced (from hello on). */
+  features: ReadonlySet<Feature>;
+  /** When this gateway asked the supervisor to move (epoch ms), or 0. */
+  movedAt: number;
 }
 
 export class SupervisorServer implements RelayOpener {
@@ -139,7 +143,8 @@ export class SupervisorServer implements RelayOpener {
             },
             onError: (err) => this.log.warn({ err }, err.message),
           });
-    this.relay = new LimitedRelayOpener((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
+    // A supervisor that did not announce `relay` is never sent an OPEN: to the caller it holds no session here.
+    this.relay = new LimitedRelayOpener((ns, name) => this.relaySession(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
     const notWebSocket: RequestListener = (_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
       res.end(JSON.stringify({ code: 'upgrade_required', message: `connect with a WebSocket to ${SUPERVISOR_PATH}` }));
@@ -178,6 +183,27 @@ export class SupervisorServer implements RelayOpener {
   session(namespace: string, name: string): LocalSession | undefined {
     const s = this.registry.get(namespace, name);
     return s?.state === 'active' ? s : undefined;
+  }
+
+  private relaySession(namespace: string, name: string): LocalSession | undefined {
+    const s = this.session(namespace, name);
+    return s?.features.has('relay') === true ? s : undefined;
+  }
+
+  /** Accepted sessions here, in the order they were accepted. */
+  sessions(): IterableIterator<LocalSession> {
+    return this.registry.values();
+  }
+
+  /**
+   * Asks the supervisor of `s` to move its session (to `gateway` when given): true when the message was
+   * sent, false when the session cannot move (it did not announce `move`, or is not active).
+   */
+  move(s: LocalSession, gateway: string | undefined, reason: Move['reason']): boolean {
+    if (s.state !== 'active' || !s.features.has('move')) return false;
+    s.movedAt = this.now();
+    this.send(s, { type: 'move', reason, ...(gateway === undefined ? {} : { gateway }) });
+    return true;
   }
 
   /** A byte stream to `127.0.0.1:<port>` in the sandbox, over its session here (relay-opener.ts). */
@@ -369,6 +395,8 @@ export class SupervisorServer implements RelayOpener {
         kid: subject.kid,
         expiresAt: subject.expiresAt,
         refreshing: false,
+        features: new Set(),
+        movedAt: 0,
       };
       this.open.add(s);
       ws.on('close', (code: number) => this.closed(s, code));
@@ -434,6 +462,7 @@ export class SupervisorServer implements RelayOpener {
   private async hello(s: LocalSession, m: Hello): Promise<void> {
     s.state = 'claiming';
     s.instanceId = m.instanceId;
+    s.features = new Set(negotiated(FEATURES, m.features));
     s.since = this.now();
     const old = this.registry.put(s);
     if (old !== undefined) this.closeSession(old, CLOSE.superseded, 'superseded by a newer session');
@@ -469,8 +498,10 @@ export class SupervisorServer implements RelayOpener {
       heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
       maxFrameBytes: this.opts.maxFrameBytes,
       expiresAt: s.expiresAt,
+      protocol: PROTOCOL_VERSION,
+      features: [...s.features],
     });
-    this.log.info({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version }, 'supervisor session accepted');
+    this.log.info({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version, protocol: m.protocol ?? 1 }, 'supervisor session accepted');
   }
 
   private onPresenceChange(namespace: string, name: string, record: PresenceRecord | undefined): void {
