@@ -330,6 +330,20 @@ export const SCHEMA = {
     max: 64,
     description: 'Gateway processes sharing the listeners (node:cluster). Above 1, supervisor sessions need `--presence redis://…` so every worker sees them.',
   },
+  supervisorPublicUrl: {
+    kind: 'string',
+    default: '',
+    description:
+      'The `ws://` or `wss://` URL supervisors reach this gateway\'s supervisor endpoint at, published with its presence lease: peers name it when they ask supervisors to move here (rebalancing, drain). Empty: moves name no gateway and supervisors pick another they know.',
+  },
+  rebalanceIntervalMs: {
+    kind: 'int',
+    default: 2000,
+    min: 0,
+    max: 3_600_000,
+    description: 'With Redis presence: how often a gateway compares the sessions each live gateway holds and, above its share by a margin, asks some of its supervisors to move (0: never).',
+  },
+  rebalanceMaxMoves: { kind: 'int', default: 100, min: 1, max: 100_000, description: 'Supervisors one gateway asks to move per rebalancing round, at most.' },
   handoverTimeoutMs: {
     kind: 'int',
     default: 5000,

@@ -108,6 +108,8 @@ export class SupervisorServer implements RelayOpener {
   private readonly perSource = new Map<string, number>();
   private pending = 0;
   private sweeper: NodeJS.Timeout | undefined;
+  /** While draining: the sessions asked to move and not gone yet, and what to call once none is left. */
+  private draining: { readonly pending: Set<LocalSession>; readonly done: () => void } | undefined;
   /** When the sweep next pings every session (the sweep itself runs four times per interval). */
   private nextPingAt = Number.NEGATIVE_INFINITY;
   private shuttingDown = false;
@@ -312,6 +314,32 @@ export class SupervisorServer implements RelayOpener {
       const v = await verifySupervisorToken(this.keys, token, this.now());
       if (generation === this.keysGeneration) return v;
     }
+  }
+
+  /**
+   * Drain before close (SIGTERM, with peers to take the sessions): no new session is accepted; every
+   * supervisor that announced `move` is asked to move, to `gateways` in turn (undefined: to any), and the
+   * others are told "service restart" (1012) as close() would. Resolves once every session asked has left
+   * (the epoch fence closed it when its new session was seen), or after `ms`.
+   */
+  async drain(gateways: readonly (string | undefined)[], ms: number): Promise<void> {
+    this.shuttingDown = true;
+    const pending = new Set<LocalSession>();
+    let i = 0;
+    for (const s of [...this.registry.values()]) {
+      if (s.state !== 'active') continue;
+      if (this.move(s, gateways.length === 0 ? undefined : gateways[i++ % gateways.length], 'drain')) pending.add(s);
+      else this.closeSession(s, CLOSE.serviceRestart, 'service restart');
+    }
+    if (pending.size === 0) return;
+    this.log.info({ moving: pending.size, gateways: gateways.length }, 'draining: supervisors asked to move');
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.draining = { pending, done: resolve };
+      timer = setTimeout(resolve, ms);
+    });
+    clearTimeout(timer);
+    this.draining = undefined;
   }
 
   /**
@@ -551,6 +579,7 @@ export class SupervisorServer implements RelayOpener {
 
   private cleanup(s: LocalSession): void {
     s.mux?.close();
+    if (this.draining?.pending.delete(s) === true && this.draining.pending.size === 0) this.draining.done();
     if (this.shuttingDown) {
       this.registry.removeIfCurrent(s);
       return;
