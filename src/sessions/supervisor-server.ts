@@ -119,6 +119,8 @@ export class SupervisorServer implements RelayOpener {
   private keysGeneration = 0;
   private readonly keysFile: SupervisorKeyFile | undefined;
   private readonly unsubscribe: (() => void)[] = [];
+  /** Supervisors asked to move, by reason, for metrics. */
+  readonly moves = new Map<Move['reason'], number>();
   /** Closes by close code label (closeCodeLabel()), for metrics. */
   readonly closes = new Map<string, number>();
   /** Relay streams over this gateway's sessions, with their caps. */
@@ -204,6 +206,7 @@ export class SupervisorServer implements RelayOpener {
   move(s: LocalSession, gateway: string | undefined, reason: Move['reason']): boolean {
     if (s.state !== 'active' || !s.features.has('move')) return false;
     s.movedAt = this.now();
+    this.moves.set(reason, (this.moves.get(reason) ?? 0) + 1);
     this.send(s, { type: 'move', reason, ...(gateway === undefined ? {} : { gateway }) });
     return true;
   }
