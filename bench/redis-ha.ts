@@ -14,6 +14,7 @@ import { type BenchContext, type Section } from './lib/section.js';
 import type { Accepted } from './lib/supervisor-swarm.js';
 import { startGateway, TargetStartError, type Target } from './lib/targets.js';
 import { DEFAULTS } from '../src/config/schema.js';
+import { rebalanceMargin } from '../src/sessions/rebalancer.js';
 
 /**
  * N sessions of reference supervisors (lib/supervisor-swarm.ts) on three gateways sharing presence on a
@@ -24,7 +25,8 @@ import { DEFAULTS } from '../src/config/schema.js';
  * Then the service-level windows, each measured several times with the default lease TTL and heartbeats:
  * how long a killed gateway's sandboxes stay Ready on the others (their supervisors know only it), and
  * how long a frozen supervisor process (SIGSTOP) stays Ready. During the Check load, which holds the
- * gateway at full CPU, heartbeat drops (4001) on it are counted: each would be a false drop.
+ * gateway at full CPU, heartbeat drops (4001) on it are counted: each would be a false drop. Last, a
+ * third gateway joins the two that hold the sessions, and the time until each holds its share is measured.
  */
 
 const GATEWAYS = 3;
@@ -43,6 +45,7 @@ const TARGETS = [
   `false Ready after a gateway's kill -9 ≤ ${FALSE_READY_BAR_MS} ms (max over the kills)`,
   `a frozen supervisor leaves Ready ≤ ${FROZEN_BAR_MS} ms (max over the freezes)`,
   '0 heartbeat drops (4001) while the gateway runs at full CPU',
+  'no sandbox leaves Ready while sessions are rebalanced to a joining gateway',
 ];
 
 function node(redis: SentinelGroup, port: number): RedisServer {
@@ -153,6 +156,27 @@ async function readyUntil(gateways: readonly Target[], n: number, t0: number): P
   return Math.max(...at);
 }
 
+/**
+ * A gateway joins two that hold `held` sessions: returns how long until each of the three holds its share
+ * within the rebalancing margin (ms after it was ready), and the lowest Ready count any gateway showed
+ * meanwhile (a sandbox leaving Ready because it moved would show there).
+ */
+async function rebalance(survivors: readonly Target[], held: number, join: () => Promise<Target>): Promise<{ convergedMs: number; lowestReady: number; counts: number[] }> {
+  const joined = await join();
+  const t0 = Date.now();
+  const all = [...survivors, joined];
+  const share = Math.ceil(held / all.length);
+  const margin = rebalanceMargin(share);
+  let lowestReady = held;
+  for (;;) {
+    const [counts, ready] = await Promise.all([Promise.all(all.map((g) => metricValue(g.adminUrl, 'sandgate_sessions_active'))), Promise.all(all.map(readyCount))]);
+    lowestReady = Math.min(lowestReady, ...ready);
+    if (counts.every((c) => Math.abs(c - share) <= margin)) return { convergedMs: Date.now() - t0, lowestReady, counts };
+    if (Date.now() - t0 > TIMEOUT_MS) throw new Error(`sessions per gateway ${counts.join(' / ')} after ${TIMEOUT_MS} ms, not within ${margin} of ${share}`);
+    await sleep(100);
+  }
+}
+
 interface WindowsSetup {
   readonly ctx: BenchContext;
   /** The gateways that stay up, holding `held` Ready sessions between rounds. */
@@ -202,7 +226,7 @@ async function freezeWindows(w: WindowsSetup): Promise<number[]> {
 export const redisHa: Section = {
   id: 'redis-ha',
   title: 'Redis HA (presence on Sentinel with 3 gateways: memory per session, failover, false Ready, commands/s and per request)',
-  estimateSeconds: { quick: 110, full: 210 },
+  estimateSeconds: { quick: 130, full: 260 },
   async run(ctx: BenchContext) {
     const count = ctx.quick ? 1_000 : 10_000;
     const gone = Math.max(10, count / 100);
@@ -324,6 +348,12 @@ export const redisHa: Section = {
       ctx.log(`redis-ha: ${rounds} × SIGSTOP of a process of ${VICTIM_SESSIONS} supervisors`);
       const freezes = await freezeWindows(setup);
       rows.push(windowRow(`a frozen supervisor leaves Ready (p50), ${n} sessions`, freezes, FROZEN_BAR_MS, `vs the bar; heartbeats ${DEFAULTS.heartbeatIntervalMs} ms × ${DEFAULTS.heartbeatMisses} misses`));
+      ctx.log(`redis-ha: a third gateway joins two holding ${n} sessions`);
+      const moved = await rebalance(setup.survivors, count, () => startGateway(ctx.procs, { name: 'sandgate-ha-join', sandboxes, args: args('join'), publicSupervisorUrl: true }, ctx.targetOptions));
+      rows.push(
+        row(`rebalancing: a third gateway joins two holding ${n} → each within the margin of its share`, 'ms', moved.convergedMs, undefined, `${moved.counts.join(' / ')} sessions; --rebalance-max-moves ${DEFAULTS.rebalanceMaxMoves} per ${DEFAULTS.rebalanceIntervalMs} ms`),
+      );
+      rows.push(row('lowest Ready count on any gateway while sessions moved', '', moved.lowestReady, count, `of ${n}: a move never takes a sandbox out of Ready`));
       return {
         baseline: 'see each row',
         rows,
@@ -333,6 +363,7 @@ export const redisHa: Section = {
           target(TARGETS[2]!, Math.max(...kills) <= FALSE_READY_BAR_MS, `${kills.join(', ')} ms over ${kills.length} kills`),
           target(TARGETS[3]!, Math.max(...freezes) <= FROZEN_BAR_MS, `${freezes.join(', ')} ms over ${freezes.length} freezes`),
           dropsTarget,
+          target(TARGETS[5]!, moved.lowestReady >= count, `lowest Ready count ${moved.lowestReady} of ${count}; converged in ${moved.convergedMs} ms to ${moved.counts.join(' / ')}`),
         ],
         notes: [`Redis HA: Sentinel down-after 1 s; lease TTL ${DEFAULTS.leaseTtlMs} ms and heartbeats the defaults; commands/s measured on the master over ${idleMs} ms`],
       };

@@ -404,6 +404,8 @@ export class SupervisorClient extends EventEmitter {
     if (ws === this.moving) {
       this.moving = undefined;
       this.emit('moveFailed', { code, reason });
+      // The old session had already ended (below): this was the only one left, so reconnect as usual.
+      if (this.ws === undefined && this.state === 'connecting') this.retry(RECONNECT_AT_ONCE.has(code));
       return;
     }
     if (ws === this.leaving?.ws) {
@@ -422,6 +424,12 @@ export class SupervisorClient extends EventEmitter {
     this.ws = undefined;
     if (this.state === 'stopped') return;
     this.emit('disconnected', { code, reason });
+    if (this.moving !== undefined) {
+      // A move is under way and the old gateway closed the old session first: it saw the new session's
+      // claim before that session's `accepted` reached this supervisor. The new one becomes the session.
+      this.state = 'connecting';
+      return;
+    }
     if (code === CLOSE.superseded || (DO_NOT_RETRY.has(code) && typeof this.opts.token === 'string')) {
       return this.finish(code, reason);
     }
