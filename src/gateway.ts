@@ -4,6 +4,7 @@ import type { DestinationStream } from 'pino';
 import { createPresenceStore } from './config/factories.js';
 import { redacted } from './config/load.js';
 import type { Config } from './config/schema.js';
+import { tracingSettings } from './config/tracing-settings.js';
 import type { Driver } from './drivers/driver.js';
 import { createActivity, startActivity, type ActivityRounds } from './gateway/activity.js';
 import { createCore, Serving, startExchangeReaders, startDrivers, startServing } from './gateway/core.js';
@@ -14,8 +15,9 @@ import { SessionStreams, startSessions } from './gateway/sessions.js';
 import { deadlineIn, Lifecycle, once, type StopProblem } from './lib/lifecycle.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import type { GatewayMetrics } from './observability/metrics.js';
+import type { ActivityLog } from './lifecycle/activity-log.js';
 import type { Tracing } from './observability/otel-tracer.js';
-import { tracingFromEnv } from './observability/tracing.js';
+import { startTracing } from './observability/tracing.js';
 import type { PresenceStore } from './sessions/presence/presence-store.js';
 import type { SupervisorServer } from './sessions/supervisor-server.js';
 import type { SupervisorKeys } from './sessions/supervisor-token.js';
@@ -47,7 +49,7 @@ export interface Gateway {
   readonly view: SandboxView;
   readonly log: Logger;
   readonly metrics: GatewayMetrics;
-  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  /** Undefined unless the tracing options (`OTEL_*`) turn tracing on. */
   readonly tracing: Tracing | undefined;
   readonly drivers: readonly Driver[];
   readonly presence: PresenceStore;
@@ -67,6 +69,8 @@ export interface Gateway {
   readonly relayAddress: string;
   /** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
   readonly lifecycle: ActivityRounds;
+  /** Traffic activity per sandbox and port, and the idle controller's decisions. */
+  readonly activity: ActivityLog;
   /** Graceful shutdown within `--shutdown-timeout-ms`: NOT_SERVING, stop drivers, hand sessions over, close listeners. */
   close(): Promise<void>;
 }
@@ -81,7 +85,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   setLogger({ error: (...a: unknown[]) => grpcLog.debug(a.join(' ')), info: (...a: unknown[]) => grpcLog.debug(a.join(' ')), debug: (...a: unknown[]) => grpcLog.debug(a.join(' ')) });
 
   const now = opts.now ?? Date.now;
-  const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now, tracing: await tracingFromEnv(process.env, gatewayId) });
+  const core = createCore(config, gatewayId, log, await readCredentials(config, log, { supervisorKeys: opts.supervisorKeys, now }), { drivers: opts.drivers, now, tracing: await startTracing(tracingSettings(config), gatewayId) });
   const lifecycle = createActivity(config, core, gatewayId, log);
   const onProblem = (p: StopProblem): void =>
     p.err === undefined ? log.warn({ component: p.component }, 'stop overran the shutdown deadline; abandoned') : log.warn({ err: p.err, component: p.component }, 'stop failed');
@@ -112,7 +116,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       await life.stop(deadlineIn(config.shutdownTimeoutMs));
       log.info('sandgate stopped');
     });
-    return { config, gatewayId, view: core.view, log, metrics: core.metrics, tracing: core.tracing, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, lifecycle, close };
+    return { config, gatewayId, view: core.view, log, metrics: core.metrics, tracing: core.tracing, drivers: core.drivers, presence, supervisors, ...ports, relayAddress: relay.address, lifecycle, activity: core.activityLog, close };
   } catch (err) {
     await life.stop(deadlineIn(config.shutdownTimeoutMs));
     throw err;

@@ -107,6 +107,28 @@ describe('docs/architecture.md part table matches the imports', () => {
     }
   });
 
+  it('no cycle of imports that load code (import type is erased at compile and may point back)', () => {
+    const loads = new Map(all.map(({ rel, text }) => [rel, importsOf(join(SRC, rel), [...text.matchAll(/^(?:import|export) (?!type )[^'"]*from '([^']+)'|^import '([^']+)'|\bimport\('([^']+)'\)/gm)].map((m) => (m[1] ?? m[2] ?? m[3])!))]));
+    const done = new Set<string>();
+    const path: string[] = [];
+    const visit = (rel: string): void => {
+      const at = path.indexOf(rel);
+      expect(at, `import cycle: ${[...path.slice(at), rel].join(' → ')}`).toBe(-1);
+      if (done.has(rel)) return;
+      path.push(rel);
+      for (const t of loads.get(rel) ?? []) visit(t);
+      path.pop();
+      done.add(rel);
+    };
+    for (const rel of loads.keys()) visit(rel);
+  });
+
+  it('the lifecycle has one room: activity, idle pause, wake and the writer lock live in lifecycle/ alone', () => {
+    const room = ['activity-log.ts', 'activity-recorder.ts', 'activity-reporter.ts', 'idle-controller.ts', 'resumer.ts', 'lifecycle-channel.ts'];
+    for (const name of room) expect(all.filter(({ rel }) => rel.endsWith(`/${name}`)).map((f) => f.rel)).toEqual([`lifecycle/${name}`]);
+    for (const { rel, imports } of all.filter((f) => partOf(f.rel) === 'observability')) for (const t of imports) expect(t, rel).not.toMatch(/^(edge|lifecycle|gateway)\//);
+  });
+
   it('edge/forwarding imports neither edge/proxy nor edge/relay, and edge/relay does not import edge/proxy', () => {
     for (const { rel, imports } of all) {
       if (rel.startsWith('edge/forwarding/')) for (const t of imports) expect(t, rel).not.toMatch(/^edge\/(proxy|relay)\//);

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { isDnsLabel } from '../domain/labels.js';
-import { PUBLIC_PHASES, type PublicPhase, sandboxKey } from '../domain/sandbox.js';
+import { PUBLIC_PHASES, type ActivityReadout, type PublicPhase, sandboxKey } from '../domain/sandbox.js';
 import type { Logger } from '../observability/logger.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 import { authorizeApi, type ApiAuth } from './api-access.js';
@@ -24,6 +24,8 @@ export interface Readiness {
 
 export interface AdminApiDeps {
   readonly view: SandboxView;
+  /** Traffic activity and idle decisions, shown with each sandbox. */
+  readonly activity: ActivityReadout;
   readonly registry: Registry;
   readonly readiness: Readiness;
   readonly watch: SandboxWatch;
@@ -62,7 +64,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
     for (const e of view.list()) {
       if ((ns !== null && e.namespace !== ns) || !sees(e.namespace)) continue;
       if (phase !== null && e.status.phase !== phase) continue;
-      items.push(sandboxJson(e, view.activity));
+      items.push(sandboxJson(e, deps.activity));
     }
     sendJson(res, 200, { items, gatewayId: deps.gatewayId, synced: view.synced });
   }
@@ -121,7 +123,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
       // Another tenant's sandbox gets the very answer a missing one gets.
       const e = scope.sees(ns) ? view.get(ns, name) : undefined;
       if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(ns, name)}`);
-      return sendJson(res, 200, sandboxJson(e, view.activity));
+      return sendJson(res, 200, sandboxJson(e, deps.activity));
     }
     sendError(res, 'not_found', `No route ${path}`);
   };

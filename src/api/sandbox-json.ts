@@ -1,4 +1,4 @@
-import type { ActivityLog } from '../view/activity.js';
+import type { ActivityReadout } from '../domain/sandbox.js';
 import type { ViewEntry } from '../view/sandbox-view.js';
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -8,7 +8,7 @@ const iso = (ms: number): string => new Date(ms).toISOString();
  * any traffic) and `idle` (the timeout that applies, since when the sandbox has been idle while Ready, and
  * the idle controller's last decision with its reason).
  */
-function lifecycleJson(e: ViewEntry, activity: ActivityLog): Record<string, unknown> {
+function lifecycleJson(e: ViewEntry, activity: ActivityReadout): Record<string, unknown> {
   const a = activity.get(e.key);
   const ports: Record<string, string> = {};
   if (a !== undefined) for (const [port, at] of a.ports) ports[String(port)] = iso(at);
@@ -25,7 +25,7 @@ function lifecycleJson(e: ViewEntry, activity: ActivityLog): Record<string, unkn
 }
 
 /** The public JSON shape of one sandbox (the status API and the watch stream). */
-export function sandboxJson(e: ViewEntry, activity: ActivityLog): Record<string, unknown> {
+export function sandboxJson(e: ViewEntry, activity: ActivityReadout): Record<string, unknown> {
   const s = e.snapshot;
   const p = e.presence;
   return {

@@ -3,6 +3,7 @@ import { isDnsLabel } from '../domain/labels.js';
 import type { SandboxView, ViewEntry } from '../view/sandbox-view.js';
 import { sendError } from './respond.js';
 import { sandboxJson } from './sandbox-json.js';
+import type { ActivityReadout } from '../domain/sandbox.js';
 
 /**
  * `GET /v1/sandboxes/watch`: Server-Sent Events (the WHATWG HTML "server-sent events" format).
@@ -74,6 +75,7 @@ export class SandboxWatch {
 
   constructor(
     private readonly view: SandboxView,
+    private readonly activity: ActivityReadout,
     opts: WatchOptions = {},
   ) {
     this.historySize = opts.historySize ?? 10_000;
@@ -168,7 +170,7 @@ export class SandboxWatch {
   }
 
   private upsertData(e: ViewEntry): string {
-    return JSON.stringify(sandboxJson(e, this.view.activity));
+    return JSON.stringify(sandboxJson(e, this.activity));
   }
 
   /**

@@ -3,6 +3,7 @@ import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../domain/errors.js';
 import { isDnsLabel, isDnsName } from '../domain/labels.js';
 import { redactRedisOptionsText, redactRedisUrl } from '../lib/redis-connection.js';
+import { tracingSettings } from './tracing-settings.js';
 import { DEFAULTS, SCHEMA, envOf, flagOf, type Config, type OptionName, type OptionSpec } from './schema.js';
 
 /**
@@ -164,6 +165,13 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
     }
     fromEnv[name] = value;
   }
+  // Options named by a standard variable (OTEL_*): an empty value counts as unset and enumerated values
+  // are case-insensitive, as the OpenTelemetry specification's environment variables are.
+  for (const name of NAMES) {
+    const spec: OptionSpec = SCHEMA[name];
+    const value = spec.env === undefined ? undefined : env[spec.env]?.trim();
+    if (value !== undefined && value !== '') fromEnv[name] = spec.kind === 'string' || spec.kind === 'int' ? value : value.toLowerCase();
+  }
   const configPath = (sources.overrides?.config ?? flags.config ?? fromEnv.config) as string | undefined;
   const fromFile: Partial<Record<OptionName, unknown>> = {};
   if (configPath !== undefined && configPath !== '') {
@@ -203,6 +211,7 @@ function validate(c: Config): void {
   for (const h of [c.apiKeyHeader, ...c.trafficTokenHeaders, ...c.stripCredentials, ...c.stripHeaders, ...(c.envdTokenHeader === '' ? [] : [c.envdTokenHeader])]) {
     if (!/^[a-z0-9-]+$/.test(h)) throw invalid(`header name ${JSON.stringify(h)} must be lower-case letters, digits and '-'`);
   }
+  tracingSettings(c);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { ROUTE_SOURCES } from '../domain/route-key.js';
 import { DEFAULT_H2C_LIMITS as H2C } from '../edge/forwarding/h2c-pool.js';
 import { GRPC_SERVER_LIMITS as GRPC } from '../lib/grpc-h2-connection.js';
+import { TRACING_OPTIONS } from './tracing-options.js';
 
 /**
  * The one configuration schema. Every option has a type, a default, a flag (`--kebab-case`), an
@@ -16,6 +17,8 @@ interface BaseSpec<K extends Kind, T> {
   readonly description: string;
   /** Redacted when the resolved configuration is logged. */
   readonly secret?: boolean;
+  /** A standard variable read instead of `SANDGATE_*` (the OpenTelemetry SDK's `OTEL_*`). */
+  readonly env?: string;
 }
 
 export type OptionSpec =
@@ -427,6 +430,11 @@ export const SCHEMA = {
     max: 600_000,
     description: 'How often a gateway publishes the activity its doors saw to its peers (one message per interval, through the presence Redis) and the lifecycle writer reports it to the drivers.',
   },
+  activityReports: {
+    kind: 'bool',
+    default: true,
+    description: 'Report activity to the drivers that take it (Kubernetes: the `sandgate.dev/last-activity` annotation; remote drivers: `ReportActivity`). Off, and with no idle timeout, console or `--metrics-namespaces`, the doors record no activity at all (docs/lifecycle.md).',
+  },
   activityPatchIntervalMs: {
     kind: 'int',
     default: 60_000,
@@ -471,6 +479,7 @@ export const SCHEMA = {
     values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
     description: 'Log level (pino).',
   },
+  ...TRACING_OPTIONS,
 } as const satisfies Record<string, OptionSpec>;
 
 export type Schema = typeof SCHEMA;
@@ -496,5 +505,7 @@ export function flagOf(name: string): string {
 }
 
 export function envOf(name: string): string {
+  const own = (SCHEMA as Record<string, OptionSpec>)[name]?.env;
+  if (own !== undefined) return own;
   return 'SANDGATE_' + name.replace(/[A-Z]/g, (c) => '_' + c).toUpperCase();
 }

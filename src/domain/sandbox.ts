@@ -104,6 +104,38 @@ export interface ActivityReport {
   readonly ports: ReadonlyMap<number, number>;
 }
 
+/** One sandbox's traffic activity as this gateway knows it (its own doors' and its peers'). */
+export interface SandboxActivity {
+  /** Epoch ms of the last activity on any port. */
+  last: number;
+  /** Port → epoch ms of its last activity. */
+  readonly ports: Map<number, number>;
+  /** True when this gateway saw activity since the last drain. */
+  local: boolean;
+}
+
+/** Idle-pause outcomes, as `sandgate_lifecycle_pauses_total{result}` counts them. */
+export const PAUSE_RESULTS = ['paused', 'unsupported', 'failed'] as const;
+export type PauseResult = (typeof PAUSE_RESULTS)[number];
+
+/** The idle controller's decision about one sandbox (docs/lifecycle.md). */
+export interface IdleNote {
+  readonly decision: PauseResult | 'skipped';
+  readonly reason: string;
+  /** Epoch ms of the decision. */
+  readonly at: number;
+}
+
+/** What the operator API and console read of the lifecycle: activity, idle time, the last idle decision. */
+export interface ActivityReadout {
+  /** `--idle-timeout` in ms (0 = off): the timeout of sandboxes without their own. */
+  readonly defaultIdleTimeoutMs: number;
+  get(key: string): SandboxActivity | undefined;
+  /** Epoch ms since which a Ready sandbox has been idle; undefined when not Ready. */
+  idleSince(key: string): number | undefined;
+  noteOf(key: string): IdleNote | undefined;
+}
+
 /** One change reported by a driver. */
 export type DriverEvent =
   | { readonly type: 'upsert'; readonly snapshot: BackendSnapshot }

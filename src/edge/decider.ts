@@ -12,8 +12,8 @@ import type { ApiKeyAuth } from '../auth/api-keys.js';
 import type { LinkAuth } from '../auth/link-tokens.js';
 import { linkAccess, linkCookiePath } from '../domain/link.js';
 import { renderDenial, wantsHtml } from './denial.js';
-import type { Resumer } from './resume.js';
-import type { ActivityRecorder } from './activity-recorder.js';
+import type { Resumer } from '../lifecycle/resumer.js';
+import type { ActivityRecorder } from '../lifecycle/activity-recorder.js';
 
 /** Tenancy and traffic auth settings the decision applies (domain/access.ts). */
 export interface RequestAuth {
@@ -48,7 +48,7 @@ export interface DeciderOptions {
   readonly resumer?: Resumer | undefined;
   /** Exchange records for the access log and tracing; absent when both are off. */
   readonly recorder?: ExchangeRecorder | undefined;
-  /** Records an allowed request as the sandbox port's activity (view/activity.ts); absent, nothing is recorded. */
+  /** Records an allowed request as the sandbox port's activity (lifecycle/activity-log.ts); absent, nothing is recorded. */
   readonly activity?: ActivityRecorder | undefined;
 }
 

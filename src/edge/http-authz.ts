@@ -125,7 +125,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
     handle(req, res) {
       const parsed = authzRoute(req.url ?? '/', req.headers as HeaderMap, req.method);
       const route = checkedRoute(singleHost(req.rawHeaders), parsed);
-      const x = decider.recorder?.begin('http_authz', { method: req.method ?? 'GET', target: parsed.path ?? '/', headers: parsed.headers, client: forwardedClient(parsed.headers, req.socket.remoteAddress ?? '') });
+      const x = decider.recorder?.begin('http_authz', { method: req.method ?? 'GET', target: parsed.path ?? '/', headers: parsed.headers, client: forwardedClient(parsed.headers, req.socket.remoteAddress ?? ''), peer: req.socket.remoteAddress ?? '' });
       if (isDeny(route)) {
         answerResponse(route, parsed, res);
         return refused(x, route, parsed);
@@ -136,7 +136,7 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
       const parsed = authzRoute(url, headers, to.method);
       // The front takes no request with a repeated header: its Host is single.
       const route = checkedRoute(headers.host, parsed);
-      const x = decider.recorder?.begin('http_authz', { method: to.method, target: parsed.path ?? '/', headers, client: forwardedClient(headers, to.peer()) });
+      const x = decider.recorder?.begin('http_authz', { method: to.method, target: parsed.path ?? '/', headers, client: forwardedClient(headers, to.peer()), peer: to.peer() });
       if (isDeny(route)) {
         answerSink(route, parsed, to);
         return refused(x, route, parsed);

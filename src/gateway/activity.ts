@@ -1,13 +1,12 @@
 import type { Config } from '../config/schema.js';
-import { parseDuration } from '../domain/duration.js';
-import { SandgateError } from '../domain/errors.js';
 import type { Driver } from '../drivers/driver.js';
-import { ActivityReporter } from '../edge/activity-reporter.js';
-import { IdleController } from '../edge/idle-controller.js';
+import type { ActivityDemand } from '../lifecycle/activity-recorder.js';
+import { ActivityReporter } from '../lifecycle/activity-reporter.js';
+import { IdleController } from '../lifecycle/idle-controller.js';
+import { LocalLifecycleChannel, RedisLifecycleChannel, type LifecycleChannel } from '../lifecycle/lifecycle-channel.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import { redisTarget } from '../lib/redis-connection.js';
 import type { Logger } from '../observability/logger.js';
-import { LocalLifecycleChannel, RedisLifecycleChannel, type LifecycleChannel } from '../sessions/presence/lifecycle-channel.js';
 import type { Core } from './core.js';
 
 /**
@@ -15,15 +14,10 @@ import type { Core } from './core.js';
  * idle controller that pauses sandboxes nobody uses. Off the request path, once the drivers run.
  */
 
-/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
-export function idleTimeoutFromConfig(config: Pick<Config, 'idleTimeout'>): number {
-  if (config.idleTimeout === '') return 0;
-  const ms = parseDuration(config.idleTimeout);
-  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
-  return ms;
-}
+type ActivitySlice = Pick<Config, 'presence' | 'presenceRedisOptions' | 'presenceKeyPrefix' | 'leaseTtlMs' | 'activityReportIntervalMs' | 'activityPatchIntervalMs' | 'activityReports'>;
 
-type ActivitySlice = Pick<Config, 'presence' | 'presenceRedisOptions' | 'presenceKeyPrefix' | 'leaseTtlMs' | 'activityReportIntervalMs' | 'activityPatchIntervalMs'>;
+/** What the lifecycle rounds read and drive: the view, its activity, the drivers, the pause counter. */
+type ActivityParts = Pick<Core, 'view' | 'activityLog' | 'activityDemand' | 'metrics' | 'now' | 'drivers'>;
 
 /** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
 export interface ActivityRounds {
@@ -36,16 +30,17 @@ export interface ActivityRounds {
  * Made with the core, before any driver starts: the idle controller follows the view's changes from the
  * first list on (a sandbox Ready from the start is idle from then).
  */
-export function createActivity(config: ActivitySlice, core: Core, gatewayId: string, log: Logger): ActivityRounds {
-  const { view, metrics, now } = core;
+export function createActivity(config: ActivitySlice, parts: ActivityParts, gatewayId: string, log: Logger): ActivityRounds {
+  const { view, activityLog: activity, activityDemand: demand, metrics, now } = parts;
   const lifecycleLog = log.child({ part: 'lifecycle' });
-  const channel = lifecycleChannel(config, gatewayId, lifecycleLog);
-  const driverById = (id: string): Driver | undefined => core.drivers.find((d) => d.id === id);
+  const channel = lifecycleChannel(config, gatewayId, lifecycleLog, demand);
+  const driverById = (id: string): Driver | undefined => parts.drivers.find((d) => d.id === id);
   const reporter = new ActivityReporter({
     view,
+    activity,
     channel,
     report: (id) => {
-      const d = driverById(id);
+      const d = config.activityReports ? driverById(id) : undefined;
       return d?.reportActivity === undefined ? undefined : (reports) => d.reportActivity?.(reports) ?? Promise.resolve();
     },
     reportIntervalMs: config.activityReportIntervalMs,
@@ -55,17 +50,19 @@ export function createActivity(config: ActivitySlice, core: Core, gatewayId: str
   });
   const idle = new IdleController({
     view,
+    activity,
     channel,
     pause: (id) => {
       const d = driverById(id);
       return d?.pause === undefined ? undefined : (ns, name) => d.pause?.(ns, name) ?? Promise.resolve();
     },
-    defaultTimeoutMs: core.idleTimeoutMs,
+    defaultTimeoutMs: activity.defaultIdleTimeoutMs,
     graceMs: config.presence === 'memory' ? 0 : config.activityReportIntervalMs,
     checkMs: Math.min(1000, config.activityReportIntervalMs),
     now,
     log: lifecycleLog,
-    counted: metrics.watchLifecycle(() => view.activity.idle(), now),
+    counted: metrics.watchLifecycle(() => activity.idle(), now),
+    demand,
   });
   return { reporter, idle, channel };
 }
@@ -88,7 +85,7 @@ export async function startActivity(life: Lifecycle, { reporter, idle, channel }
 }
 
 /** Shares activity and the lifecycle writer between gateways: through the presence Redis, or none for one gateway. */
-function lifecycleChannel(config: ActivitySlice, gatewayId: string, log: Logger): LifecycleChannel {
+function lifecycleChannel(config: ActivitySlice, gatewayId: string, log: Logger, demand: ActivityDemand): LifecycleChannel {
   if (config.presence === 'memory') return new LocalLifecycleChannel();
   return new RedisLifecycleChannel({
     target: redisTarget(config.presence, config.presenceRedisOptions, 'presence (memory or a Redis URL)'),
@@ -96,5 +93,6 @@ function lifecycleChannel(config: ActivitySlice, gatewayId: string, log: Logger)
     keyPrefix: config.presenceKeyPrefix,
     ttlMs: config.leaseTtlMs,
     log,
+    writerWork: () => demand.writerWork(),
   });
 }

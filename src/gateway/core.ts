@@ -3,15 +3,18 @@ import type { SandboxWatch } from '../api/sandbox-watch.js';
 import { driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { startFailed } from '../config/start-errors.js';
+import { parseDuration } from '../domain/duration.js';
+import { SandgateError } from '../domain/errors.js';
 import { namespaceShare } from '../domain/namespace-share.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
-import { ActivityRecorder, ignorePattern } from '../edge/activity-recorder.js';
 import { Decider } from '../edge/decider.js';
 import type { GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
 import { removedHeaders, type DoorOptions } from '../edge/headers.js';
 import { resolveRelayAddress } from '../edge/relay/relay-config.js';
-import { Resumer } from '../edge/resume.js';
+import { ActivityLog } from '../lifecycle/activity-log.js';
+import { ActivityDemand, ActivityRecorder, ignorePattern } from '../lifecycle/activity-recorder.js';
+import { Resumer } from '../lifecycle/resumer.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
@@ -21,7 +24,6 @@ import { metricsNamespaces, NamespaceFigures } from '../observability/namespace-
 import { GatewayMetrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/otel-tracer.js';
 import { SandboxView } from '../view/sandbox-view.js';
-import { idleTimeoutFromConfig } from './activity.js';
 import { readCertificates, type Certificates, type Credentials } from './credentials.js';
 
 /**
@@ -35,14 +37,16 @@ export interface Core extends Credentials {
   readonly view: SandboxView;
   /** `--access-log`; undefined when off. */
   readonly accessLog: AccessLog | undefined;
-  /** Undefined unless the `OTEL_*` environment turns tracing on. */
+  /** Undefined unless the tracing options (`OTEL_*`) turn tracing on. */
   readonly tracing: Tracing | undefined;
   /** The doors' exchange records; undefined (none made at all) unless one of their readers is on. */
   readonly recorder: ExchangeRecorder | undefined;
-  /** What every door records traffic into (per sandbox and port). */
+  /** What every door records traffic into (per sandbox and port), while something reads it. */
   readonly activity: ActivityRecorder;
-  /** `--idle-timeout` in ms; 0 = off. */
-  readonly idleTimeoutMs: number;
+  /** Traffic activity per sandbox and port, and the idle controller's decisions. */
+  readonly activityLog: ActivityLog;
+  /** Whether anything reads activity (recording and the lifecycle writer's lock run only then). */
+  readonly activityDemand: ActivityDemand;
   readonly metrics: GatewayMetrics;
   readonly drivers: readonly Driver[];
   readonly decider: Decider;
@@ -56,7 +60,7 @@ export interface CoreOptions {
   readonly drivers?: readonly Driver[];
   /** Clock (epoch ms). */
   readonly now: () => number;
-  /** The OpenTelemetry tracer, when the `OTEL_*` environment turns tracing on (tracingFromEnv). */
+  /** The OpenTelemetry tracer, when the tracing options turn it on (config/tracing-settings.ts). */
   readonly tracing: Tracing | undefined;
 }
 
@@ -77,8 +81,6 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     waiters: { perSandbox: config.waitersPerSandbox, total: config.waitersTotal, perNamespace: namespaceShare(config.waitersPerNamespace, config.waitersTotal) },
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
-  view.activity.defaultIdleTimeoutMs = idleTimeoutMs;
-  const activity = new ActivityRecorder(view.activity, ignore, now);
   const metrics = new GatewayMetrics(view);
   const sinks: ExchangeSink[] = [];
   if (accessLog !== undefined) sinks.push(accessLog);
@@ -93,6 +95,13 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   });
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
+  const activityLog = new ActivityLog(view, idleTimeoutMs);
+  const activityDemand = new ActivityDemand({
+    idle: idleTimeoutMs > 0,
+    reports: config.activityReports && drivers.some((d) => d.reportActivity !== undefined),
+    shown: config.console || namespaces.length > 0,
+  });
+  const activity = new ActivityRecorder(activityLog, activityDemand, ignore, now);
   const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }), config.maxRunningPerNamespace);
   const decider = new Decider({
     view,
@@ -127,13 +136,22 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     recorder,
     view,
     activity,
-    idleTimeoutMs,
+    activityLog,
+    activityDemand,
     metrics,
     drivers,
     decider,
     door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
     certificates,
   };
+}
+
+/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
+function idleTimeoutFromConfig(config: Pick<Config, 'idleTimeout'>): number {
+  if (config.idleTimeout === '') return 0;
+  const ms = parseDuration(config.idleTimeout);
+  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
+  return ms;
 }
 
 function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {

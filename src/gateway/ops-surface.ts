@@ -64,10 +64,11 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
     keysDegraded: () => keyStore?.degraded() ?? [],
     tlsDegraded: () => certificateStores.flatMap((c) => c.problems()),
   });
-  const watch = new SandboxWatch(view, { maxTotal: config.watchMaxTotal, maxPerPrincipal: config.watchMaxPerPrincipal, maxBufferBytes: config.watchMaxBufferBytes });
+  const watch = new SandboxWatch(view, core.activityLog, { maxTotal: config.watchMaxTotal, maxPerPrincipal: config.watchMaxPerPrincipal, maxBufferBytes: config.watchMaxBufferBytes });
   metrics.watchWatchers(watch);
   const apiDeps = {
     view,
+    activity: core.activityLog,
     registry: metrics.registry,
     readiness,
     watch,
@@ -78,6 +79,7 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
     console: config.console
       ? createConsole({
           view,
+          activity: core.activityLog,
           registry: metrics.registry,
           gatewayId,
           auth: core.apiAuth,

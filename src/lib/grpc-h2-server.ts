@@ -49,6 +49,8 @@ export interface MethodDefinition<Req, Res> {
 export interface ServerCall<Req, Res> {
   /** The request message of a unary or server-streaming call (undefined in a bidi call). */
   readonly request: Req;
+  /** The address of the connection's peer ('' once it has gone). */
+  readonly peer: string;
   /**
    * Aborts when the call ends other than by the handler's `end`/`fail`: the client reset the stream, the
    * connection dropped, the deadline (`grpc-timeout`) passed, an incoming message was refused, or the
@@ -170,6 +172,10 @@ class Call implements ServerCall<unknown, unknown> {
     readonly encoding: string | undefined,
     readonly conn: Connection,
   ) {}
+
+  get peer(): string {
+    return this.stream.session?.socket?.remoteAddress ?? '';
+  }
 
   get signal(): AbortSignal {
     if (this.ac === undefined) {

@@ -17,8 +17,10 @@ export interface ExchangeRequest {
   readonly target: string;
   /** Lower-case names. */
   readonly headers: Readonly<Record<string, string | undefined>>;
-  /** The address of the connection the request came on (or, at ext_authz, Envoy's `source` address). */
+  /** The client's address: the connection's, or the one Envoy or nginx reports (ext_authz's `source`, `x-forwarded-for`). */
   readonly client: string;
+  /** The address of the connection that brought the request to this gateway: the client, Envoy, nginx or a peer gateway. */
+  readonly peer: string;
 }
 
 /** `response_code_details` of a request whose client went away before any answer was written. */
@@ -44,9 +46,9 @@ export interface ExchangeSink {
   write(x: Exchange): void;
 }
 
-/** Starts a record's trace (tracing.ts): a child of the request's `traceparent`, or a new trace. */
+/** Starts a record's trace (otel-tracer.ts): a child of a trusted `traceparent`, or a new trace. */
 export interface ExchangeTracer {
-  begin(x: Exchange, headers: Readonly<Record<string, string | undefined>>): ExchangeTrace;
+  begin(x: Exchange, req: ExchangeRequest): ExchangeTrace;
 }
 
 /** The path of a request target: never its query (it may carry a link token) nor a fragment. */
@@ -111,7 +113,7 @@ export class Exchange {
     this.client = req.client;
     const tp = req.headers.traceparent;
     this.incomingTraceId = tp === undefined ? undefined : TRACEPARENT.exec(tp)?.[1];
-    this.trace = recorder.tracer?.begin(this, req.headers);
+    this.trace = recorder.tracer?.begin(this, req);
   }
 
   get traceId(): string | undefined {

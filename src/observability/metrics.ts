@@ -1,8 +1,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { PAUSE_RESULTS, type PauseResult } from '../edge/idle-controller.js';
 import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
-import { PUBLIC_PHASES } from '../domain/sandbox.js';
+import { PAUSE_RESULTS, PUBLIC_PHASES, type PauseResult } from '../domain/sandbox.js';
 import { COUNTED_CLOSE_CODES } from '../sessions/supervisor-protocol.js';
 
 /**

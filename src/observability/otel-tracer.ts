@@ -1,28 +1,29 @@
 import { performance } from 'node:perf_hooks';
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Link, type Span, type Tracer } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import type { Exchange, ExchangeTrace, ExchangeTracer } from './exchange.js';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type Sampler, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import type { Exchange, ExchangeRequest, ExchangeTrace, ExchangeTracer } from './exchange.js';
+import type { TracingSettings } from './tracing.js';
 
 /**
- * Tracing with the OpenTelemetry SDK, configured only by the standard environment variables: on when an
- * OTLP endpoint is set (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) or
- * `OTEL_TRACES_EXPORTER=otlp`, off when `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`, and off
- * otherwise — then this module is not even loaded (tracing.ts imports it on demand). The SDK itself reads the rest: the sampler
- * (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`; parent-based always-on by default), the exporter's
- * endpoint, headers and timeouts, the batch processor's limits, and `OTEL_SERVICE_NAME` /
- * `OTEL_RESOURCE_ATTRIBUTES` (service name `sandgate` unless set).
+ * Tracing with the OpenTelemetry SDK, as the configuration resolved it (tracing.ts): this module is loaded
+ * only when tracing is on. The sampler, the resource, the batch span processor and the exporter
+ * (otel-exporter.ts) are all built from those settings; the SDK reads no option of its own.
  *
  * Spans are made from the exchange record (exchange.ts), not by the doors: a request's server span starts
- * with its record, as a child of the incoming W3C `traceparent` (or a new trace); the upstream span starts
- * when the request leaves, so its context can ride in the `traceparent` sent to the sandbox; the decision
- * and readiness-wait spans are made from the record's timings when it ends. At the authorization doors
- * (ext_authz, ext_proc, HTTP authz) the request's span is the decision itself, a child of the
- * `traceparent` Envoy put in the checked request. Attributes follow the OpenTelemetry HTTP semantic
- * conventions plus `sandgate.*`; none is a header, a credential or a query string. The provider is
- * sandgate's own, not registered globally, so several gateways in one process keep theirs apart.
+ * with its record; the upstream span starts when the request leaves, so its context can ride in the
+ * `traceparent` sent to the sandbox; the decision and readiness-wait spans are made from the record's
+ * timings when it ends. At the authorization doors (ext_authz, ext_proc, HTTP authz) the request's span
+ * is the decision itself. Attributes follow the OpenTelemetry HTTP semantic conventions plus `sandgate.*`;
+ * none is a header, a credential or a query string. The provider is sandgate's own, not registered
+ * globally, so several gateways in one process keep theirs apart.
+ *
+ * An incoming W3C `traceparent` is a parent only when the connection it came on is from a trusted
+ * address (`--trace-trusted-sources`: Envoy, nginx, peer gateways): then its trace continues and, with a
+ * `parentbased_*` sampler, its sampled flag decides. From anyone else it would let a client choose the
+ * trace id and force every request of its own to be exported whatever the ratio, so the request starts a
+ * trace of its own, sampled by the gateway's sampler, and the incoming context is kept as a span link.
  */
 
 const propagator = new W3CTraceContextPropagator();
@@ -106,24 +107,40 @@ class RequestTrace implements ExchangeTrace {
   }
 }
 
-/** The gateway's tracer: an SDK provider of its own, a batch span processor and the OTLP/HTTP exporter. */
+function sampler(s: TracingSettings): Sampler {
+  const root = s.sampler.endsWith('always_on') ? new AlwaysOnSampler() : s.sampler.endsWith('always_off') ? new AlwaysOffSampler() : new TraceIdRatioBasedSampler(s.ratio);
+  return s.sampler.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
+}
+
+/** The gateway's tracer: an SDK provider of its own, a batch span processor and the configured OTLP exporter. */
 export class Tracing implements ExchangeTracer {
   readonly tracer: Tracer;
   private readonly provider: BasicTracerProvider;
+  private readonly trusted: (address: string) => boolean;
 
-  constructor(readonly gatewayId: string) {
-    const resource = resourceFromAttributes({ 'service.name': 'sandgate', 'service.instance.id': gatewayId }).merge(detectResources({ detectors: [envDetector] }));
-    this.provider = new BasicTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())] });
+  constructor(settings: TracingSettings, readonly gatewayId: string, exporter: SpanExporter) {
+    const resource = resourceFromAttributes({ 'service.name': 'sandgate', 'service.instance.id': gatewayId, ...settings.resource });
+    this.provider = new BasicTracerProvider({ resource, sampler: sampler(settings), spanProcessors: [new BatchSpanProcessor(exporter, settings.batch)] });
     this.tracer = this.provider.getTracer('sandgate');
+    this.trusted = settings.trusted;
   }
 
-  begin(x: Exchange, headers: Readonly<Record<string, string | undefined>>): ExchangeTrace {
-    const parent = headers.traceparent === undefined ? ROOT_CONTEXT : propagator.extract(ROOT_CONTEXT, headers, getter);
+  begin(x: Exchange, req: ExchangeRequest): ExchangeTrace {
+    let parent = ROOT_CONTEXT;
+    let links: Link[] | undefined;
+    if (req.headers.traceparent !== undefined) {
+      const incoming = propagator.extract(ROOT_CONTEXT, req.headers, getter);
+      if (this.trusted(req.peer)) parent = incoming;
+      else {
+        const context = trace.getSpanContext(incoming);
+        if (context !== undefined) links = [{ context }];
+      }
+    }
     const authz = x.door !== 'proxy' && x.door !== 'relay';
     const attributes: Attributes = { 'http.request.method': x.method, 'url.path': x.path, 'sandgate.door': x.door };
     if (x.client !== '') attributes['client.address'] = x.client;
     const name = authz ? 'sandgate.decision' : x.method;
-    const span = this.tracer.startSpan(name, { kind: SpanKind.SERVER, attributes, startTime: epoch(x.t0) }, parent);
+    const span = this.tracer.startSpan(name, { kind: SpanKind.SERVER, attributes, links, startTime: epoch(x.t0) }, parent);
     return new RequestTrace(this, span);
   }
 

@@ -1,35 +1,44 @@
-import { SandgateError } from '../domain/errors.js';
 import type { Tracing } from './otel-tracer.js';
 
 /**
- * Whether and how tracing is on, read from the standard `OTEL_*` environment variables. The
- * OpenTelemetry SDK and its exporter (otel-tracer.ts) are loaded only when tracing is on, so a gateway
- * without tracing neither imports nor constructs any of it.
+ * Tracing as the configuration resolves it (config/tracing-settings.ts gives the options their meaning).
+ * The OpenTelemetry SDK and the one exporter chosen (otel-tracer.ts, otel-exporter.ts) are loaded only
+ * when tracing is on, so a gateway without tracing neither imports nor constructs any of it.
  */
 
-/** Whether the environment turns tracing on. */
-export function tracingConfigured(env: NodeJS.ProcessEnv): boolean {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false;
-  const exporters = (env.OTEL_TRACES_EXPORTER ?? '').toLowerCase().split(',').map((s) => s.trim());
-  if (exporters.includes('none')) return false;
-  if (exporters.includes('otlp')) return true;
-  return (env.OTEL_EXPORTER_OTLP_ENDPOINT ?? '') !== '' || (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? '') !== '';
+export type OtlpProtocol = 'grpc' | 'http/protobuf' | 'http/json';
+export type SamplerName = 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio';
+
+/** A PEM file the exporter reads at start, and the variable that named it (for the error when it cannot). */
+export interface TlsFile {
+  readonly path: string;
+  readonly option: string;
 }
 
-/** The one OTLP protocol this build exports with; anything else is a configuration error, not a silent fallback. */
-function checkProtocol(env: NodeJS.ProcessEnv): void {
-  const p = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL;
-  if (p !== undefined && p !== '' && p !== 'http/protobuf') {
-    throw new SandgateError('config_invalid', `OTEL_EXPORTER_OTLP_PROTOCOL ${JSON.stringify(p)}: sandgate exports traces over OTLP http/protobuf only`);
-  }
-  const exporters = (env.OTEL_TRACES_EXPORTER ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '' && s !== 'otlp');
-  if (exporters.length > 0) throw new SandgateError('config_invalid', `OTEL_TRACES_EXPORTER ${JSON.stringify(env.OTEL_TRACES_EXPORTER)}: sandgate exports traces with otlp only (or none)`);
+export interface TracingSettings {
+  readonly protocol: OtlpProtocol;
+  /** Over HTTP the full URL of the traces endpoint; over gRPC `http(s)://host:port` (https: TLS). */
+  readonly url: string;
+  /** Lower-case names; over gRPC, metadata. */
+  readonly headers: Readonly<Record<string, string>>;
+  readonly timeoutMs: number;
+  readonly compression: 'gzip' | 'none';
+  readonly ca: TlsFile | undefined;
+  readonly clientKey: TlsFile | undefined;
+  readonly clientCertificate: TlsFile | undefined;
+  readonly sampler: SamplerName;
+  /** The `traceidratio` samplers' ratio. */
+  readonly ratio: number;
+  /** Resource attributes besides `service.name` = `sandgate` and `service.instance.id` = the gateway id (these win over them). */
+  readonly resource: Readonly<Record<string, string>>;
+  readonly batch: { readonly scheduledDelayMillis: number; readonly exportTimeoutMillis: number; readonly maxQueueSize: number; readonly maxExportBatchSize: number };
+  /** Whether a request that came over a connection from `address` may decide its trace (`--trace-trusted-sources`). */
+  readonly trusted: (address: string) => boolean;
 }
 
-/** The gateway's tracing from the environment: undefined (and the SDK not even loaded) unless it turns tracing on. */
-export async function tracingFromEnv(env: NodeJS.ProcessEnv, gatewayId: string): Promise<Tracing | undefined> {
-  if (!tracingConfigured(env)) return undefined;
-  checkProtocol(env);
-  const { Tracing } = await import('./otel-tracer.js');
-  return new Tracing(gatewayId);
+/** The gateway's tracer, or undefined (and the SDK not even loaded) when tracing is off. */
+export async function startTracing(settings: TracingSettings | undefined, gatewayId: string): Promise<Tracing | undefined> {
+  if (settings === undefined) return undefined;
+  const [{ Tracing }, { createExporter }] = await Promise.all([import('./otel-tracer.js'), import('./otel-exporter.js')]);
+  return new Tracing(settings, gatewayId, await createExporter(settings));
 }

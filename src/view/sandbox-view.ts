@@ -8,7 +8,6 @@ import { classifyIds, compareClaimants, hasLegacyForm, legacyId, type IdRefusal 
 import { IdIndex } from './id-index.js';
 import { NameIndex } from './name-index.js';
 import { ChangeWaiters, type WaiterLimits } from './waiters.js';
-import { ActivityLog } from './activity.js';
 
 /**
  * The in-memory view of every sandbox: the only thing the hot path reads.
@@ -234,8 +233,8 @@ export class SandboxView implements RouteTable {
   private changeCounter = 0;
   private tokenCount = 0;
   readonly waiters: ChangeWaiters;
-  /** Traffic activity per sandbox and port (the doors write it; the idle controller and the API read it). */
-  readonly activity = new ActivityLog();
+  /** Epoch ms each Ready sandbox became Ready (as this gateway saw it): idle time and connect retries start there. */
+  private readonly readyAt = new Map<string, number>();
   private readonly opts: ViewOptions;
 
   constructor(opts: Partial<ViewOptions> = {}) {
@@ -331,6 +330,16 @@ export class SandboxView implements RouteTable {
   onChange(listener: ChangeListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** Epoch ms a Ready sandbox became Ready (as this gateway saw it); undefined when not Ready. */
+  readySince(key: string): number | undefined {
+    return this.readyAt.get(key);
+  }
+
+  /** Keys of the Ready sandboxes and the epoch ms each became Ready. */
+  readyEntries(): IterableIterator<[string, number]> {
+    return this.readyAt.entries();
   }
 
   /** Applies one driver event; returns false when it was stale or fenced and changed nothing. */
@@ -471,7 +480,8 @@ export class SandboxView implements RouteTable {
     this.countRefusals(entry, 1);
     this.entries.set(key, entry);
     this.byName.set(entry);
-    if ((status.phase === 'Ready') !== (held?.status.phase === 'Ready')) this.activity.readyChanged(key, status.phase === 'Ready', now);
+    if (status.phase !== 'Ready') this.readyAt.delete(key);
+    else if (held?.status.phase !== 'Ready') this.readyAt.set(key, now);
     if (s.shutdownTime !== undefined) this.expiring.add(key);
     else if (held?.snapshot.shutdownTime !== undefined) this.expiring.delete(key);
     this.emit(key, entry, version, held);
@@ -519,7 +529,7 @@ export class SandboxView implements RouteTable {
     if (held.accessToken !== undefined || held.envdAccessToken !== undefined) this.tokenCount--;
     this.expiring.delete(key);
     this.countRefusals(held, -1);
-    this.activity.forget(key);
+    this.readyAt.delete(key);
     const others = held.idClaims.length > 0 ? this.ids.update({ key, namespace: held.namespace, name: held.name, createdAt: held.snapshot.createdAt }, held.idClaims, NONE) : undefined;
     this.emit(key, undefined, ++this.changeCounter, held);
     // The next claimant of each id this sandbox held takes it over.

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SandboxWatch } from '../../src/api/sandbox-watch.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
+import { ActivityLog } from '../../src/lifecycle/activity-log.js';
 import { eventually } from '../helpers/eventually.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { readEvents } from '../helpers/sse.js';
@@ -30,7 +31,7 @@ describe('SandboxWatch history (kept only while watchers may resume)', () => {
     view = new SandboxView({ now: () => clock });
     view.registerDriver('d');
     view.replace('d', [snapshot({ name: 'a', uid: 'uid-a', sessionModel: 'none' })]);
-    watch = new SandboxWatch(view, { historyGraceMs: GRACE, now: () => clock });
+    watch = new SandboxWatch(view, new ActivityLog(view, 0), { historyGraceMs: GRACE, now: () => clock });
     server = createServer((req, res) => watch.serve(req, res, new URL(req.url!, 'http://x')));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;

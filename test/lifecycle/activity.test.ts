@@ -11,12 +11,14 @@ import { startRedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/eventually.js';
 import { makeCa, needsOpenssl, OPENSSL } from '../helpers/tls-certs.js';
 import { maskedFrame, maskedText, OPCODE, serverFrames } from '../helpers/ws-frames.js';
-import { ignorePattern } from '../../src/edge/activity-recorder.js';
-import { ActivityReporter } from '../../src/edge/activity-reporter.js';
+import { ignorePattern } from '../../src/lifecycle/activity-recorder.js';
+import { ActivityReporter } from '../../src/lifecycle/activity-reporter.js';
+import { ActivityLog } from '../../src/lifecycle/activity-log.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { pino } from 'pino';
+import { Redis } from 'ioredis';
 import type { ActivityRecord } from '../../src/domain/sandbox.js';
-import { decodeActivity, encodeActivity } from '../../src/sessions/presence/lifecycle-channel.js';
+import { decodeActivity, encodeActivity } from '../../src/lifecycle/lifecycle-channel.js';
 import { parseDuration } from '../../src/domain/duration.js';
 
 const cleanup: (() => Promise<unknown> | void)[] = [];
@@ -198,6 +200,50 @@ describe('activity', () => {
   });
 });
 
+describe('activity is recorded only while something reads it', () => {
+  it('no idle timeout, reports, console or namespace figures: nothing is recorded and no writer lock is taken; a sandbox with its own idle timeout turns both on', async () => {
+    const redis = await startRedisServer();
+    cleanup.push(() => redis.stop());
+    const up = await startUpstream((_req, res) => res.end('ok'));
+    cleanup.push(() => up.close());
+    const driver = new TestDriver([ready()]);
+    const t = await startTestGateway([driver], { presence: redis.url, leaseTtlMs: 300, console: false, activityReports: false });
+    cleanup.push(() => t.close());
+    const lock = `{${t.gw.config.presenceKeyPrefix}}:lifecycle-writer`;
+    const client = new Redis(redis.url);
+    cleanup.push(() => client.disconnect());
+
+    expect((await get(t.gw.proxyPort!, `${up.port}-web.team-a.localhost`)).status).toBe(200);
+    expect(t.gw.activity.get('team-a/web')).toBeUndefined();
+    expect((await sandboxApi(t)).lastActivity).toBeNull();
+    // The channel's first claim ran before the gateway started serving: with no writer work it took nothing.
+    expect(await client.exists(lock)).toBe(0);
+
+    driver.upsert(ready({ name: 'napper', idleTimeoutMs: 60_000 }));
+    expect((await get(t.gw.proxyPort!, `${up.port}-napper.team-a.localhost`)).status).toBe(200);
+    expect(t.gw.activity.get('team-a/napper')).toBeDefined();
+    await eventually(async () => (await client.get(lock)) === t.gw.gatewayId || undefined, 5000, 'the writer lock, once a sandbox has its own idle timeout');
+
+    // The last such sandbox goes: recording stops, and the lock is given up at the next renewal.
+    driver.upsert(ready({ name: 'napper', idleTimeoutMs: undefined, resourceVersion: '9' }));
+    await eventually(async () => (await client.exists(lock)) === 0 || undefined, 5000, 'the writer lock released');
+    expect((await get(t.gw.proxyPort!, `${up.port}-web.team-a.localhost`)).status).toBe(200);
+    expect(t.gw.activity.get('team-a/web')).toBeUndefined();
+  });
+
+  it('each reader alone turns recording on: --idle-timeout, a driver taking reports, the console, --metrics-namespaces', async () => {
+    const up = await startUpstream((_req, res) => res.end('ok'));
+    cleanup.push(() => up.close());
+    const off = { console: false, activityReports: false };
+    for (const on of [{ idleTimeout: '30m' }, { activityReports: true }, { console: true }, { metricsNamespaces: ['team-a'] }]) {
+      const t = await startTestGateway([new TestDriver([ready()])], { ...off, ...on });
+      cleanup.push(() => t.close());
+      expect((await get(t.gw.proxyPort!, `${up.port}-web.team-a.localhost`)).status).toBe(200);
+      expect(t.gw.activity.get('team-a/web'), JSON.stringify(on)).toBeDefined();
+    }
+  });
+});
+
 describe('activity inputs', () => {
   it.each([
     ['30s', 30_000],
@@ -228,14 +274,15 @@ describe('activity inputs', () => {
     view.replace('test', [ready()]);
     let deliver: (records: ActivityRecord[]) => void = () => undefined;
     const channel = { publish: () => undefined, onActivity: (l: (records: ActivityRecord[]) => void) => void (deliver = l), isWriter: () => false, start: async () => undefined, close: async () => undefined };
-    new ActivityReporter({ view, channel, report: () => undefined, reportIntervalMs: 10_000, patchIntervalMs: 60_000, now: c.now, log: pino({ level: 'silent' }) });
+    const activity = new ActivityLog(view, 0);
+    new ActivityReporter({ view, activity, channel, report: () => undefined, reportIntervalMs: 10_000, patchIntervalMs: 60_000, now: c.now, log: pino({ level: 'silent' }) });
     deliver([
       { namespace: 'team-a', name: 'web', port: 8000, at: c.t + 86_400_000 },
       { namespace: 'team-a', name: 'nobody', port: 8000, at: c.t },
     ]);
     const key = view.get('team-a', 'web')!.key;
-    expect(view.activity.get(key)?.last).toBe(c.t);
-    expect(view.activity.get(key)?.ports.get(8000)).toBe(c.t);
+    expect(activity.get(key)?.last).toBe(c.t);
+    expect(activity.get(key)?.ports.get(8000)).toBe(c.t);
     expect(view.get('team-a', 'nobody')).toBeUndefined();
   });
 

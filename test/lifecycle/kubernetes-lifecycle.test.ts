@@ -136,7 +136,7 @@ describe('Kubernetes: activity annotation', () => {
       expect(await get(other, up.port, 'kruise')).toBe(200);
       // The other gateway publishes; the writer hears it, then reports.
       await other.gw.lifecycle.reporter.round();
-      await eventually(() => writer.gw.view.activity.last('team-a/kruise') === clock.t, 5000, 'the peer activity on the writer');
+      await eventually(() => writer.gw.activity.last('team-a/kruise') === clock.t, 5000, 'the peer activity on the writer');
       await round(gws);
     }
     const agent = activityPatches(api, 'agent').map((p) => JSON.parse(p.body).metadata.annotations[LAST_ACTIVITY]);

@@ -10,9 +10,10 @@ import { startUpstream, text, viaProxy } from '../helpers/upstream.js';
 /**
  * Traces, received by a real OTLP/HTTP receiver in the test (protobuf, decoded with the OpenTelemetry
  * protos): the span tree of a proxied request that waited for its sandbox, the decision span of an
- * ext_authz Check, the `traceparent` the sandbox receives, and no credential or query in any span. This
- * file's process gets the `OTEL_*` environment (each test file runs in a process of its own); the second
- * part removes it and shows that tracing is then off: no tracer, no exporter, nothing sent.
+ * ext_authz Check, the `traceparent` the sandbox receives, and no credential or query in any span. The
+ * callers here are on a trusted address (`--trace-trusted-sources`), so their traces continue
+ * (tracing-trust.test.ts has the others). Without the tracing options, tracing is off: no tracer, no
+ * exporter, nothing sent.
  */
 
 const TOKEN = 'traffic-token-0123456789abcdef';
@@ -23,7 +24,7 @@ const TRACEPARENT = `00-${INCOMING_TRACE}-${INCOMING_SPAN}-01`;
 const ENVOY_TRACE = '0af7651916cd43dd8448eb211c80319c';
 const ENVOY_SPAN = 'b7ad6b7169203331';
 
-describe('tracing on (OTEL_EXPORTER_OTLP_ENDPOINT set)', () => {
+describe('tracing on (OTEL_EXPORTER_OTLP_ENDPOINT set), callers trusted', () => {
   let receiver: OtlpReceiver;
   let upstream: Awaited<ReturnType<typeof startUpstream>>;
   let t: TestGateway;
@@ -32,8 +33,6 @@ describe('tracing on (OTEL_EXPORTER_OTLP_ENDPOINT set)', () => {
 
   beforeAll(async () => {
     receiver = await startOtlpReceiver();
-    process.env.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.url;
-    process.env.OTEL_SERVICE_NAME = 'sandgate-under-test';
     upstream = await startUpstream((req, res) => {
       seen = req.headers;
       res.end('traced');
@@ -41,7 +40,7 @@ describe('tracing on (OTEL_EXPORTER_OTLP_ENDPOINT set)', () => {
     const at = { kind: 'address' as const, addresses: ['127.0.0.1'] };
     const later = snapshot({ name: 'later', uid: 'l1', sessionModel: 'none', endpoint: at, accessToken: TOKEN, state: 'starting', conditions: [] });
     const driver = new TestDriver([later]);
-    t = await startTestGateway([driver], { readinessWaitMs: 5000 });
+    t = await startTestGateway([driver], { readinessWaitMs: 5000, otelExporterOtlpEndpoint: receiver.url, otelServiceName: 'sandgate-under-test', traceTrustedSources: ['127.0.0.1'] });
     const host = `${upstream.port}-later.team-a.localhost`;
     const proxied = viaProxy(t.gw.proxyPort!, { host, path: `/notebook?sandgate_token=${LINK_TOKEN}`, headers: { traceparent: TRACEPARENT, tracestate: 'vendor=1', 'e2b-traffic-access-token': TOKEN } });
     await eventually(() => t.gw.view.waiters.size === 1, 5000, 'the proxied request waiting');
@@ -56,8 +55,6 @@ describe('tracing on (OTEL_EXPORTER_OTLP_ENDPOINT set)', () => {
   });
 
   afterAll(async () => {
-    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
-    delete process.env.OTEL_SERVICE_NAME;
     await upstream.close();
     await receiver.close();
   });
@@ -106,7 +103,7 @@ describe('tracing on (OTEL_EXPORTER_OTLP_ENDPOINT set)', () => {
   });
 });
 
-describe('tracing off (no OTEL_* configuration)', () => {
+describe('tracing off (no tracing options)', () => {
   it('makes no tracer and sends nothing; the client\'s traceparent reaches the sandbox untouched', async () => {
     const receiver = await startOtlpReceiver();
     let seen: IncomingHttpHeaders | undefined;

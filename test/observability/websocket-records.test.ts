@@ -21,8 +21,7 @@ import { maskedText, serverFrames } from '../helpers/ws-frames.js';
  * upgrade and an HTTP/2 extended CONNECT stream (RFC 8441, a node:http2 client) each make one access-log
  * line and one server span with an upstream child, with the same fields — the method and status the
  * client saw (`GET` 101, `CONNECT` 200), the sandbox, the upstream host, the bytes. A CONNECT that is no
- * WebSocket is recorded with its denial. Traces go to a real OTLP receiver; this file's process gets the
- * `OTEL_*` environment.
+ * WebSocket is recorded with its denial. Traces go to a real OTLP receiver.
  */
 
 const DOMAIN = 'sandboxes.test';
@@ -47,13 +46,12 @@ describe.skipIf(!OPENSSL)(needsOpenssl('WebSockets over HTTP/1.1 and HTTP/2 in t
     ca = makeCa();
     const leaf = ca.issue('wild', [`*.team-a.${DOMAIN}`]);
     receiver = await startOtlpReceiver();
-    process.env.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.url;
     up = await startUpstream((_req, res) => res.end('not a websocket'));
     wss = new WebSocketServer({ server: up.server });
     wss.on('connection', (ws) => ws.on('message', (m) => ws.send(`echo ${String(m)}`)));
     const file = join(mkdtempSync(join(tmpdir(), 'sandgate-ws-log-')), 'access.log');
     const sandbox = { sessionModel: 'none' as const, endpoint: { kind: 'address' as const, addresses: ['127.0.0.1'] } };
-    t = await startTestGateway([new TestDriver([snapshot({ name: 'web', ...sandbox })])], { baseDomain: DOMAIN, proxyTlsPort: 0, tlsCertFile: leaf.certFile, tlsKeyFile: leaf.keyFile, accessLog: file });
+    t = await startTestGateway([new TestDriver([snapshot({ name: 'web', ...sandbox })])], { baseDomain: DOMAIN, proxyTlsPort: 0, tlsCertFile: leaf.certFile, tlsKeyFile: leaf.keyFile, accessLog: file, otelExporterOtlpEndpoint: receiver.url });
     const host = `${up.port}-web.team-a.${DOMAIN}`;
 
     // HTTP/1.1: an upgrade on the TLS port, one message each way.
@@ -90,7 +88,6 @@ describe.skipIf(!OPENSSL)(needsOpenssl('WebSockets over HTTP/1.1 and HTTP/2 in t
   }, 60_000);
 
   afterAll(async () => {
-    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
     wss?.close();
     await up?.close();
     await receiver?.close();

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { RULES } from '../../domain/compose.js';
 import { isDnsLabel } from '../../domain/labels.js';
-import { PUBLIC_PHASES, type PublicPhase, sandboxKey } from '../../domain/sandbox.js';
+import { PUBLIC_PHASES, type ActivityReadout, type PublicPhase, sandboxKey } from '../../domain/sandbox.js';
 import type { SandboxView } from '../../view/sandbox-view.js';
 import { authorizeApi, type ApiAuth } from '../api-access.js';
 import { FRAME_ANCESTORS_NONE, sendError, sendJson } from '../respond.js';
@@ -43,6 +43,7 @@ export interface GatewaysSource {
 // Starts like admin-api.ts AdminApiDeps: each part lists what it is handed, so either can change alone.
 export interface ConsoleDeps {
   readonly view: SandboxView;
+  readonly activity: ActivityReadout;
   readonly registry: Registry;
   readonly gatewayId: string;
   readonly gateways: GatewaysSource;
@@ -90,7 +91,7 @@ export function createConsole(deps: ConsoleDeps) {
     if (limitText !== null && (!/^\d{1,6}$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > TABLE_LIMIT_MAX)) {
       return sendError(res, 'invalid_request', `limit must be an integer from 1 to ${TABLE_LIMIT_MAX}`);
     }
-    const html = renderTable(view.list(), view.activity, sees, { namespace, phase, limit: limitText === null ? TABLE_LIMIT_DEFAULT : Number(limitText) }, gatewayId, now());
+    const html = renderTable(view.list(), deps.activity, sees, { namespace, phase, limit: limitText === null ? TABLE_LIMIT_DEFAULT : Number(limitText) }, gatewayId, now());
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff', 'content-security-policy': `default-src 'none'; ${FRAME_ANCESTORS_NONE}` }).end(html);
   }
 

@@ -1,5 +1,5 @@
 import { formatDuration } from '../../domain/duration.js';
-import type { ActivityLog } from '../../view/activity.js';
+import type { ActivityReadout } from '../../domain/sandbox.js';
 import type { ViewEntry } from '../../view/sandbox-view.js';
 
 /**
@@ -34,13 +34,13 @@ function endpointText(e: ViewEntry): string {
 }
 
 /** "idle for 3m 20s" while Ready, else the idle controller's last decision, else —. */
-function activityText(e: ViewEntry, activity: ActivityLog, now: number): string {
+function activityText(e: ViewEntry, activity: ActivityReadout, now: number): string {
   const since = activity.idleSince(e.key);
   if (since !== undefined) return `idle for ${formatDuration(Math.max(0, now - since))}`;
   return activity.noteOf(e.key)?.decision ?? '—';
 }
 
-function row(e: ViewEntry, activity: ActivityLog, now: number): string {
+function row(e: ViewEntry, activity: ActivityReadout, now: number): string {
   const p = e.presence;
   const cells = [
     e.namespace,
@@ -57,7 +57,7 @@ function row(e: ViewEntry, activity: ActivityLog, now: number): string {
   return `<tr>${cells.map((c) => `<td>${escapeHtml(c)}</td>`).join('')}</tr>`;
 }
 
-export function renderTable(entries: Iterable<ViewEntry>, activity: ActivityLog, visible: (namespace: string) => boolean, filter: TableFilter, gatewayId: string, now: number): string {
+export function renderTable(entries: Iterable<ViewEntry>, activity: ActivityReadout, visible: (namespace: string) => boolean, filter: TableFilter, gatewayId: string, now: number): string {
   const rows: string[] = [];
   let matched = 0;
   for (const e of entries) {

@@ -93,7 +93,7 @@ export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger):
     let req: RouteRequest | undefined;
     try {
       req = checkRequestToRoute(call.request);
-      const x = decider.recorder?.begin('ext_authz', { method: call.request.attributes?.request?.http?.method ?? '', target: req.path ?? '/', headers: req.headers, client: sourceAddress(call.request) });
+      const x = decider.recorder?.begin('ext_authz', { method: call.request.attributes?.request?.http?.method ?? '', target: req.path ?? '/', headers: req.headers, client: sourceAddress(call.request), peer: call.peer });
       void decider.decideAndAnswer('ext_authz', req, call, callSignal, answer, x);
     } catch (err) {
       log.error({ err }, 'ext_authz Check failed');

@@ -119,7 +119,7 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger,
       let req: RouteRequest | undefined;
       try {
         req = headersToRoute(msg.request_headers?.headers?.headers);
-        const x = decider.recorder?.begin('ext_proc', { method: req.headers[':method'] ?? '', target: req.path ?? '/', headers: req.headers, client: forwardedClient(req.headers, '') });
+        const x = decider.recorder?.begin('ext_proc', { method: req.headers[':method'] ?? '', target: req.path ?? '/', headers: req.headers, client: forwardedClient(req.headers, ''), peer: call.peer });
         return decider.decideAndAnswer('ext_proc', req, call, callSignal, answer, x);
       } catch (err) {
         log.error({ err }, 'ext_proc request_headers failed');

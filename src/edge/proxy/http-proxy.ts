@@ -14,10 +14,10 @@ import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { abortOnClose, type Decider } from '../decider.js';
 import { respondDenial, writeDenial } from '../denial.js';
-import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from '../relay/relay-exchange.js';
+import { exchange, type ExchangeOptions } from '../relay/relay-exchange.js';
 import type { RelayCredentials } from '../relay/relay-credential.js';
-import { openPeerTunnel, TunnelRefused } from '../relay/relay-tunnel.js';
-import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, relayHeaders } from '../relay/relay-headers.js';
+import { RELAY_AUTH_HEADER, RELAY_TARGET_HEADER } from '../relay/relay-headers.js';
+import { relayRoutes } from '../relay/relay-routes.js';
 import { RelayPeers } from '../relay/relay-peer.js';
 import { isDeny, requestTarget, type RequestTarget } from '../request-target.js';
 import { ConnectionLimit } from './connection-limit.js';
@@ -26,16 +26,16 @@ import { RecordedUpstreamExchange, UpstreamExchange, type ExchangeOwner } from '
 import type { Exchange } from '../../observability/exchange.js';
 import { dropSet, forwardRequestHeaders, stripLinkCookie, type ForwardContext } from '../forwarding/forward-headers.js';
 import { hasLinkCookie } from '../../domain/link.js';
-import { spliceUpgrade, tcpConnect, upgradeHeaders, withoutOrigin, type Connect } from '../forwarding/websocket-tunnel.js';
-import { sandboxKey } from '../../domain/sandbox.js';
+import { spliceUpgrade, upgradeHeaders, withoutOrigin } from '../forwarding/websocket-tunnel.js';
+import { planUpstream, type RelayRoutes, type UpstreamPlan } from '../forwarding/upstream-plan.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
 import { HttpFront } from '../http-front.js';
 import { proxyFrontHandler } from './proxy-front.js';
-import type { ActivityRecorder } from '../activity-recorder.js';
+import type { ActivityRecorder } from '../../lifecycle/activity-recorder.js';
 import { H2Response, h2Request } from '../forwarding/h2-request.js';
 import { tunnelExtendedConnect } from './h2-websocket.js';
 import { httpsRedirect } from './https-redirect.js';
-import { DEFAULT_H2C_LIMITS, H2cPool, H2cSaturated, type H2cLimits, type OpenTransport } from '../forwarding/h2c-pool.js';
+import { DEFAULT_H2C_LIMITS, H2cPool, H2cSaturated, type H2cLimits } from '../forwarding/h2c-pool.js';
 import { h2cExchange, isGrpc } from '../forwarding/h2c-exchange.js';
 import { respondGrpcDenial } from '../forwarding/grpc-denial.js';
 
@@ -120,8 +120,6 @@ const TRACEPARENT = 'traceparent';
 const ASTERISK = deny('invalid_route', 'The embedded proxy forwards no asterisk-form request (OPTIONS *)');
 /** A CONNECT stream that is not a WebSocket (RFC 8441) asks for a tunnel: no client-facing listener offers one. */
 const H2_CONNECT = deny('method_not_allowed', 'CONNECT is not supported: sandgate opens no tunnels (WebSockets: extended CONNECT with :protocol websocket)');
-/** Never aborted: a pooled HTTP/2 session outlives the request that opened it. */
-const NO_ABORT = new AbortController().signal;
 
 export class EmbeddedProxy implements ExchangeOwner {
   private readonly server: Server;
@@ -141,6 +139,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   readonly h2c: H2cPool;
   /** How peers' relay listeners are reached. */
   private readonly peers: RelayPeers;
+  /** The relay half of the upstream plan; undefined: a relay decision answers 502 sandbox_unreachable. */
+  private readonly relay: RelayRoutes | undefined;
   port = 0;
   tlsPort = 0;
 
@@ -155,6 +155,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const traced = decider.recorder?.tracer !== undefined ? [TRACEPARENT] : [];
     this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, ...traced] });
     this.peers = new RelayPeers(opts.relay?.peerTls, opts.connectTimeoutMs);
+    this.relay = opts.relay === undefined ? undefined : relayRoutes({ ...opts.relay, peers: this.peers, connectTimeoutMs: opts.connectTimeoutMs });
     const connect = { timeout: opts.connectTimeoutMs, noDelay: true };
     this.agent = new Agent({
       connect: this.peers.dispatcherConnector(connect) ?? connect,
@@ -251,7 +252,7 @@ export class EmbeddedProxy implements ExchangeOwner {
   }
 
   private handle(req: ClientRequest, res: ClientResponse): void {
-    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp, peer: req.clientIp });
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return this.refuse(res, t, this.route(req), x);
     if (t.path === '*') return this.refuse(res, ASTERISK, this.route(req), x);
@@ -293,88 +294,53 @@ export class EmbeddedProxy implements ExchangeOwner {
     const headers = this.withoutLinkCookie(forwardRequestHeaders(req.rawHeaders, this.drop, this.context(req)), req.headers.cookie);
     // Origin-form always (RFC 9112 §3.2.2): an absolute-form target was reduced to its path.
     const path = d.target.path ?? route.path ?? '/';
-    if (d.entry.h2cPorts?.has(d.target.port) === true) return this.forwardH2c(req, res, d, path, headers, route, x);
-    if (!d.relay) return this.send(req, res, d, path, headers, 'sandbox', route, x);
-    const local = this.localRelay(d);
-    if (local !== undefined) this.releaseOnClose(d, res);
-    if (local === 'unreachable') return this.refuse(res, deny('sandbox_unreachable', undefined, d.entry), route, x);
-    if (local !== undefined) {
-      if (x !== undefined) injectTraceparent(headers, x, relayStreamHost(d.entry.namespace, d.entry.name, d.target.port));
-      const fail = (err: unknown): void => {
-        this.log.debug({ err, sandbox: sandboxKey(d.entry.namespace, d.entry.name) }, 'relay failed before the response');
-        this.refuse(res, relayDenial(err, d.entry), route, x);
-      };
-      return exchange(req, res, path, headers, local, this.relayExchange, fail, x);
-    }
-    for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    this.send(req, res, d, path, headers, 'peer_gateway', route, x);
+    const plan = planUpstream(d, this.relay, this.opts.connectTimeoutMs);
+    if (d.entry.h2cPorts?.has(d.target.port) === true) return this.forwardH2c(req, res, d, plan, path, headers, route, x);
+    const pooled = isDeny(plan) ? undefined : plan.pooled;
+    // A pooled exchange gives the slot back itself (closed()); nothing else would.
+    if (pooled === undefined) this.releaseOnClose(d, res);
+    if (isDeny(plan)) return this.refuse(res, plan, route, x);
+    for (const [k, v] of plan.hopHeaders) headers.push(k, v);
+    if (pooled !== undefined) return this.send(req, res, d, path, headers, pooled, route, x);
+    if (x !== undefined) injectTraceparent(headers, x, plan.host);
+    const fail = (err: unknown): void => {
+      this.log.debug({ err, upstream: plan.host }, 'relay failed before the response');
+      this.refuse(res, plan.denial(err), route, x);
+    };
+    exchange(req, res, path, headers, plan.open, this.relayExchange, fail, x);
   }
 
   /**
-   * Carries a request to a port declared h2c over HTTP/2 (h2c-exchange.ts): on a pooled session to the
-   * sandbox, or over a relay stream of this gateway's session. Its connection slot goes back on close.
+   * Carries a request to a port declared h2c over HTTP/2 (h2c-exchange.ts), on a pooled session whose
+   * connection the plan opens: to the sandbox, over a relay stream of the local session, or through a tunnel
+   * to the relay listener of the peer holding the session. Its connection slot goes back on close.
    */
-  private forwardH2c(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], route: RouteRequest, x: Exchange | undefined): void {
+  private forwardH2c(req: ClientRequest, res: ClientResponse, d: Allow, plan: UpstreamPlan | Deny, path: string, headers: string[], route: RouteRequest, x: Exchange | undefined): void {
     this.releaseOnClose(d, res);
-    const via = this.h2cUpstream(d);
-    if (isDeny(via)) return this.refuse(res, via, route, x);
+    if (isDeny(plan)) return this.refuse(res, plan, route, x);
+    const via = plan.h2c;
     if (x !== undefined) injectTraceparent(headers, x, via.key);
     const activity = this.opts.activity;
     h2cExchange(this.h2c, via.key, via.open, req, res, path, headers, this.relayExchange, {
       fail: (err) => {
         this.log.debug({ err, upstream: via.key }, 'h2c upstream failed before the response');
-        const d2 = err instanceof H2cSaturated ? deny('too_many_connections', err.message, d.entry, 1) : via.denial(err);
-        this.refuse(res, d2, route, x);
+        this.refuse(res, err instanceof H2cSaturated ? deny('too_many_connections', err.message, d.entry, 1) : plan.denial(err), route, x);
       },
       streamed: activity === undefined ? undefined : () => activity.stream(d),
       record: x,
     });
   }
 
-  /**
-   * Where HTTP/2 sessions to an h2c port of `d` run: a TCP connection to the sandbox, a relay stream of the
-   * local session, or a tunnel through the relay listener of the peer holding the session.
-   */
-  private h2cUpstream(d: Allow): { key: string; open: OpenTransport; denial: (err: unknown) => Deny } | Deny {
-    if (!d.relay) {
-      const connect = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-      return { key: d.upstream, open: () => connect(NO_ABORT), denial: (err) => deny(forwardFailure('sandbox', err), undefined, d.entry) };
-    }
-    const local = this.localRelay(d);
-    if (local === 'unreachable') return deny('sandbox_unreachable', undefined, d.entry);
-    if (local !== undefined) return { key: relayStreamHost(d.entry.namespace, d.entry.name, d.target.port), open: () => local(NO_ABORT), denial: (err) => relayDenial(err, d.entry) };
-    // The session is on a peer: a tunnel through its relay listener, a fresh credential for each.
-    const credentials = this.opts.relay!.credentials;
-    const connect = this.peers.connect(d.upstream);
-    return {
-      key: `${d.upstream}>${relayStreamHost(d.entry.namespace, d.entry.name, d.target.port)}`,
-      open: () => openPeerTunnel(() => connect(NO_ABORT), d.upstream, relayHeaders(d, credentials), this.opts.connectTimeoutMs),
-      denial: (err) => (err instanceof TunnelRefused ? deny(err.denial.code, undefined, d.entry, err.denial.code === 'relay_busy' ? 1 : undefined) : deny(forwardFailure('peer_gateway', err), undefined, d.entry)),
-    };
-  }
-
-  /**
-   * For a relay decision: the local session's stream opener when this gateway holds the session,
-   * 'unreachable' when relaying is off here, undefined when the session is on a peer.
-   */
-  private localRelay(d: Allow): Connect | 'unreachable' | undefined {
-    const relay = this.opts.relay;
-    if (relay === undefined) return 'unreachable';
-    if (d.entry.relayOwner !== relay.gatewayId) return undefined;
-    const streams = relay.streams;
-    if (streams === undefined) return 'unreachable';
-    return (signal) => streams.openRelayStream(d.entry.namespace, d.entry.name, d.target.port, signal);
-  }
-
   /** Sends the request to `d.upstream` (a sandbox, or a peer's relay listener) through the pool. */
-  private send(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], hop: ForwardHop, route: RouteRequest, x: Exchange | undefined): void {
+  private send(req: ClientRequest, res: ClientResponse, d: Allow, path: string, headers: string[], pooled: { origin: string; hop: ForwardHop }, route: RouteRequest, x: Exchange | undefined): void {
+    const hop = pooled.hop;
     let handler: UpstreamExchange;
     if (x === undefined) handler = new UpstreamExchange(this, req, res, d, route, hop);
     else {
       injectTraceparent(headers, x, d.upstream);
       handler = new RecordedUpstreamExchange(this, req, res, d, route, hop, x);
     }
-    handler.options = { origin: hop === 'peer_gateway' ? this.peers.origin(d.upstream) : 'http://' + d.upstream, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body };
+    handler.options = { origin: pooled.origin, path, method: req.method as Dispatcher.HttpMethod, headers, body: req.body };
     this.agent.dispatch(handler.options, handler);
   }
 
@@ -399,7 +365,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const retry = this.opts.connectRetry;
     if (retry === undefined || retry.ms <= 0 || x.hop !== 'sandbox' || x.req.body !== null || x.options === undefined || x.res.destroyed) return false;
     if ((err as { code?: unknown }).code !== 'ECONNREFUSED') return false;
-    const since = this.decider.view.activity.readySince(x.decision.entry.key);
+    const since = this.decider.view.readySince(x.decision.entry.key);
     const left = since === undefined ? 0 : since + retry.ms - retry.now();
     if (left <= 0) return false;
     const options = x.options;
@@ -421,7 +387,7 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer, secure?: boolean): void {
     socket.on('error', () => socket.destroy());
-    const x = this.decider.recorder?.begin('proxy', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as ClientRequest['headers'], client: socket.remoteAddress ?? '' });
+    const x = this.decider.recorder?.begin('proxy', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as ClientRequest['headers'], client: socket.remoteAddress ?? '', peer: socket.remoteAddress ?? '' });
     const refuse = x === undefined ? writeDenial : (s: Socket, d: Deny, r: RouteRequest): void => x.denied(d.status, d.code, writeDenial(s, d, r));
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return void refuse(socket, t, this.route(req));
@@ -431,24 +397,15 @@ export class EmbeddedProxy implements ExchangeOwner {
       if (!d.allow) return void refuse(socket, d, route);
       if (!this.take(d, socket)) return void refuse(socket, deny('too_many_connections', undefined, d.entry, 1), route);
       const headers = this.withoutLinkCookie(upgradeHeaders(req, this.drop, this.context(fromNodeHttp(req, secure)), this.opts.stripOriginOnUpgrade), req.headers.cookie);
-      const path = d.target.path ?? t.path;
-      const idle = this.opts.idleTimeoutMs;
-      const activity = this.tunnelActivity(d);
-      const local = d.relay ? this.localRelay(d) : undefined;
-      if (local === 'unreachable') return void refuse(socket, deny('sandbox_unreachable', undefined, d.entry), route);
+      const plan = planUpstream(d, this.relay, this.opts.connectTimeoutMs);
+      if (isDeny(plan)) return void refuse(socket, plan, route);
+      for (const [k, v] of plan.hopHeaders) headers.push(k, v);
       if (x !== undefined) {
-        injectTraceparent(headers, x, local !== undefined ? relayStreamHost(d.entry.namespace, d.entry.name, d.target.port) : d.upstream);
+        injectTraceparent(headers, x, plan.host);
         x.endsWithTunnel(socket);
       }
       const seen = x === undefined ? undefined : (status: number) => x.answered(status);
-      if (!d.relay) {
-        const open = tcpConnect(d.upstream, this.opts.connectTimeoutMs);
-        return spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => refuse(socket, deny(forwardFailure('sandbox', err), undefined, d.entry), route), activity, seen);
-      }
-      if (local !== undefined) return spliceUpgrade(req, socket, head, path, headers, local, idle, (err) => refuse(socket, relayDenial(err, d.entry), route), activity, seen);
-      for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-      const open = this.peers.connect(d.upstream);
-      spliceUpgrade(req, socket, head, path, headers, open, idle, (err) => refuse(socket, deny(forwardFailure('peer_gateway', err), undefined, d.entry), route), activity, seen);
+      spliceUpgrade(req, socket, head, d.target.path ?? t.path, headers, plan.open, this.opts.idleTimeoutMs, (err) => refuse(socket, plan.denial(err), route), this.tunnelActivity(d), seen);
     };
     this.decideFor(route, socket, this.guard.bindUpgrade(req, socket, then), x);
   }
@@ -459,7 +416,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const res = new H2Response(stream);
     if (req.method !== 'CONNECT') return this.request(req, res);
     // Recorded as an HTTP/1.1 upgrade is: one record per stream, ended when the stream closes.
-    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    const x = this.decider.recorder?.begin('proxy', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp, peer: req.clientIp });
     if (headers[':protocol'] !== 'websocket') return this.refuse(res, H2_CONNECT, this.route(req), x);
     const t = requestTarget(req.url, req.rawHeaders);
     if (isDeny(t)) return this.refuse(res, t, this.route(req), x);
@@ -475,30 +432,17 @@ export class EmbeddedProxy implements ExchangeOwner {
         if (!this.take(d, stream)) return this.refuse(res, deny('too_many_connections', undefined, d.entry, 1), route, x);
         const raw = this.opts.stripOriginOnUpgrade ? withoutOrigin(req.rawHeaders) : req.rawHeaders;
         const headers = this.withoutLinkCookie(forwardRequestHeaders(raw, this.drop, this.context(req)), req.headers.cookie);
-        const upstream = this.tunnel(d, headers);
-        if (isDeny(upstream)) return this.refuse(res, upstream, route, x);
+        const plan = planUpstream(d, this.relay, this.opts.connectTimeoutMs);
+        if (isDeny(plan)) return this.refuse(res, plan, route, x);
+        for (const [k, v] of plan.hopHeaders) headers.push(k, v);
         if (x !== undefined) {
-          injectTraceparent(headers, x, upstream.host);
+          injectTraceparent(headers, x, plan.host);
           x.endsWithStream(stream);
         }
-        tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, upstream.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, upstream.denial(err), route, x), this.tunnelActivity(d), x);
+        tunnelExtendedConnect(stream, d.target.path ?? t.path, headers, plan.open, this.opts.idleTimeoutMs, (err) => this.refuse(res, plan.denial(err), route, x), this.tunnelActivity(d), x);
       }),
       x,
     );
-  }
-
-  /**
-   * Where a tunnel (a WebSocket) for an allowed decision goes: the sandbox, the local session's relay
-   * stream, or a peer's relay listener (its relay headers added to `headers`); each with the denial a
-   * failure to open it gets, and the `upstream_host` its record names.
-   */
-  private tunnel(d: Allow, headers: string[]): { open: Connect; denial: (err: unknown) => Deny; host: string } | Deny {
-    if (!d.relay) return { open: tcpConnect(d.upstream, this.opts.connectTimeoutMs), denial: (err) => deny(forwardFailure('sandbox', err), undefined, d.entry), host: d.upstream };
-    const local = this.localRelay(d);
-    if (local === 'unreachable') return deny('sandbox_unreachable', undefined, d.entry);
-    if (local !== undefined) return { open: local, denial: (err) => relayDenial(err, d.entry), host: relayStreamHost(d.entry.namespace, d.entry.name, d.target.port) };
-    for (const [k, v] of relayHeaders(d, this.opts.relay!.credentials)) headers.push(k, v);
-    return { open: this.peers.connect(d.upstream), denial: (err) => deny(forwardFailure('peer_gateway', err), undefined, d.entry), host: d.upstream };
   }
 }
 

@@ -10,7 +10,7 @@ import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { respondDenial, writeDenial } from '../denial.js';
 import { filterRequestHeaders, HOP_BY_HOP } from '../forwarding/forward-headers.js';
-import { KEEP_ON_UPGRADE, spliceUpgrade } from '../forwarding/websocket-tunnel.js';
+import { KEEP_ON_UPGRADE, spliceUpgrade, type Connect } from '../forwarding/websocket-tunnel.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 import { isDeny, requestTarget } from '../request-target.js';
 import { exchange, relayDenial, relayStreamHost, type ExchangeOptions } from './relay-exchange.js';
@@ -129,24 +129,33 @@ export class RelayListener {
     return deny('relay_unauthorized', check === 'expired' ? EXPIRED_MESSAGE : UNAUTHORIZED_MESSAGE);
   }
 
+  /**
+   * What every entry point carries, once admitted: the path, the target, the headers without any
+   * `x-sandgate-*` (with this hop's `traceparent` when traced), and the target's relay stream.
+   */
+  private admitted(url: string | undefined, rawHeaders: readonly string[], headers: Http1Headers | IncomingHttpHeaders, source: string | undefined, x: Exchange | undefined, keep?: ReadonlySet<string>): Admitted | Deny {
+    const rt = requestTarget(url, rawHeaders);
+    if (isDeny(rt)) return rt;
+    const t = this.admit(headers, source);
+    if ('allow' in t) return t;
+    const out = filterRequestHeaders(rawHeaders, this.drop, GATEWAY_HEADER_PREFIX, keep);
+    if (x !== undefined) toTarget(x, t, out);
+    return { path: rt.path, target: t, headers: out, open: (signal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal) };
+  }
+
   private request(req: IncomingMessage, res: ServerResponse): void {
     const x = this.begin(req);
     const refuse = (d: Deny): void => {
       const bytes = respondDenial(res, d, req.headers.accept);
       x?.denied(d.status, d.code, bytes);
     };
-    const rt = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(rt)) return refuse(rt);
-    const t = this.admit(req.headers, req.socket.remoteAddress);
-    if ('allow' in t) return refuse(t);
-    const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX);
-    if (x !== undefined) toTarget(x, t, headers);
-    const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
+    const a = this.admitted(req.url, req.rawHeaders, req.headers, req.socket.remoteAddress, x);
+    if (isDeny(a)) return refuse(a);
     const fail = (err: unknown): void => {
-      this.log.debug({ err, target: t }, 'relay failed before the response');
+      this.log.debug({ err, target: a.target }, 'relay failed before the response');
       refuse(relayDenial(err));
     };
-    exchange(fromNodeHttp(req), res, rt.path, headers, open, this.exchangeOptions, fail, x);
+    exchange(fromNodeHttp(req), res, a.path, a.headers, a.open, this.exchangeOptions, fail, x);
   }
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
@@ -157,17 +166,10 @@ export class RelayListener {
       const bytes = writeDenial(socket, d, route);
       x?.denied(d.status, d.code, bytes);
     };
-    const rt = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(rt)) return refuse(rt);
-    const t = this.admit(req.headers, req.socket.remoteAddress);
-    if ('allow' in t) return refuse(t);
-    const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX, KEEP_ON_UPGRADE);
-    if (x !== undefined) {
-      toTarget(x, t, headers);
-      x.endsWithTunnel(socket);
-    }
-    const open = (signal: AbortSignal) => this.streams.openRelayStream(t.namespace, t.name, t.port, signal);
-    spliceUpgrade(req, socket, head, rt.path, headers, open, this.opts.idleTimeoutMs, (err) => refuse(relayDenial(err)), undefined, x === undefined ? undefined : (status) => x.answered(status));
+    const a = this.admitted(req.url, req.rawHeaders, req.headers, req.socket.remoteAddress, x, KEEP_ON_UPGRADE);
+    if (isDeny(a)) return refuse(a);
+    x?.endsWithTunnel(socket);
+    spliceUpgrade(req, socket, head, a.path, a.headers, a.open, this.opts.idleTimeoutMs, (err) => refuse(relayDenial(err)), undefined, x === undefined ? undefined : (status) => x.answered(status));
   }
 
   /** An HTTP/2 stream from Envoy: a request to an h2c port. */
@@ -178,7 +180,7 @@ export class RelayListener {
   }
 
   private h2cRequest(req: ClientRequest, res: ClientResponse, h: IncomingHttpHeaders): void {
-    const x = this.opts.recorder?.begin('relay', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp });
+    const x = this.opts.recorder?.begin('relay', { method: req.method, target: req.url, headers: req.headers, client: req.clientIp, peer: req.clientIp });
     const grpc = isGrpc(req.headers['content-type']);
     const refuse = (d: Deny): void => {
       const bytes = grpc ? respondGrpcDenial(res, d) : respondDenial(res, d, req.headers.accept);
@@ -186,15 +188,10 @@ export class RelayListener {
     };
     // HTTP/2 here reaches h2c ports only, and a WebSocket to one is not carried (nor is a CONNECT tunnel: that is HTTP/1.1's).
     if (req.method === 'CONNECT') return refuse(deny('upgrade_not_supported'));
-    const rt = requestTarget(req.url, req.rawHeaders);
-    if (isDeny(rt)) return refuse(rt);
-    const t = this.admit(h, req.clientIp);
-    if ('allow' in t) return refuse(t);
-    const headers = filterRequestHeaders(req.rawHeaders, this.drop, GATEWAY_HEADER_PREFIX);
-    if (x !== undefined) toTarget(x, t, headers);
-    const key = relayStreamHost(t.namespace, t.name, t.port);
-    const open = () => this.streams.openRelayStream(t.namespace, t.name, t.port, NO_ABORT);
-    h2cExchange(this.h2c, key, open, req, res, rt.path, headers, this.exchangeOptions, {
+    const a = this.admitted(req.url, req.rawHeaders, h, req.clientIp, x);
+    if (isDeny(a)) return refuse(a);
+    const t = a.target;
+    h2cExchange(this.h2c, relayStreamHost(t.namespace, t.name, t.port), () => a.open(NO_ABORT), req, res, a.path, a.headers, this.exchangeOptions, {
       fail: (err) => {
         this.log.debug({ err, target: t }, 'h2c relay failed before the response');
         refuse(err instanceof H2cSaturated ? deny('too_many_connections', err.message, undefined, 1) : relayDenial(err));
@@ -204,8 +201,15 @@ export class RelayListener {
   }
 
   private begin(req: IncomingMessage): Exchange | undefined {
-    return this.opts.recorder?.begin('relay', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as Record<string, string | undefined>, client: req.socket.remoteAddress ?? '' });
+    return this.opts.recorder?.begin('relay', { method: req.method ?? 'GET', target: req.url ?? '/', headers: req.headers as Record<string, string | undefined>, client: req.socket.remoteAddress ?? '', peer: req.socket.remoteAddress ?? '' });
   }
+}
+
+interface Admitted {
+  readonly path: string;
+  readonly target: RelayTarget;
+  readonly headers: string[];
+  readonly open: Connect;
 }
 
 /** The record of an admitted relay request: its target, and the stream it leaves on (with its `traceparent`). */

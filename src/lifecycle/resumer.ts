@@ -1,5 +1,5 @@
 import { SandgateError } from '../domain/errors.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from 'pino';
 import type { SandboxView, ViewEntry } from '../view/sandbox-view.js';
 
 /**

@@ -1,4 +1,5 @@
-import type { ActivityRecord } from '../domain/sandbox.js';
+import type { ActivityReadout, ActivityRecord, IdleNote, SandboxActivity } from '../domain/sandbox.js';
+import type { SandboxView } from '../view/sandbox-view.js';
 
 /**
  * Traffic activity per sandbox and port, in memory: when each was last used through any door of any
@@ -6,35 +7,26 @@ import type { ActivityRecord } from '../domain/sandbox.js';
  * nothing allocated for a sandbox and port already seen); a timer drains what this gateway saw and
  * publishes it to its peers (merge() takes theirs), and the idle controller and the drivers' reports read
  * it. The idle controller's latest decision per sandbox is kept beside it, for the API and the console.
+ * When a sandbox became Ready is the view's (readySince): idle time starts there without traffic.
  */
-
-/** One sandbox's activity. */
-export interface SandboxActivity {
-  /** Epoch ms of the last activity on any port. */
-  last: number;
-  /** Port → epoch ms of its last activity. */
-  readonly ports: Map<number, number>;
-  /** True when this gateway saw activity since the last drain. */
-  local: boolean;
-}
-
-/** The idle controller's decision about one sandbox (docs/lifecycle.md). */
-export interface IdleNote {
-  readonly decision: 'paused' | 'unsupported' | 'failed' | 'skipped';
-  readonly reason: string;
-  /** Epoch ms of the decision. */
-  readonly at: number;
-}
-
-export class ActivityLog {
-  /** `--idle-timeout` in ms (0 = off): the timeout of sandboxes without their own. Set by the wiring. */
-  defaultIdleTimeoutMs = 0;
+export class ActivityLog implements ActivityReadout {
   private readonly byKey = new Map<string, SandboxActivity>();
   private readonly notes = new Map<string, IdleNote>();
-  /** Epoch ms each Ready sandbox became Ready (seen by this gateway): idle time starts there without traffic. */
-  private readonly ready = new Map<string, number>();
   /** Keys with local activity since the last drain. */
   private readonly fresh = new Set<string>();
+  /** Epoch ms an idle time was restarted at (a pause that failed). */
+  private readonly restarted = new Map<string, number>();
+
+  constructor(
+    private readonly view: SandboxView,
+    /** `--idle-timeout` in ms (0 = off): the timeout of sandboxes without their own. */
+    readonly defaultIdleTimeoutMs: number,
+  ) {
+    // A sandbox that left the view takes its activity and notes with it.
+    view.onChange((key, entry) => {
+      if (entry === undefined) this.forget(key);
+    });
+  }
 
   /** Records activity now (the hot path). `key` is the view entry's `<namespace>/<name>`. */
   touch(key: string, port: number, now: number): void {
@@ -82,33 +74,20 @@ export class ActivityLog {
     return out;
   }
 
-  /** The view's phase of the sandbox changed (Ready or not), at `now`. */
-  readyChanged(key: string, ready: boolean, now: number): void {
-    if (!ready) this.ready.delete(key);
-    else if (!this.ready.has(key)) this.ready.set(key, now);
-  }
-
-  /** Epoch ms a Ready sandbox became Ready (as this gateway saw it); undefined when not Ready. */
-  readySince(key: string): number | undefined {
-    return this.ready.get(key);
-  }
-
   /** Epoch ms since which a Ready sandbox has been idle (its last activity or becoming Ready); undefined when not Ready. */
   idleSince(key: string): number | undefined {
-    const since = this.ready.get(key);
-    if (since === undefined) return undefined;
-    const last = this.byKey.get(key)?.last;
-    return last !== undefined && last > since ? last : since;
-  }
-
-  /** Restarts a sandbox's idle time (a pause that failed is tried again only after another full timeout). */
-  restartIdle(key: string, now: number): void {
-    if (this.ready.has(key)) this.ready.set(key, now);
+    const since = this.view.readySince(key);
+    return since === undefined ? undefined : this.idleFrom(key, since);
   }
 
   /** Keys of the Ready sandboxes and the epoch ms since which each has been idle. */
   *idle(): IterableIterator<[string, number]> {
-    for (const key of this.ready.keys()) yield [key, this.idleSince(key)!];
+    for (const [key, since] of this.view.readyEntries()) yield [key, this.idleFrom(key, since)];
+  }
+
+  /** Restarts a sandbox's idle time (a pause that failed is tried again only after another full timeout). */
+  restartIdle(key: string, now: number): void {
+    this.restarted.set(key, now);
   }
 
   note(key: string, n: IdleNote): void {
@@ -119,15 +98,19 @@ export class ActivityLog {
     return this.notes.get(key);
   }
 
-  /** The sandbox left the view: its activity and notes go with it. */
-  forget(key: string): void {
+  *entries(): IterableIterator<[string, SandboxActivity]> {
+    yield* this.byKey;
+  }
+
+  private idleFrom(key: string, readySince: number): number {
+    const last = this.byKey.get(key)?.last ?? 0;
+    return Math.max(readySince, last, this.restarted.get(key) ?? 0);
+  }
+
+  private forget(key: string): void {
     this.byKey.delete(key);
     this.notes.delete(key);
     this.fresh.delete(key);
-    this.ready.delete(key);
-  }
-
-  *entries(): IterableIterator<[string, SandboxActivity]> {
-    yield* this.byKey;
+    this.restarted.delete(key);
   }
 }

@@ -1,8 +1,10 @@
 import { formatDuration } from '../domain/duration.js';
 import { SandgateError } from '../domain/errors.js';
-import type { Logger } from '../observability/logger.js';
-import type { LifecycleChannel } from '../sessions/presence/lifecycle-channel.js';
-import type { IdleNote } from '../view/activity.js';
+import type { Logger } from 'pino';
+import type { ActivityLog } from './activity-log.js';
+import type { ActivityDemand } from './activity-recorder.js';
+import type { LifecycleChannel } from './lifecycle-channel.js';
+import type { IdleNote, PauseResult } from '../domain/sandbox.js';
 import type { SandboxView, ViewEntry } from '../view/sandbox-view.js';
 
 /**
@@ -16,12 +18,9 @@ import type { SandboxView, ViewEntry } from '../view/sandbox-view.js';
 
 export type PauseFn = (driverId: string) => ((namespace: string, name: string) => Promise<void>) | undefined;
 
-/** Pause outcomes counted by `sandgate_lifecycle_pauses_total`. */
-export const PAUSE_RESULTS = ['paused', 'unsupported', 'failed'] as const;
-export type PauseResult = (typeof PAUSE_RESULTS)[number];
-
 export interface IdleControllerOptions {
   readonly view: SandboxView;
+  readonly activity: ActivityLog;
   readonly channel: LifecycleChannel;
   readonly pause: PauseFn;
   /** `--idle-timeout` in ms; 0 = off for sandboxes without their own. */
@@ -36,6 +35,8 @@ export interface IdleControllerOptions {
   readonly now: () => number;
   readonly log: Logger;
   readonly counted?: (result: PauseResult) => void;
+  /** Told whether the view holds sandboxes with an idle timeout of their own (activity-recorder.ts). */
+  readonly demand: ActivityDemand;
 }
 
 export class IdleController {
@@ -50,10 +51,13 @@ export class IdleController {
   constructor(private readonly o: IdleControllerOptions) {
     // The view may hold sandboxes already (the controller may start after the drivers).
     for (const e of o.view.list()) if ((e.snapshot.idleTimeoutMs ?? 0) > 0) this.ownTimeouts.add(e.key);
+    o.demand.setOwnTimeouts(this.ownTimeouts.size > 0);
     o.view.onChange((key, entry) => {
       if (entry === undefined || entry.status.phase !== 'Ready') this.pausing.delete(key);
+      const had = this.ownTimeouts.size > 0;
       if (entry !== undefined && (entry.snapshot.idleTimeoutMs ?? 0) > 0) this.ownTimeouts.add(key);
       else this.ownTimeouts.delete(key);
+      if (had !== this.ownTimeouts.size > 0) o.demand.setOwnTimeouts(!had);
     });
   }
 
@@ -76,7 +80,7 @@ export class IdleController {
     if (!this.o.channel.isWriter()) return;
     if (this.o.defaultTimeoutMs <= 0 && this.ownTimeouts.size === 0) return;
     const asked: Promise<void>[] = [];
-    const activity = this.o.view.activity;
+    const activity = this.o.activity;
     const now = this.o.now();
     const keys = this.o.defaultTimeoutMs > 0 ? [...activity.idle()].map(([k]) => k) : [...this.ownTimeouts];
     for (const key of keys) {
@@ -104,7 +108,7 @@ export class IdleController {
   private pauseIdle(e: ViewEntry, idleMs: number, timeoutMs: number, now: number): Promise<void> | undefined {
     const key = e.key;
     const log = this.o.log;
-    const activity = this.o.view.activity;
+    const activity = this.o.activity;
     const pause = this.unsupported.has(e.driver) ? undefined : this.o.pause(e.driver);
     if (pause === undefined) {
       if (activity.noteOf(key)?.decision !== 'unsupported') {
@@ -141,7 +145,7 @@ export class IdleController {
   }
 
   private note(key: string, n: IdleNote, result: PauseResult): void {
-    if (this.o.view.get(key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)) !== undefined) this.o.view.activity.note(key, n);
+    if (this.o.view.get(key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)) !== undefined) this.o.activity.note(key, n);
     this.o.counted?.(result);
   }
 }

@@ -1,6 +1,7 @@
 import type { ActivityReport } from '../domain/sandbox.js';
-import type { Logger } from '../observability/logger.js';
-import type { LifecycleChannel } from '../sessions/presence/lifecycle-channel.js';
+import type { Logger } from 'pino';
+import type { ActivityLog } from './activity-log.js';
+import type { LifecycleChannel } from './lifecycle-channel.js';
 import type { SandboxView } from '../view/sandbox-view.js';
 
 /**
@@ -16,6 +17,7 @@ export type ReportFn = (driverId: string) => ((reports: readonly ActivityReport[
 
 export interface ActivityReporterOptions {
   readonly view: SandboxView;
+  readonly activity: ActivityLog;
   readonly channel: LifecycleChannel;
   readonly report: ReportFn;
   readonly reportIntervalMs: number;
@@ -32,7 +34,7 @@ export class ActivityReporter {
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: ActivityReporterOptions) {
-    const activity = o.view.activity;
+    const activity = o.activity;
     o.channel.onActivity((records) => {
       for (const r of records) {
         // Only sandboxes this gateway knows: a peer's report of one not (yet) here is dropped. A time past
@@ -55,19 +57,19 @@ export class ActivityReporter {
   stop(): void {
     clearInterval(this.timer);
     // What the doors saw since the last round still reaches the peers.
-    this.o.channel.publish(this.o.view.activity.drainLocal());
+    this.o.channel.publish(this.o.activity.drainLocal());
   }
 
   /** One round: publish, then (as the writer) report what is due. Resolves when its reports have settled. */
   round(): Promise<void> {
-    this.o.channel.publish(this.o.view.activity.drainLocal());
+    this.o.channel.publish(this.o.activity.drainLocal());
     return this.o.channel.isWriter() ? this.reportDue() : Promise.resolve();
   }
 
   private async reportDue(): Promise<void> {
     const now = this.o.now();
     const byDriver = new Map<string, ActivityReport[]>();
-    for (const [key, a] of this.o.view.activity.entries()) {
+    for (const [key, a] of this.o.activity.entries()) {
       const r = this.reported.get(key);
       if (r !== undefined && (a.last <= r.at || now - r.when < this.o.patchIntervalMs)) continue;
       const slash = key.indexOf('/');

@@ -1,7 +1,6 @@
 import type { Logger } from 'pino';
-import type { ActivityRecord } from '../../domain/sandbox.js';
-import { createRedisClient, keepConnecting, type RedisClient, type RedisTarget } from '../../lib/redis-connection.js';
-import { disconnect, errorText } from './redis-script-runner.js';
+import type { ActivityRecord } from '../domain/sandbox.js';
+import { createRedisClient, keepConnecting, type RedisClient, type RedisTarget } from '../lib/redis-connection.js';
 
 /**
  * What gateways share about traffic-driven lifecycle (docs/lifecycle.md): each gateway's activity,
@@ -42,6 +41,8 @@ export interface RedisLifecycleOptions {
   readonly ttlMs: number;
   readonly log: Logger;
   readonly now?: () => number;
+  /** Whether the writer has work (activity-recorder.ts's ActivityDemand): without it the lock is neither taken nor renewed. */
+  readonly writerWork: () => boolean;
 }
 
 /** Renews the lock if this gateway holds it, else takes it if free; returns 1 when held after the call. */
@@ -146,6 +147,7 @@ export class RedisLifecycleChannel implements LifecycleChannel {
 
   private async claim(): Promise<void> {
     if (this.closed || this.main.status !== 'ready') return;
+    if (!this.opts.writerWork()) return this.release();
     const asked = this.now();
     try {
       const held = (await this.main.eval(CLAIM, 1, this.lockKey, this.opts.gatewayId, String(this.opts.ttlMs))) === 1;
@@ -158,13 +160,23 @@ export class RedisLifecycleChannel implements LifecycleChannel {
     }
   }
 
+  /** Gives the lock up when this gateway holds it. */
+  private async release(): Promise<void> {
+    if (!this.isWriter()) return;
+    this.heldUntil = 0;
+    await this.main.eval(RELEASE, 1, this.lockKey, this.opts.gatewayId).catch(() => undefined);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.timer);
     for (const s of this.stops) s();
-    if (this.isWriter()) await this.main.eval(RELEASE, 1, this.lockKey, this.opts.gatewayId).catch(() => undefined);
-    this.heldUntil = 0;
-    disconnect(this.main);
-    disconnect(this.sub);
+    await this.release();
+    this.main.disconnect();
+    this.sub.disconnect();
   }
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }
