@@ -282,7 +282,7 @@ export const SCHEMA = {
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
     kind: 'int',
-    default: 2000,
+    default: 1500,
     min: 50,
     max: 300_000,
     description: 'Supervisor heartbeat interval, both ways; a supervisor silent for `--heartbeat-misses` intervals is dropped (4001). Shorter finds a frozen supervisor sooner for more pings per second.',
@@ -292,7 +292,7 @@ export const SCHEMA = {
     default: 3,
     min: 2,
     max: 100,
-    description: 'Heartbeat intervals a supervisor may stay silent before its session is dropped (4001); with the defaults a frozen supervisor leaves Ready within 6.5 s.',
+    description: 'Heartbeat intervals a supervisor may stay silent before its session is dropped (4001); with the defaults a frozen supervisor is dropped 4.5–4.9 s after its last frame.',
   },
   helloTimeoutMs: { kind: 'int', default: 10_000, min: 50, max: 300_000, description: 'A supervisor socket that sends no hello within this time is closed (4408).' },
   maxSessions: { kind: 'int', default: 100_000, min: 1, max: 10_000_000, description: 'Supervisor connections this gateway accepts in all.' },
@@ -305,7 +305,7 @@ export const SCHEMA = {
   },
   leaseTtlMs: {
     kind: 'int',
-    default: 2500,
+    default: 2000,
     min: 100,
     max: 600_000,
     description: 'Gateway lease TTL in the Redis presence store (renewed every TTL/3): a killed gateway\'s sessions leave Ready everywhere within it. Longer tolerates longer gateway stalls for a longer false-Ready window.',

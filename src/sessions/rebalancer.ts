@@ -39,7 +39,7 @@ export function rebalanceMargin(share: number): number {
 /**
  * Pure: the moves `self` asks for, given every live gateway's load (self included). A gateway moves only
  * its excess over its share (⌈total / gateways⌉), only when that excess passes the margin, at most
- * `maxMoves`, to the gateways below their share in proportion to how far below they are.
+ * `maxMoves`, to the gateways below their share that published a URL, in proportion to how far below they are.
  */
 export function planMoves(self: string, loads: readonly GatewayLoad[], maxMoves: number): PlannedMove[] {
   const mine = loads.find((l) => l.gatewayId === self);
@@ -48,7 +48,9 @@ export function planMoves(self: string, loads: readonly GatewayLoad[], maxMoves:
   const share = Math.ceil(total / loads.length);
   if (mine.sessions <= share + rebalanceMargin(share)) return [];
   const floor = Math.floor(total / loads.length);
-  const light = loads.filter((l) => l.gatewayId !== self && l.sessions < floor).sort((a, b) => a.sessions - b.sessions || a.gatewayId.localeCompare(b.gatewayId));
+  // Only a gateway that published its URL is a target: a move naming none may land on any gateway, a heavy
+  // one included, which would move it on again (sessions would flap between the heavy gateways).
+  const light = loads.filter((l) => l.gatewayId !== self && l.url !== undefined && l.sessions < floor).sort((a, b) => a.sessions - b.sessions || a.gatewayId.localeCompare(b.gatewayId));
   const deficit = light.reduce((sum, l) => sum + (floor - l.sessions), 0);
   let left = Math.min(mine.sessions - share, maxMoves, deficit);
   const budget = left;

@@ -25,6 +25,7 @@ describe('planMoves', () => {
     { name: 'one session more than the others is no reason to move', self: 'A', loads: loads(['A', 2], ['B', 1], ['C', 1]), max: 1000, want: [] },
     { name: 'small numbers still converge', self: 'A', loads: loads(['A', 6], ['B', 6], ['C', 0]), max: 1000, want: ['C:2'] },
     { name: 'self missing from the loads: nothing', self: 'Z', loads: loads(['A', 6], ['B', 0]), max: 1000, want: [] },
+    { name: 'a light gateway that published no URL is no target (a move naming none could land on a heavy one)', self: 'A', loads: [...loads(['A', 100], ['B', 100]), { gatewayId: 'C', sessions: 0 }], max: 1000, want: [] },
   ];
   for (const t of table) {
     it(t.name, () => {
