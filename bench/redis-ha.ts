@@ -343,13 +343,13 @@ export const redisHa: Section = {
       // Two gateways hold the N sessions from here on; a third joins and is killed, or a supervisor process freezes.
       const setup: WindowsSetup = { ctx, survivors: gateways.slice(1), held: count, from: count, secretFile, rounds };
       ctx.log(`redis-ha: ${rounds} × kill -9 of a gateway holding ${VICTIM_SESSIONS} sessions nobody else can take`);
-      const kills = await killWindows(setup, (r) => startGateway(ctx.procs, { name: `sandgate-ha-victim-${r}`, sandboxes, args: args(`victim-${r}`) }, ctx.targetOptions));
+      const kills = await killWindows(setup, (r) => startGateway(ctx.procs, { name: `sandgate-ha-victim-${r}`, sandboxes, args: args(`victim-${r}`), readyTimeoutMs: TIMEOUT_MS }, ctx.targetOptions));
       rows.push(windowRow(`false Ready after a gateway's kill -9 (p50), ${n} sessions`, kills, FALSE_READY_BAR_MS, `vs the bar; lease TTL ${DEFAULTS.leaseTtlMs} ms; Ready polled on both survivors every 10 ms`));
       ctx.log(`redis-ha: ${rounds} × SIGSTOP of a process of ${VICTIM_SESSIONS} supervisors`);
       const freezes = await freezeWindows(setup);
       rows.push(windowRow(`a frozen supervisor leaves Ready (p50), ${n} sessions`, freezes, FROZEN_BAR_MS, `vs the bar; heartbeats ${DEFAULTS.heartbeatIntervalMs} ms × ${DEFAULTS.heartbeatMisses} misses`));
       ctx.log(`redis-ha: a third gateway joins two holding ${n} sessions`);
-      const moved = await rebalance(setup.survivors, count, () => startGateway(ctx.procs, { name: 'sandgate-ha-join', sandboxes, args: args('join'), publicSupervisorUrl: true }, ctx.targetOptions));
+      const moved = await rebalance(setup.survivors, count, () => startGateway(ctx.procs, { name: 'sandgate-ha-join', sandboxes, args: args('join'), publicSupervisorUrl: true, readyTimeoutMs: TIMEOUT_MS }, ctx.targetOptions));
       rows.push(
         row(`rebalancing: a third gateway joins two holding ${n} → each within the margin of its share`, 'ms', moved.convergedMs, undefined, `${moved.counts.join(' / ')} sessions; --rebalance-max-moves ${DEFAULTS.rebalanceMaxMoves} per ${DEFAULTS.rebalanceIntervalMs} ms`),
       );
