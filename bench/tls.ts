@@ -18,6 +18,7 @@ const SANDBOXES = 1000;
 const RATE = 1500;
 const OPEN = 16;
 const PLAIN_TARGET = "a TLS port leaves the plain-HTTP proxy's CPU per request unchanged (0 within the spread of the difference)";
+const H2_TARGET = 'HTTPS h2 costs no more CPU per request than HTTPS/1.1 (median difference ≤ 0)';
 
 function makeCertificates(dir: string): { ca: Buffer; certFile: string; keyFile: string } {
   const d = mkdtempSync(join(dir, 'tls-'));
@@ -39,7 +40,7 @@ export const tls: Section = {
   async run(ctx) {
     if (spawnSync('openssl', ['version'], { stdio: 'ignore' }).status !== 0) {
       const why = 'skipped: no openssl command line to make the certificates';
-      return { baseline: '-', rows: [], targets: [target(PLAIN_TARGET, undefined, why)], notes: [why] };
+      return { baseline: '-', rows: [], targets: [target(PLAIN_TARGET, undefined, why), target(H2_TARGET, undefined, why)], notes: [why] };
     }
     const plan = blocks(ctx);
     const certs = makeCertificates(ctx.tmp);
@@ -70,6 +71,8 @@ export const tls: Section = {
       await measure('HTTPS/1.1', https(false), nginxSide(false), { a: 'sandgate', b: 'nginx' }, 'vs nginx TLS proxy_pass, each process alone');
       await measure('HTTPS h2', https(true), nginxSide(true), { a: 'sandgate', b: 'nginx' }, 'vs nginx TLS proxy_pass, each process alone');
     }
+    const h2 = await measure('HTTPS h2 against HTTPS/1.1', https(true), https(false), { a: 'h2', b: 'HTTP/1.1' }, 'the same gateway and TLS port, one HTTP/2 connection against HTTP/1.1 connections');
+    f.targets.push(target(H2_TARGET, h2.diffUs.median <= 0, `${formatDiff(h2.diffUs)} (${h2.aUs.median.toFixed(1)} vs ${h2.bUs.median.toFixed(1)} µs)`));
     await measure('HTTPS/1.1 against plain HTTP', https(false), plain, { a: 'HTTPS', b: 'plain HTTP' }, 'vs plain HTTP on a gateway without TLS');
     const door = await measure('plain HTTP', plainOfTls, plain, { a: 'with a TLS port', b: 'without' }, 'vs the same on a gateway without a TLS port');
     f.targets.push(target(PLAIN_TARGET, door.diffUs.min <= 0 && door.diffUs.max >= 0, formatDiff(door.diffUs)));

@@ -89,30 +89,38 @@ function h2Sender(s: HttpSide, requests: readonly HttpRequestSpec[]): Sender {
     send(finish) {
       const { method, path, headers } = requests[next++ % requests.length]!;
       const { host, ...rest } = headers;
-      const st = open().request({ ':method': method, ':path': path, ':authority': host, ...rest });
+      // A bodyless request ends with its HEADERS frame (END_STREAM), as browsers and curl send a GET.
+      const st = open().request({ ':method': method, ':path': path, ':authority': host, ...rest }, { endStream: true });
       let status = 0;
       let failed: Error | undefined;
       st.on('response', (h) => (status = Number(h[':status'])));
       st.on('error', (err: Error) => (failed ??= err));
       st.on('close', () => finish(failed ?? (status === 200 ? undefined : 'denied')));
       st.resume();
-      st.end();
     },
     close: () => session?.close(),
   };
 }
 
-/** One seed for both sides: where the two name the same number of sandboxes, they are sent the same calls. */
-async function grpcSender(kind: GrpcKind, s: GrpcSide): Promise<Sender> {
-  const c = await grpcCaller(kind, s.target.grpcTarget, s.sandboxes, 0);
+/**
+ * One seed for both sides: where the two name the same number of sandboxes, they are sent the same calls.
+ * Calls go round the `connections` HTTP/2 connections in turn, as Envoy's gRPC client spreads them.
+ */
+async function grpcSender(kind: GrpcKind, s: GrpcSide, connections: number): Promise<Sender> {
+  const callers = await Promise.all(Array.from({ length: connections }, () => grpcCaller(kind, s.target.grpcTarget, s.sandboxes, 0)));
   let answers = 0;
+  let next = 0;
   return {
-    send: (finish) =>
+    send(finish) {
+      const c = callers[next++ % callers.length]!;
       c.call((buf, err) => {
         if (err !== undefined || buf === undefined) return finish(err ?? new Error('no response message'));
         finish(++answers % SAMPLE_EVERY === 0 && !c.allowed(buf) ? 'denied' : undefined);
-      }),
-    close: () => c.close(),
+      });
+    },
+    close: () => {
+      for (const c of callers) c.close();
+    },
   };
 }
 
@@ -139,8 +147,9 @@ export function httpPair(requests: readonly HttpRequestSpec[], a: readonly HttpS
   return pair(a, b, (s, plan) => (s.h2 === true ? h2Sender(s, requests) : h1Sender(s, requests, plan.inFlight)));
 }
 
-export function grpcPair(kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[]): Pair {
-  return pair(a, b, (s) => grpcSender(kind, s));
+/** `connections`: the HTTP/2 connections each side's calls are spread over (the plan's inFlight is the total). */
+export function grpcPair(kind: GrpcKind, a: readonly GrpcSide[], b: readonly GrpcSide[], connections = 1): Pair {
+  return pair(a, b, (s) => grpcSender(kind, s, connections));
 }
 
 export interface Spread {

@@ -1,6 +1,6 @@
 import { sandboxHost, sandboxUpstream } from './sandboxes.js';
 
-/** What Envoy sends for a browser-like GET, and sandgate's allow answers (which the bare baselines send as constants). */
+/** What Envoy sends for a browser's GET (15 headers), and sandgate's allow answers (which the bare baselines send as constants). */
 
 export const UPSTREAM_HEADER = 'x-sandgate-upstream';
 
@@ -14,6 +14,8 @@ export function envoyHeaders(i: number, requestId: string): Record<string, strin
     accept: 'application/json',
     'accept-encoding': 'gzip, deflate, br',
     'accept-language': 'en-US,en;q=0.9',
+    'sec-fetch-mode': 'cors',
+    'sec-fetch-site': 'same-origin',
     cookie: 'session=3f9a6c1e2b7d4a58; theme=dark',
     'x-forwarded-for': '203.0.113.7',
     'x-forwarded-proto': 'https',

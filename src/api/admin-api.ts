@@ -75,7 +75,7 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
     if (mint === null && revoke === null) return sendError(res, 'method_not_allowed', undefined, { allow: 'GET, HEAD' });
     const scope = authorizeApi(deps.auth, req.headers, res);
     if (scope === undefined) return;
-    if (revoke !== null) return revokeLink(api, revoke[1]!, res);
+    if (revoke !== null) return revokeLink(api, scope, revoke[1]!, res);
     const ns = mint![1]!;
     const name = mint![2]!;
     if (!isDnsLabel(ns) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
@@ -120,6 +120,8 @@ export function createAdminApi(deps: AdminApiDeps, surface: ApiSurface = 'all') 
       if (!isDnsLabel(ns) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
       const scope = authorizeApi(deps.auth, req.headers, res);
       if (scope === undefined) return;
+      const refused = scope.refuses(ns);
+      if (refused !== undefined) return sendError(res, refused);
       // Another tenant's sandbox gets the very answer a missing one gets.
       const e = scope.sees(ns) ? view.get(ns, name) : undefined;
       if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(ns, name)}`);

@@ -21,8 +21,12 @@ export interface MintedLinkJson {
 
 export interface LinkApi {
   mint(order: LinkOrder): Promise<MintedLinkJson>;
-  /** Throws `invalid_request` when links cannot be revoked here (no store). */
-  revoke(id: string): Promise<void>;
+  /**
+   * Revokes a link `caller` may revoke. Throws `invalid_request` when links cannot be revoked here (no
+   * store), `link_not_found` for a link of a namespace the caller does not see, `link_revocations_exceeded`
+   * past the namespace's bound.
+   */
+  revoke(id: string, caller: { sees(namespace: string): boolean; readonly all: boolean }): Promise<void>;
 }
 
 const MAX_BODY = 16 * 1024;
@@ -69,6 +73,8 @@ function orderOf(body: unknown, e: { namespace: string; name: string; uid: strin
 
 /** `POST /v1/sandboxes/{ns}/{name}/links`: another tenant's sandbox gets the answer a missing one gets. */
 export async function mintLink(links: LinkApi, view: SandboxView, scope: ApiScope & { ok: true }, ns: string, name: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const refused = scope.refuses(ns);
+  if (refused !== undefined) return sendError(res, refused);
   const e = scope.sees(ns) ? view.get(ns, name) : undefined;
   if (e === undefined) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(ns, name)}`);
   try {
@@ -80,11 +86,14 @@ export async function mintLink(links: LinkApi, view: SandboxView, scope: ApiScop
   }
 }
 
-/** `DELETE /v1/links/{id}`. The id is unguessable (96 random bits): holding it is what revoking needs. */
-export async function revokeLink(links: LinkApi, id: string, res: ServerResponse): Promise<void> {
+/**
+ * `DELETE /v1/links/{id}`: the id names the link's namespace (auth/link-ids.ts); a link of a namespace the
+ * caller does not see gets the answer a made-up id of that namespace gets.
+ */
+export async function revokeLink(links: LinkApi, scope: ApiScope & { ok: true }, id: string, res: ServerResponse): Promise<void> {
   if (!/^[A-Za-z0-9_-]{1,128}$/.test(id)) return sendError(res, 'invalid_request', 'a link id is 1-128 of [A-Za-z0-9_-]');
   try {
-    await links.revoke(id);
+    await links.revoke(id, { sees: scope.sees, all: scope.team === '*' });
   } catch (err) {
     if (!(err instanceof SandgateError)) throw err;
     return sendError(res, err.code, err.message);

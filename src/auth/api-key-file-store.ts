@@ -3,18 +3,20 @@ import { basename, dirname, join } from 'node:path';
 import { watchFile, type FileWatch } from '../lib/file-watch.js';
 import { parse as parseYaml, stringify } from 'yaml';
 import { SandgateError } from '../domain/errors.js';
-import { parseRecord, parseRevokedLink, type ApiKeyRecord, type ApiKeyStore, type RevokedLink } from './api-keys.js';
+import { parseRecord, parseRevokedLinkId, type ApiKeyRecord, type ApiKeyStore, type RevokedLink } from './api-keys.js';
+import { RevocationJournal } from './revocation-journal.js';
 
 interface KeyFile {
   readonly keys: ApiKeyRecord[];
-  readonly revokedLinks: RevokedLink[];
+  /** Revoked links kept in the key file itself (`revokedLinks: [{id, expiresAt}]`): honoured, never added to. */
+  readonly revokedLinks: unknown[];
 }
 
 /**
- * API keys in a YAML file (`keys: [{id, team, hash, createdAt}]`, and the revoked links
- * `revokedLinks: [{id, expiresAt}]`), re-read when it changes — a revocation
+ * API keys in a YAML file (`keys: [{id, team, hash, createdAt}]`), re-read when it changes — a revocation
  * by `sandgate keys revoke` on any machine sharing the file reaches every gateway that watches it. Writes
- * replace the file atomically (write a temporary file, then rename).
+ * replace the file atomically (write a temporary file, then rename). Revoked links go to a journal beside
+ * it (revocation-journal.ts): a revoke appends one line and never rewrites this file.
  */
 export class FileApiKeyStore implements ApiKeyStore {
   readonly kind = 'file' as const;
@@ -22,14 +24,19 @@ export class FileApiKeyStore implements ApiKeyStore {
   private revoked = new Set<string>();
   private watcher: FileWatch | undefined;
   private problem: string | undefined;
+  /** The revoked links: `<path>.revocations`. */
+  readonly journal: RevocationJournal;
 
   constructor(
     readonly path: string,
     private readonly onError: (err: Error) => void = () => undefined,
-  ) {}
+  ) {
+    this.journal = new RevocationJournal(`${path}.revocations`, onError);
+  }
 
   async start(): Promise<void> {
     await this.load();
+    await this.journal.start();
     this.watcher = watchFile(this.path, 20, () => void this.load(), this.onError);
   }
 
@@ -38,7 +45,7 @@ export class FileApiKeyStore implements ApiKeyStore {
   }
 
   isLinkRevoked(id: string): boolean {
-    return this.revoked.has(id);
+    return this.journal.has(id) || this.revoked.has(id);
   }
 
   async list(): Promise<ApiKeyRecord[]> {
@@ -58,11 +65,11 @@ export class FileApiKeyStore implements ApiKeyStore {
     return true;
   }
 
-  async revokeLink(id: string, expiresAt: number): Promise<void> {
-    const f = await this.read();
-    const nowS = Date.now() / 1000;
-    const live = f.revokedLinks.filter((l) => l.expiresAt > nowS && l.id !== id);
-    await this.write({ ...f, revokedLinks: [...live, { id, expiresAt }] });
+  async revokeLink(r: RevokedLink, perNamespace: number): Promise<boolean> {
+    // Counted from the mirror: a journal shared by several gateways may take one more per racing gateway.
+    if (this.journal.live(r.namespace) >= perNamespace) return false;
+    await this.journal.append(r);
+    return true;
   }
 
   degraded(): string[] {
@@ -71,6 +78,7 @@ export class FileApiKeyStore implements ApiKeyStore {
 
   async close(): Promise<void> {
     this.watcher?.close();
+    this.journal.close();
   }
 
   private async read(): Promise<KeyFile> {
@@ -90,10 +98,7 @@ export class FileApiKeyStore implements ApiKeyStore {
     const list = (doc as { keys?: unknown } | null)?.keys ?? [];
     const links = (doc as { revokedLinks?: unknown } | null)?.revokedLinks ?? [];
     if (!Array.isArray(list) || !Array.isArray(links)) throw new SandgateError('config_invalid', `API keys file ${this.path} must hold a "keys" list (and "revokedLinks", if any, a list)`);
-    return {
-      keys: list.map(parseRecord).filter((r): r is ApiKeyRecord => r !== undefined),
-      revokedLinks: links.map(parseRevokedLink).filter((r): r is RevokedLink => r !== undefined),
-    };
+    return { keys: list.map(parseRecord).filter((r): r is ApiKeyRecord => r !== undefined), revokedLinks: links };
   }
 
   private async write(f: KeyFile): Promise<void> {
@@ -116,6 +121,6 @@ export class FileApiKeyStore implements ApiKeyStore {
 
   private index(f: KeyFile): void {
     this.recordsByHash = new Map(f.keys.map((r) => [r.hash, r]));
-    this.revoked = new Set(f.revokedLinks.map((l) => l.id));
+    this.revoked = new Set(f.revokedLinks.map(parseRevokedLinkId).filter((id): id is string => id !== undefined));
   }
 }

@@ -32,10 +32,12 @@ export interface ApiKeyStore {
   /** True when the link with this id (`jti`) is revoked, from the in-memory mirror. */
   isLinkRevoked(id: string): boolean;
   /**
-   * Revokes a link (and every cookie it set) until `expiresAt` (epoch seconds, the link's `exp`: past it
-   * the link is dead anyway and the entry is dropped). Every gateway's mirror has it within a second.
+   * Revokes a link (and every cookie it set) until `r.expiresAt` (past it the link is dead anyway and the
+   * entry lapses), counted against `r.namespace`: false, and nothing stored, when that namespace already
+   * holds `perNamespace` unexpired revocations. O(1) in the store; every gateway's mirror has it within a
+   * second.
    */
-  revokeLink(id: string, expiresAt: number): Promise<void>;
+  revokeLink(r: RevokedLink, perNamespace: number): Promise<boolean>;
   /** Reasons the store is degraded (its backend unreachable); empty when healthy. */
   degraded(): string[];
   close(): Promise<void>;
@@ -55,20 +57,21 @@ export function newApiKey(pepper: Uint8Array, team: string, now = new Date()): {
   return { key, record: { id: 'k_' + randomBytes(6).toString('hex'), team, hash: hashKey(pepper, key), createdAt: now.toISOString() } };
 }
 
-/** A revoked link: its id and when it expires anyway (epoch seconds). */
+/** A revoked link: its id, the namespace it counts against ('' for an id naming none), and when it expires anyway (epoch seconds). */
 export interface RevokedLink {
   readonly id: string;
+  readonly namespace: string;
   readonly expiresAt: number;
 }
 
 /** Link ids a store may hold: what `jti` is checked against (auth/link-tokens.ts). */
 export const LINK_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
-/** Validates a revoked-link entry read from a store; undefined for anything malformed. */
-export function parseRevokedLink(raw: unknown): RevokedLink | undefined {
+/** The id of a revoked-link entry of the key file's `revokedLinks` list (still honoured); undefined for anything malformed. */
+export function parseRevokedLinkId(raw: unknown): string | undefined {
   const o = raw as { id?: unknown; expiresAt?: unknown } | null;
   if (typeof o?.id !== 'string' || !LINK_ID.test(o.id) || typeof o.expiresAt !== 'number' || !Number.isFinite(o.expiresAt)) return undefined;
-  return { id: o.id, expiresAt: o.expiresAt };
+  return o.id;
 }
 
 /** Validates a record read from a store; undefined for anything malformed (it is skipped, never trusted). */

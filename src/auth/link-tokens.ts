@@ -1,9 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import { errors as joseErrors, jwtVerify, SignJWT, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import { SandgateError } from '../domain/errors.js';
 import { isDnsLabel } from '../domain/labels.js';
 import { hasLinkCookie, hasTokenParam, LINK_AUDIENCE, linkCookies, tokenParam, type LinkClaims, type LinkRejection, type PresentedLink } from '../domain/link.js';
 import type { RouteRequest } from '../domain/route-key.js';
+import { newLinkId } from './link-ids.js';
 import type { LinkKeySet } from './link-keys.js';
 
 /**
@@ -62,9 +62,9 @@ export async function mintLinkToken(keys: LinkKeySet, c: LinkRequestClaims, maxT
   checkLinkRequest(c, maxTtlSeconds);
   const signer = keys.signer;
   if (signer === undefined) throw new SandgateError('config_invalid', 'the link keys file holds no private key: this gateway can verify links but not mint them');
-  const id = 'l_' + randomBytes(12).toString('base64url');
   const iat = Math.floor(now / 1000);
   const exp = iat + c.ttlSeconds;
+  const id = newLinkId(c.namespace, exp);
   const claims: JWTPayload = { ns: c.namespace, name: c.name, uid: c.uid, port: c.port, path: c.path ?? '/', team: c.team };
   if (c.methods !== undefined) claims.methods = [...c.methods];
   if (c.websocket === true) claims.ws = true;

@@ -1,6 +1,6 @@
 import { resolveConfig } from '../config/load.js';
 import { apiKeyStoreFromConfig, linkMaxTtlFromConfig } from '../config/factories.js';
-import { revokeLinkIn } from '../auth/link-service.js';
+import { EVERY_NAMESPACE, revokeLinkIn } from '../auth/link-service.js';
 import { SandgateError } from '../domain/errors.js';
 import { parseDuration, takeFlags } from './supervisor-commands.js';
 
@@ -38,6 +38,9 @@ export async function linkCommand(argv: readonly string[]): Promise<number> {
     body: JSON.stringify(body),
   });
   const answer = (await res.json()) as { url?: string; expiresAt?: string; id?: string; code?: string; message?: string };
+  if (res.status === 401 && answer.code === 'api_key_required' && key === undefined) {
+    throw new SandgateError('invalid_request', `api_key_required: namespace ${namespace} requires an API key, and none was given: pass --api-key KEY or set SANDGATE_API_KEY`);
+  }
   if (res.status !== 201) throw new SandgateError('invalid_request', `${answer.code ?? res.status}: ${answer.message ?? 'the gateway refused the link'}`);
   process.stdout.write(`${answer.url}\n`);
   process.stderr.write(`id ${answer.id}, expires ${answer.expiresAt}\n`);
@@ -52,7 +55,7 @@ async function revoke(argv: readonly string[]): Promise<number> {
   if (store === undefined) throw new SandgateError('config_invalid', `revoking links needs the gateways' store: set --api-keys FILE|redis://…\n${USAGE}`);
   await store.start();
   try {
-    await revokeLinkIn(store, own.id, linkMaxTtlFromConfig(config));
+    await revokeLinkIn(store, own.id, EVERY_NAMESPACE, { maxTtlSeconds: linkMaxTtlFromConfig(config), perNamespace: config.linkRevocationsPerNamespace });
   } finally {
     await store.close();
   }

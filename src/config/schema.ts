@@ -375,6 +375,13 @@ export const SCHEMA = {
       'Signed links (docs/links.md): YAML `keys: [{kid, privateKey?, publicKey?}, …]` of Ed25519 PEM keys. The first key with a private key signs, every key verifies (public keys alone suffice to verify links a control plane mints). Re-read when it changes: removing a key revokes every link it signed. Empty: links are off.',
   },
   linkMaxTtl: { kind: 'string', default: '24h', description: 'Longest lifetime of a link (`90s`, `15m`, `24h`, or seconds): longer ones are neither minted nor accepted.' },
+  linkRevocationsPerNamespace: {
+    kind: 'int',
+    default: 1000,
+    min: 1,
+    max: 1_000_000,
+    description: 'Unexpired link revocations one namespace may hold in the shared store (each lasts until its link would have expired); past it a revoke is refused with 429 link_revocations_exceeded.',
+  },
   linkScheme: { kind: 'enum', default: 'https', values: ['https', 'http'], description: 'Scheme of the URLs links are minted for (where browsers reach the data plane).' },
   linkPort: { kind: 'int', default: 0, min: 0, max: 65535, description: 'Port of the URLs links are minted for (0: the scheme\'s default).' },
   apiKeyHeader: { kind: 'string', default: 'x-api-key', description: 'Header carrying the team API key.' },
@@ -454,7 +461,7 @@ export const SCHEMA = {
     default: 0,
     min: 0,
     max: 10_000_000,
-    description: 'Sandboxes of one namespace that may run (any phase but Paused, Error and Deleting) before traffic may no longer wake a paused one: 429 namespace_quota_exceeded (0 = no limit).',
+    description: 'Sandboxes of one namespace that may run (any phase but Paused, Error and Deleting) or be waking (resumes in flight, on every gateway sharing Redis presence) before traffic may no longer wake a paused one: 429 namespace_quota_exceeded (0 = no limit).',
   },
   maxConnectionsPerSandbox: {
     kind: 'int',

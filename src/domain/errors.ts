@@ -52,6 +52,8 @@ export const ERROR_CODES = {
   invalid_request: { status: 400, message: 'The request is malformed' },
   method_not_allowed: { status: 405, message: 'Method not allowed' },
   too_many_watches: { status: 429, message: 'Too many watch streams open for this caller or on this gateway' },
+  link_not_found: { status: 404, message: 'No such link, or not one this caller may revoke' },
+  link_revocations_exceeded: { status: 429, message: 'The namespace holds its maximum of link revocations' },
   // Drivers (reported to operators through the driver sink and logs, never to clients).
   driver_message_invalid: { status: 502, message: 'The driver sent an invalid message; it was dropped' },
   driver_unavailable: { status: 503, message: 'The driver cannot be reached' },

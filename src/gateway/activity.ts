@@ -17,7 +17,7 @@ import type { Core } from './core.js';
 type ActivitySlice = Pick<Config, 'presence' | 'presenceRedisOptions' | 'presenceKeyPrefix' | 'leaseTtlMs' | 'activityReportIntervalMs' | 'activityPatchIntervalMs' | 'activityReports'>;
 
 /** What the lifecycle rounds read and drive: the view, its activity, the drivers, the pause counter. */
-type ActivityParts = Pick<Core, 'view' | 'activityLog' | 'activityDemand' | 'metrics' | 'now' | 'drivers'>;
+type ActivityParts = Pick<Core, 'view' | 'activityLog' | 'activityDemand' | 'metrics' | 'now' | 'drivers' | 'resumer'>;
 
 /** Activity reports and idle pause (their rounds run on timers; tests also run them by hand). */
 export interface ActivityRounds {
@@ -34,6 +34,8 @@ export function createActivity(config: ActivitySlice, parts: ActivityParts, gate
   const { view, activityLog: activity, activityDemand: demand, metrics, now } = parts;
   const lifecycleLog = log.child({ part: 'lifecycle' });
   const channel = lifecycleChannel(config, gatewayId, lifecycleLog, demand);
+  // With Redis, the namespace quota counts every gateway's resumes in flight (resume-claims.ts).
+  if (channel.resumeClaims !== undefined) parts.resumer.shareClaims(channel.resumeClaims);
   const driverById = (id: string): Driver | undefined => parts.drivers.find((d) => d.id === id);
   const reporter = new ActivityReporter({
     view,

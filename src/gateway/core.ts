@@ -50,6 +50,8 @@ export interface Core extends Credentials {
   readonly metrics: GatewayMetrics;
   readonly drivers: readonly Driver[];
   readonly decider: Decider;
+  /** Auto-resume and `--max-running-per-namespace`, which the lifecycle channel shares between gateways. */
+  readonly resumer: Resumer;
   /** What every door strips, which header carries the upstream, and the relay hop's credentials. */
   readonly door: DoorOptions;
   readonly certificates: Certificates;
@@ -102,7 +104,15 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     shown: config.console || namespaces.length > 0,
   });
   const activity = new ActivityRecorder(activityLog, activityDemand, ignore, now);
-  const resumer = new Resumer(view, (driverId, ns, name) => resumeVia(drivers, driverId, ns, name), config.autoResume, log.child({ part: 'resume' }), config.maxRunningPerNamespace);
+  const resumer = new Resumer({
+    view,
+    resume: (driverId, ns, name) => resumeVia(drivers, driverId, ns, name),
+    defaultPolicy: config.autoResume,
+    log: log.child({ part: 'resume' }),
+    maxRunningPerNamespace: config.maxRunningPerNamespace,
+    wakeBudgetMs: config.readinessWaitMs,
+    now,
+  });
   const decider = new Decider({
     view,
     route: routeOptions(config),
@@ -141,6 +151,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     metrics,
     drivers,
     decider,
+    resumer,
     door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
     certificates,
   };

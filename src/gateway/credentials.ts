@@ -65,7 +65,7 @@ export async function readCredentials(config: Config, log: Logger, opts: Credent
       : {
           keys: linkKeys,
           auth: new LinkAuth(() => linkKeys.current, keyStore ?? { isLinkRevoked: () => false }, linkMaxTtl, opts.now),
-          service: new LinkService(() => linkKeys.current, keyStore, linkMaxTtl, { scheme: config.linkScheme, port: config.linkPort, route: routeOptions(config) }, opts.now),
+          service: new LinkService(() => linkKeys.current, keyStore, linkMaxTtl, { maxTtlSeconds: linkMaxTtl, perNamespace: config.linkRevocationsPerNamespace }, { scheme: config.linkScheme, port: config.linkPort, route: routeOptions(config) }, opts.now),
         };
   if (links !== undefined) links.keys.onChange(() => links.auth.keysChanged());
   return {

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { ActivityRecord } from '../domain/sandbox.js';
 import { createRedisClient, keepConnecting, type RedisClient, type RedisTarget } from '../lib/redis-connection.js';
+import { RedisResumeClaims, type ResumeClaims } from './resume-claims.js';
 
 /**
  * What gateways share about traffic-driven lifecycle (docs/lifecycle.md): each gateway's activity,
@@ -8,7 +9,9 @@ import { createRedisClient, keepConnecting, type RedisClient, type RedisTarget }
  * one lifecycle writer at a time — the gateway that patches activity onto sandbox objects and pauses idle
  * sandboxes, so N gateways never patch or pause the same sandbox twice. With memory presence the one
  * gateway is the writer; with Redis presence the writer holds a lock key (SET NX PX, renewed every third
- * of its TTL by a compare-and-expire script), and a crashed writer's lock lapses within one TTL.
+ * of its TTL by a compare-and-expire script), and a crashed writer's lock lapses within one TTL. With
+ * Redis it also carries the resumes in flight every gateway counts against `--max-running-per-namespace`
+ * (resume-claims.ts).
  */
 
 export interface LifecycleChannel {
@@ -18,6 +21,8 @@ export interface LifecycleChannel {
   onActivity(listener: (records: ActivityRecord[]) => void): void;
   /** True while this gateway is the lifecycle writer. */
   isWriter(): boolean;
+  /** Resumes in flight shared between gateways; undefined when this gateway is the only one. */
+  readonly resumeClaims?: ResumeClaims | undefined;
   start(): Promise<void>;
   close(): Promise<void>;
 }
@@ -98,6 +103,7 @@ export class RedisLifecycleChannel implements LifecycleChannel {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly stops: (() => void)[] = [];
+  readonly resumeClaims: ResumeClaims;
 
   constructor(private readonly opts: RedisLifecycleOptions) {
     this.now = opts.now ?? Date.now;
@@ -107,6 +113,7 @@ export class RedisLifecycleChannel implements LifecycleChannel {
     // The presence keys' hash tag, so on Redis Cluster the lock sits beside shard 0.
     this.channel = `{${opts.keyPrefix}}:activity`;
     this.lockKey = `{${opts.keyPrefix}}:lifecycle-writer`;
+    this.resumeClaims = new RedisResumeClaims(this.main, opts.keyPrefix);
   }
 
   async start(): Promise<void> {

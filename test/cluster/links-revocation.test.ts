@@ -31,6 +31,8 @@ describe('signed links across gateways', () => {
   let b: TestGateway;
   let up: Awaited<ReturnType<typeof startUpstream>>;
   let adminKey: string;
+  let teamAKey: string;
+  let teamBKey: string;
   const keyA = ed25519Pem();
   const keyB = ed25519Pem();
 
@@ -42,11 +44,17 @@ describe('signed links across gateways', () => {
     await store.start();
     const admin = newApiKey(new TextEncoder().encode(PEPPER), 'admin');
     await store.add(admin.record);
+    const teamA = newApiKey(new TextEncoder().encode(PEPPER), 'team-a');
+    const teamB = newApiKey(new TextEncoder().encode(PEPPER), 'team-b');
+    await store.add(teamA.record);
+    await store.add(teamB.record);
     await store.close();
     adminKey = admin.key;
+    teamAKey = teamA.key;
+    teamBKey = teamB.key;
     up = await startUpstream((req, res) => res.end(`sandbox saw cookie=${req.headers.cookie ?? ''}`));
     const sandboxes = () => new TestDriver([snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })]);
-    const common = { linkKeysFile: join(dir, 'links.yaml'), linkScheme: 'http', apiKeys: redis.url, keyPepper: PEPPER };
+    const common = { linkKeysFile: join(dir, 'links.yaml'), linkScheme: 'http', apiKeys: redis.url, keyPepper: PEPPER, linkRevocationsPerNamespace: 3 };
     a = await startTestGateway([sandboxes()], { ...common, gatewayId: 'gw-a' });
     b = await startTestGateway([sandboxes()], { ...common, gatewayId: 'gw-b' });
   });
@@ -86,6 +94,33 @@ describe('signed links across gateways', () => {
     await eventually(async () => (await code(a, cookieA)) === 'link_revoked' && (await code(b, cookieB)) === 'link_revoked', 10_000, 'both gateways to refuse the revoked link');
     const again = await rawRequest(b.gw.proxyPort!, new URL(url).pathname + new URL(url).search, { host: host() });
     expect(again.headers['x-sandgate-error']).toBe('link_revoked');
+  });
+
+  it("a team revokes only its own namespace's links, within its bound, each held in Redis for the link's remaining lifetime", async () => {
+    const minted = await fetch(`${a.admin}/v1/sandboxes/team-a/web/links`, { method: 'POST', headers: { 'x-api-key': teamAKey }, body: JSON.stringify({ port: up.port, ttlSeconds: 120 }) });
+    const { url, id } = (await minted.json()) as { url: string; id: string };
+    const cookie = await open(a, url);
+    const del = (g: TestGateway, key: string, linkId: string) => fetch(`${g.admin}/v1/links/${linkId}`, { method: 'DELETE', headers: { 'x-api-key': key } });
+    const foreign = await del(b, teamBKey, id);
+    const madeUp = await del(b, teamBKey, id.replace(/[\w-]{16}$/, 'AAAAAAAAAAAAAAAA'));
+    expect(foreign.status).toBe(404);
+    expect(await foreign.text()).toBe(await madeUp.text());
+    expect(await code(a, cookie)).toBe('sandbox saw cookie=own=1');
+    expect((await del(b, teamAKey, id)).status).toBe(200);
+    await eventually(async () => (await code(a, cookie)) === 'link_revoked', 10_000, 'gateway a to refuse the revoked link');
+    // One sorted set per namespace, each link held until it expires (120 s, plus the skew allowed).
+    const lapses = Number(await redis.admin().zscore('{sandgate}:revoked-links:team-a', id)) - Date.now();
+    expect(lapses).toBeGreaterThan(100_000);
+    expect(lapses).toBeLessThanOrEqual(180_000);
+    expect(await redis.admin().pttl('{sandgate}:revoked-links:team-a')).toBeGreaterThan(0);
+    // The bound (3) is shared by every gateway, whichever gateway took each revocation.
+    let last: Response | undefined;
+    for (const [i, g] of [a, b, a, b].entries()) {
+      last = await del(g, teamAKey, id.replace(/[\w-]{16}$/, String(i).repeat(16)));
+      if (last.status !== 200) break;
+    }
+    expect([last!.status, ((await last!.json()) as { code: string }).code]).toEqual([429, 'link_revocations_exceeded']);
+    expect(await redis.admin().zcard('{sandgate}:revoked-links:team-a')).toBe(3);
   });
 
   it('removing the signing key from the keys file revokes every link it signed', async () => {

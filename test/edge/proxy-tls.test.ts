@@ -56,6 +56,12 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the proxy over TLS'), () => {
         release = () => res.end('data: two\n\n');
         return;
       }
+      if (req.url === '/head') {
+        const fields = ['Content-Type', 'text/plain', 'Set-Cookie', 'a=1', 'Connection', 'x-secret, keep-alive', 'X-Secret', 'dropped', 'Keep-Alive', 'timeout=5'];
+        res.writeHead(200, [...fields, 'Set-Cookie', 'b=2', 'Constructor', 'kept', 'Length', '7']);
+        res.end('head');
+        return;
+      }
       res.writeHead(200, { 'content-type': 'application/json', 'set-cookie': ['a=1', 'b=2'] });
       res.end(JSON.stringify({ ok: true, url: req.url }));
     });
@@ -170,6 +176,29 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the proxy over TLS'), () => {
       release!();
       await ended;
       expect(rest).toBe('data: two\n\n');
+    } finally {
+      s.close();
+    }
+  });
+
+  it('HTTP/2: the sandbox\'s head arrives as over HTTP/1.1 — repeats in order, hop-by-hop and Connection-named fields dropped, `constructor` a field like any other', async () => {
+    const s = await h2();
+    try {
+      const r = await exchange(s, { ':path': '/head', ':authority': host() });
+      expect(r.body).toBe('head');
+      expect(r.headers['set-cookie']).toEqual(['a=1', 'b=2']);
+      expect([r.headers['x-secret'], r.headers['keep-alive'], r.headers.connection]).toEqual([undefined, undefined, undefined]);
+      expect([r.headers.constructor, r.headers.length]).toEqual(['kept', '7']);
+    } finally {
+      s.close();
+    }
+  });
+
+  it('HTTP/2: a request body larger than every window goes up whole, and its answer comes back', async () => {
+    const s = await h2();
+    try {
+      const r = await exchange(s, { ':method': 'POST', ':path': '/upload', ':authority': host() }, 'x'.repeat(3_000_000));
+      expect(JSON.parse(r.body)).toEqual({ received: 3_000_000 });
     } finally {
       s.close();
     }

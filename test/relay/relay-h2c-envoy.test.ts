@@ -9,6 +9,7 @@ import { allowResponse } from '../../src/edge/envoy/ext-authz.js';
 import type { SupervisorClient } from '../../src/sessions/supervisor-client.js';
 import { envoyDoors, type Ask, type DoorAnswer } from '../helpers/door-answers.js';
 import { eventually } from '../helpers/eventually.js';
+import { CHECK } from '../helpers/grpc-wire.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { client, everyKindOfCall, expectDeadlineReachesServer, failure, h2c, h2cSeries, startEchoServer, unary, type EchoClient, type EchoServer } from '../helpers/grpc-echo.js';
 import { KEYS, RELAY_CREDENTIALS, RELAY_SECRET, relaySandbox, startGatewayPair, startRelayStack, startSupervisor, supervisedReady, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
@@ -53,7 +54,7 @@ function asEnvoy(a: DoorAnswer, authority: string): EchoClient {
 function extAuthzOf(stack: RelayStack, route: RouteRequest): DoorAnswer {
   const d = stack.decider.decide('ext_authz', route);
   expect(d.allow).toBe(true);
-  const r = allowResponse(d as Allow, DOOR_OPTS, route) as { ok_response: { headers: { header: { key: string; value: string } }[] } };
+  const r = CHECK.responseDeserialize(allowResponse(d as Allow, DOOR_OPTS, route)) as { ok_response: { headers: { header: { key: string; value: string } }[] } };
   const set: Record<string, string> = {};
   for (const h of r.ok_response.headers) set[h.header.key] = h.header.value;
   return { status: 200, headers: {}, body: '', set };

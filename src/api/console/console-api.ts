@@ -4,7 +4,7 @@ import { RULES } from '../../domain/compose.js';
 import { isDnsLabel } from '../../domain/labels.js';
 import { PUBLIC_PHASES, type ActivityReadout, type PublicPhase, sandboxKey } from '../../domain/sandbox.js';
 import type { SandboxView } from '../../view/sandbox-view.js';
-import { authorizeApi, type ApiAuth } from '../api-access.js';
+import { authorizeApi, type ApiAuth, type ApiScope } from '../api-access.js';
 import { FRAME_ANCESTORS_NONE, sendError, sendJson } from '../respond.js';
 import type { ConsoleAssets } from './console-assets.js';
 import { statsSnapshot } from './console-stats.js';
@@ -95,10 +95,13 @@ export function createConsole(deps: ConsoleDeps) {
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff', 'content-security-policy': `default-src 'none'; ${FRAME_ANCESTORS_NONE}` }).end(html);
   }
 
-  function phaseChanges(url: URL, res: ServerResponse, sees: (ns: string) => boolean): void {
+  function phaseChanges(url: URL, res: ServerResponse, scope: ApiScope & { ok: true }): void {
     const namespace = url.searchParams.get('namespace');
     const name = url.searchParams.get('name');
     if (namespace === null || name === null || !isDnsLabel(namespace) || !isDnsLabel(name)) return sendError(res, 'invalid_request', 'namespace and name must be DNS-1123 labels');
+    const refused = scope.refuses(namespace);
+    if (refused !== undefined) return sendError(res, refused);
+    const sees = scope.sees;
     // Another tenant's sandbox gets the very answer a missing one gets.
     const items = sees(namespace) ? history.of(sandboxKey(namespace, name)) : [];
     if (items.length === 0 && (!sees(namespace) || view.get(namespace, name) === undefined)) return sendError(res, 'sandbox_not_found', `No sandbox ${sandboxKey(namespace, name)}`);
@@ -129,7 +132,7 @@ export function createConsole(deps: ConsoleDeps) {
       case '/console/api/stats':
         return sendJson(res, 200, await statsSnapshot(deps.registry, now(), scope.sees, deps.auth === undefined || scope.team === '*'));
       case '/console/api/phase-changes':
-        return phaseChanges(url, res, scope.sees);
+        return phaseChanges(url, res, scope);
     }
   };
 }

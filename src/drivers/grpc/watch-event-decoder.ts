@@ -1,3 +1,4 @@
+import { Reader, WIRE } from '../../lib/protobuf-reader.js';
 import type { WireCondition, WireDeleted, WireSandbox, WireTimestamp, WireWatchEvent } from './driver-proto.js';
 
 /**
@@ -17,138 +18,6 @@ import type { WireCondition, WireDeleted, WireSandbox, WireTimestamp, WireWatchE
 const BACKEND_STATES = ['BACKEND_STATE_UNSPECIFIED', 'BACKEND_STATE_STARTING', 'BACKEND_STATE_READY', 'BACKEND_STATE_PAUSED', 'BACKEND_STATE_DELETING', 'BACKEND_STATE_FAILED'] as const;
 const CONDITION_STATUSES = ['CONDITION_STATUS_UNSPECIFIED', 'CONDITION_STATUS_TRUE', 'CONDITION_STATUS_FALSE', 'CONDITION_STATUS_UNKNOWN'] as const;
 const SESSION_MODELS = ['SESSION_MODEL_REQUIRED', 'SESSION_MODEL_NONE'] as const;
-
-const VARINT = 0;
-const FIXED64 = 1;
-const BYTES = 2;
-const START_GROUP = 3;
-const END_GROUP = 4;
-const FIXED32 = 5;
-
-/** Node's Buffer method behind `toString('utf8', start, end)`, present on every Buffer but not in its types. */
-interface Utf8Slicing {
-  utf8Slice(start: number, end: number): string;
-}
-
-class Reader {
-  pos: number;
-
-  constructor(
-    readonly buf: Buffer,
-    start: number,
-    public end: number,
-  ) {
-    this.pos = start;
-  }
-
-  /** A varint as an unsigned 32-bit number (protobuf's uint32: the low 32 bits). */
-  uint32(): number {
-    let value = 0;
-    for (let shift = 0; shift < 28; shift += 7) {
-      const b = this.byte();
-      value |= (b & 0x7f) << shift;
-      if (b < 0x80) return value >>> 0;
-    }
-    const b = this.byte();
-    value |= (b & 0x0f) << 28;
-    if (b >= 0x80) this.skipVarintTail(5);
-    return value >>> 0;
-  }
-
-  /** A varint as protobuf's int32 (an enum, nanos): the low 32 bits, signed. */
-  int32(): number {
-    return this.uint32() | 0;
-  }
-
-  /** A varint as a signed 64-bit decimal string (int64 with proto-loader's `longs: String`). */
-  int64String(): string {
-    const start = this.pos;
-    let value = 0;
-    let scale = 1;
-    // Up to 7 bytes (49 bits) stay exact in a double; longer ones (and every negative) go through BigInt.
-    for (let i = 0; i < 7; i++) {
-      const b = this.byte();
-      value += (b & 0x7f) * scale;
-      if (b < 0x80) return String(value);
-      scale *= 128;
-    }
-    this.pos = start;
-    let big = 0n;
-    for (let shift = 0n; shift < 70n; shift += 7n) {
-      const b = this.byte();
-      big |= BigInt(b & 0x7f) << shift;
-      if (b < 0x80) return BigInt.asIntN(64, big).toString();
-    }
-    throw new RangeError('invalid varint encoding');
-  }
-
-  string(): string {
-    const len = this.uint32();
-    const start = this.pos;
-    this.pos = start + len;
-    if (this.pos > this.end) throw new RangeError('index out of range');
-    // toString('utf8', …) without its argument checks (bounds are checked above); the same decoding,
-    // invalid sequences included (U+FFFD).
-    return (this.buf as unknown as Utf8Slicing).utf8Slice(start, this.pos);
-  }
-
-  /**
-   * Narrows the reader to a length-delimited field (a nested message) and returns the bound to restore
-   * with leave() once it is read: one reader for the whole event, not one object per nested message.
-   */
-  enter(): number {
-    const len = this.uint32();
-    const outer = this.end;
-    const end = this.pos + len;
-    if (end > outer) throw new RangeError('index out of range');
-    this.end = end;
-    return outer;
-  }
-
-  /** Back to the enclosing message after enter(), past the nested one. */
-  leave(outer: number): void {
-    this.pos = this.end;
-    this.end = outer;
-  }
-
-  skip(wireType: number): void {
-    switch (wireType) {
-      case VARINT:
-        this.skipVarintTail(10);
-        return;
-      case FIXED64:
-        this.advance(8);
-        return;
-      case BYTES:
-        this.advance(this.uint32());
-        return;
-      case START_GROUP:
-        // Like protobufjs: up to the next end-group tag, whatever field number it carries.
-        for (let t = this.uint32() & 7; t !== END_GROUP; t = this.uint32() & 7) this.skip(t);
-        return;
-      case FIXED32:
-        this.advance(4);
-        return;
-      default:
-        throw new Error(`invalid wire type ${wireType}`);
-    }
-  }
-
-  private skipVarintTail(maxBytes: number): void {
-    for (let i = 0; i < maxBytes; i++) if (this.byte() < 0x80) return;
-    throw new RangeError('invalid varint encoding');
-  }
-
-  private advance(n: number): void {
-    this.pos += n;
-    if (this.pos > this.end) throw new RangeError('index out of range');
-  }
-
-  private byte(): number {
-    if (this.pos >= this.end) throw new RangeError('index out of range');
-    return this.buf[this.pos++]!;
-  }
-}
 
 /** Reads one nested message with `read`, the reader narrowed to it. */
 function nested<T>(r: Reader, read: (r: Reader) => T): T {
@@ -234,7 +103,7 @@ function strings(r: Reader): readonly string[] {
   let out: readonly string[] = EMPTY;
   while (r.pos < r.end) {
     const tag = r.uint32();
-    if (tag === ((1 << 3) | BYTES)) out = append(out, r.string());
+    if (tag === ((1 << 3) | WIRE.BYTES)) out = append(out, r.string());
     else r.skip(tag & 7);
   }
   return out;

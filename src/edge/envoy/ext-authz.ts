@@ -1,12 +1,15 @@
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import { GRPC_STATUS } from '../../domain/errors.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import { callSignal, type ServerCall, type UnaryHandler } from '../../lib/grpc-h2-server.js';
+import { callSignal, type MethodDefinition, type ServerCall, type UnaryHandler } from '../../lib/grpc-h2-server.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { cookieForSandbox, headersToRemove, lowerCaseHeaders, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
+import { cookieForSandbox, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
+import { authorizationService } from './protos.js';
+import { decodeCheckRequest, type CheckAttributes } from './request-decoder.js';
+import { encodeCheckAllow } from './response-encoder.js';
 
 /**
  * Envoy ext_authz v3 (`envoy.service.auth.v3.Authorization/Check`). Allow → `ok_response` that sets the
@@ -17,83 +20,62 @@ import { relayHeaders } from '../relay/relay-headers.js';
  * `clear_route_cache`) to pick the HTTP/2 sandbox cluster. Deny → `denied_response`.
  */
 
-interface HeaderValueOption {
-  header: { key: string; value: string };
-  append_action: 'OVERWRITE_IF_EXISTS_OR_ADD';
-}
-
-interface CheckRequest {
-  attributes?: {
-    source?: { address?: { socket_address?: { address?: string; port_value?: number } } };
-    request?: {
-      http?: {
-        headers?: Record<string, string>;
-        header_map?: { headers?: { key: string; value?: string; raw_value?: Buffer }[] };
-        host?: string;
-        path?: string;
-        method?: string;
-        scheme?: string;
-      };
-    };
-  };
-}
-
 const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD' as const;
 
-function set(key: string, value: string): HeaderValueOption {
+function set(key: string, value: string): { header: { key: string; value: string }; append_action: typeof OVERWRITE } {
   return { header: { key, value }, append_action: OVERWRITE };
 }
 
-/** Builds the RouteRequest from what Envoy sends: the `headers` map, or `header_map` with `encode_raw_headers`. */
-export function checkRequestToRoute(req: CheckRequest): RouteRequest {
-  const http = req.attributes?.request?.http;
-  let headers: Record<string, string> = http?.headers ?? {};
-  const list = http?.header_map?.headers;
-  if (list !== undefined && list.length > 0) {
-    headers = {};
-    for (const h of list) {
-      const v = h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
-      const k = h.key.toLowerCase();
-      headers[k] = headers[k] === undefined ? v : headers[k] + ',' + v;
-    }
-  }
-  const lower = lowerCaseHeaders(headers);
-  const scheme = http?.scheme || lower[':scheme'];
-  return { headers: lower, host: http?.host || lower[':authority'] || lower.host, path: http?.path || lower[':path'], method: http?.method || lower[':method'], secure: scheme === 'https' };
+let check: MethodDefinition<object, object> | undefined;
+
+function protoCheck(): MethodDefinition<object, object> {
+  check ??= authorizationService().service.Check! as MethodDefinition<object, object>;
+  return check;
 }
 
-export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): object {
-  const headers = [set(opts.upstreamHeader, d.upstream)];
-  if (upstreamIsH2c(d)) headers.push(set(UPSTREAM_PROTOCOL_HEADER, 'h2c'));
-  if (d.target.path !== undefined) headers.push(set(':path', d.target.path));
-  for (const [k, v] of relayHeaders(d, opts.relay)) headers.push(set(k, v));
+/** Check with the door's codecs: the request read by request-decoder.ts, the answers already bytes. */
+export function checkMethod(): MethodDefinition<CheckAttributes, Buffer> {
+  return { path: protoCheck().path, requestStream: false, responseStream: false, requestDeserialize: decodeCheckRequest, responseSerialize: asIs };
+}
+
+function asIs(b: Buffer): Buffer {
+  return b;
+}
+
+/** The allow answer, encoded (response-encoder.ts). */
+export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): Buffer {
+  const headers = [opts.upstreamHeader, d.upstream];
+  if (upstreamIsH2c(d)) headers.push(UPSTREAM_PROTOCOL_HEADER, 'h2c');
+  if (d.target.path !== undefined) headers.push(':path', d.target.path);
+  for (const [k, v] of relayHeaders(d, opts.relay)) headers.push(k, v);
   const cookie = cookieForSandbox(opts, req.headers);
-  if (cookie !== undefined && cookie !== '') headers.push(set('cookie', cookie));
-  let remove = headersToRemove(req.headers, opts.removeHeaders, headers.map((h) => h.header.key));
+  if (cookie !== undefined && cookie !== '') headers.push('cookie', cookie);
+  const names: string[] = [];
+  for (let i = 0; i < headers.length; i += 2) names.push(headers[i]!);
+  let remove = headersToRemove(req.headers, opts.removeHeaders, names);
   if (cookie === '') (remove ??= []).push('cookie');
-  return {
-    status: { code: GRPC_STATUS.allow },
-    ok_response: { headers, headers_to_remove: remove ?? [] },
-    dynamic_metadata: { fields: { upstream: { stringValue: d.upstream } } },
-  };
+  return encodeCheckAllow(d.upstream, headers, remove ?? NONE);
 }
 
-export function deniedResponse(d: Deny, accept: string | undefined, fetchMode?: string): object {
+const NONE: readonly string[] = Object.freeze([]);
+
+/** A denial, encoded by protobufjs: denials are not the path a busy gateway's CPU goes to. */
+export function deniedResponse(d: Deny, accept: string | undefined, fetchMode?: string): Buffer {
   const r = renderDenial(d, accept, fetchMode);
-  return {
+  return protoCheck().responseSerialize({
     status: { code: GRPC_STATUS.deny, message: d.code },
     denied_response: { status: { code: r.status }, headers: r.headers.map(([k, v]) => set(k, v)), body: r.body },
-  };
+  });
 }
 
-export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger): UnaryHandler<CheckRequest, object> {
-  const answer = (d: Decision, r: RouteRequest, call: ServerCall<CheckRequest, object>): void =>
+export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger): UnaryHandler<CheckAttributes, Buffer> {
+  const answer = (d: Decision, r: RouteRequest, call: ServerCall<CheckAttributes, Buffer>): void =>
     call.end(d.allow ? allowResponse(d, opts, r) : deniedResponse(d, r.headers.accept, r.headers['sec-fetch-mode']));
   return (call) => {
-    let req: RouteRequest | undefined;
+    let req: CheckAttributes | undefined;
     try {
-      req = checkRequestToRoute(call.request);
-      const x = decider.recorder?.begin('ext_authz', { method: call.request.attributes?.request?.http?.method ?? '', target: req.path ?? '/', headers: req.headers, client: sourceAddress(call.request), peer: call.peer });
+      req = call.request;
+      const x = decider.recorder?.begin('ext_authz', { method: req.httpMethod, target: req.path ?? '/', headers: req.headers, client: req.client, peer: call.peer });
       void decider.decideAndAnswer('ext_authz', req, call, callSignal, answer, x);
     } catch (err) {
       log.error({ err }, 'ext_authz Check failed');
@@ -102,9 +84,3 @@ export function extAuthzCheck(decider: Decider, opts: DoorOptions, log: Logger):
   };
 }
 
-/** The downstream client's `address:port`, as Envoy reports it in `attributes.source`. */
-function sourceAddress(req: CheckRequest): string {
-  const a = req.attributes?.source?.address?.socket_address;
-  if (a?.address === undefined) return '';
-  return a.port_value === undefined ? a.address : `${a.address}:${a.port_value}`;
-}

@@ -1,11 +1,14 @@
 import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.js';
 import type { RouteRequest } from '../../domain/route-key.js';
-import { callSignal, GrpcStatus, type BidiHandler, type ServerCall } from '../../lib/grpc-h2-server.js';
+import { callSignal, GrpcStatus, type BidiHandler, type MethodDefinition, type ServerCall } from '../../lib/grpc-h2-server.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { addHeader, cookieForSandbox, forwardedClient, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
+import { cookieForSandbox, forwardedClient, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
 import { relayHeaders } from '../relay/relay-headers.js';
+import { externalProcessorService } from './protos.js';
+import { decodeProcessingRequest, type ProcessingMessage } from './request-decoder.js';
+import { encodeProcessContinue } from './response-encoder.js';
 
 /**
  * Envoy ext_proc v3 (`envoy.service.ext_proc.v3.ExternalProcessor/Process`): one bidirectional stream per
@@ -18,83 +21,78 @@ import { relayHeaders } from '../relay/relay-headers.js';
  * configuration (`request_header_mode: SEND`, the rest SKIP/NONE) should not send — gets a plain CONTINUE.
  */
 
-interface HeaderValue {
-  key: string;
-  value?: string;
-  raw_value?: Buffer;
-}
-
-interface ProcessingRequest {
-  request?: string;
-  request_headers?: { headers?: { headers?: HeaderValue[] }; end_of_stream?: boolean };
-}
-
 const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD' as const;
 const CONTINUE = { status: 'CONTINUE' } as const;
 
-/** Plain CONTINUE answers, by the message kind they answer. */
-const PASS: Readonly<Record<string, object>> = {
-  request_body: { request_body: { response: CONTINUE } },
-  response_headers: { response_headers: { response: CONTINUE } },
-  response_body: { response_body: { response: CONTINUE } },
-  request_trailers: { request_trailers: {} },
-  response_trailers: { response_trailers: {} },
-};
+let processDef: MethodDefinition<object, object> | undefined;
+
+function protoProcess(): MethodDefinition<object, object> {
+  processDef ??= externalProcessorService().service.Process! as MethodDefinition<object, object>;
+  return processDef;
+}
+
+/** Process with the door's codecs: each message read by request-decoder.ts, the answers already bytes. */
+export function processMethod(): MethodDefinition<ProcessingMessage, Buffer> {
+  return { path: protoProcess().path, requestStream: true, responseStream: true, requestDeserialize: decodeProcessingRequest, responseSerialize: asIs };
+}
+
+function asIs(b: Buffer): Buffer {
+  return b;
+}
+
+let pass: Readonly<Record<string, Buffer>> | undefined;
+
+/** Plain CONTINUE answers by the message kind they answer, encoded once. */
+function passAnswers(): Readonly<Record<string, Buffer>> {
+  const encode = (m: object): Buffer => protoProcess().responseSerialize(m);
+  pass ??= {
+    request_body: encode({ request_body: { response: CONTINUE } }),
+    response_headers: encode({ response_headers: { response: CONTINUE } }),
+    response_body: encode({ response_body: { response: CONTINUE } }),
+    request_trailers: encode({ request_trailers: {} }),
+    response_trailers: encode({ response_trailers: {} }),
+  };
+  return pass;
+}
 
 function rawSet(key: string, value: string): object {
   return { header: { key, raw_value: Buffer.from(value, 'latin1') }, append_action: OVERWRITE };
 }
 
-export function headersToRoute(list: readonly HeaderValue[] | undefined): RouteRequest {
-  const headers: Record<string, string> = {};
-  if (list !== undefined) {
-    for (const h of list) {
-      const v = h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
-      addHeader(headers, h.key.toLowerCase(), v);
-    }
-  }
-  return { headers, host: headers[':authority'] ?? headers.host, path: headers[':path'], method: headers[':method'], secure: headers[':scheme'] === 'https' };
-}
-
-function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): object {
-  const set_headers = [rawSet(opts.upstreamHeader, d.upstream)];
-  if (d.target.path !== undefined) set_headers.push(rawSet(':path', d.target.path));
+function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): Buffer {
+  const set = [opts.upstreamHeader, d.upstream];
+  if (d.target.path !== undefined) set.push(':path', d.target.path);
   const relay = relayHeaders(d, opts.relay);
-  for (const [k, v] of relay) set_headers.push(rawSet(k, v));
+  for (const [k, v] of relay) set.push(k, v);
   // An h2c port's answer also sets the protocol header (a relay decision's too: the relay listener takes HTTP/2).
   const h2c = upstreamIsH2c(d);
-  if (h2c) set_headers.push(rawSet(UPSTREAM_PROTOCOL_HEADER, 'h2c'));
+  if (h2c) set.push(UPSTREAM_PROTOCOL_HEADER, 'h2c');
   const names = [opts.upstreamHeader];
   if (h2c) names.push(UPSTREAM_PROTOCOL_HEADER);
   for (const [k] of relay) names.push(k);
   let remove = headersToRemove(req.headers, opts.removeHeaders, names);
   const cookie = cookieForSandbox(opts, req.headers);
   if (cookie === '') (remove ??= []).push('cookie');
-  else if (cookie !== undefined) set_headers.push(rawSet('cookie', cookie));
-  return {
-    request_headers: {
-      response: {
-        status: 'CONTINUE',
-        header_mutation: { set_headers, remove_headers: remove ?? [] },
-        clear_route_cache: true,
-      },
-    },
-  };
+  else if (cookie !== undefined) set.push('cookie', cookie);
+  return encodeProcessContinue(set, remove ?? NONE);
 }
 
-function denyMessage(d: Deny, accept: string | undefined, fetchMode?: string): object {
+const NONE: readonly string[] = Object.freeze([]);
+
+/** A denial, encoded by protobufjs: denials are not the path a busy gateway's CPU goes to. */
+function denyMessage(d: Deny, accept: string | undefined, fetchMode?: string): Buffer {
   const r = renderDenial(d, accept, fetchMode);
-  return {
+  return protoProcess().responseSerialize({
     immediate_response: {
       status: { code: r.status },
       headers: { set_headers: r.headers.map(([k, v]) => rawSet(k, v)) },
       body: Buffer.from(r.body),
       details: d.code,
     },
-  };
+  });
 }
 
-function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): object {
+function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): Buffer {
   return d.allow ? allowMessage(d, opts, req) : denyMessage(d, req.headers.accept, req.headers['sec-fetch-mode']);
 }
 
@@ -104,26 +102,26 @@ function decisionMessage(d: Decision, opts: DoorOptions, req: RouteRequest): obj
  * RESOURCE_EXHAUSTED: Envoy sends a request's later messages only after the headers' answer, so a queue
  * that long is not Envoy's.
  */
-export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger, maxQueued: number): BidiHandler<ProcessingRequest, object> {
-  const answer = (d: Decision, r: RouteRequest, call: ServerCall<undefined, object>): void => call.write(decisionMessage(d, opts, r));
+export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger, maxQueued: number): BidiHandler<ProcessingMessage, Buffer> {
+  const answer = (d: Decision, r: RouteRequest, call: ServerCall<undefined, Buffer>): void => call.write(decisionMessage(d, opts, r));
   return (call) => {
     // Answers must leave in request order; a readiness wait holds later answers behind it. Once the call
     // has ended (Envoy reset it, the deadline passed) call.write does nothing and call.signal has aborted.
     let queue: Promise<void> | undefined;
     let queued = 0;
-    const handle = (msg: ProcessingRequest): Promise<void> | undefined => {
-      if (msg.request !== 'request_headers') {
-        call.write((msg.request !== undefined && PASS[msg.request]) || PASS.request_body!);
+    const handle = (msg: ProcessingMessage): Promise<void> | undefined => {
+      const req = msg.route;
+      if (req === undefined) {
+        const answers = passAnswers();
+        call.write((msg.request !== undefined && answers[msg.request]) || answers.request_body!);
         return undefined;
       }
-      let req: RouteRequest | undefined;
       try {
-        req = headersToRoute(msg.request_headers?.headers?.headers);
         const x = decider.recorder?.begin('ext_proc', { method: req.headers[':method'] ?? '', target: req.path ?? '/', headers: req.headers, client: forwardedClient(req.headers, ''), peer: call.peer });
         return decider.decideAndAnswer('ext_proc', req, call, callSignal, answer, x);
       } catch (err) {
         log.error({ err }, 'ext_proc request_headers failed');
-        call.write(denyMessage(deny('internal_error'), req?.headers.accept));
+        call.write(denyMessage(deny('internal_error'), req.headers.accept));
         return undefined;
       }
     };

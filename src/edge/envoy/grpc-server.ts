@@ -4,9 +4,8 @@ import { HealthService } from '../../lib/grpc-health.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import type { DoorOptions } from '../headers.js';
-import { extAuthzCheck } from './ext-authz.js';
-import { extProcProcess } from './ext-proc.js';
-import { authorizationService, externalProcessorService } from './protos.js';
+import { checkMethod, extAuthzCheck } from './ext-authz.js';
+import { extProcProcess, processMethod } from './ext-proc.js';
 
 /**
  * The gRPC listener: ext_authz, ext_proc and `grpc.health.v1.Health` on one port, served by
@@ -29,8 +28,8 @@ export async function startGrpcServer(
   log: Logger,
 ): Promise<GrpcFrontDoor> {
   const server = new GrpcH2Server({ onHandlerError: (err, path) => log.error({ err, path }, 'gRPC handler threw'), limits: opts.limits, tls: opts.tls });
-  server.addUnary(authorizationService().service.Check!, extAuthzCheck(decider, opts.door, log));
-  server.addBidi(externalProcessorService().service.Process!, extProcProcess(decider, opts.door, log, opts.extProcMaxQueued));
+  server.addUnary(checkMethod(), extAuthzCheck(decider, opts.door, log));
+  server.addBidi(processMethod(), extProcProcess(decider, opts.door, log, opts.extProcMaxQueued));
   const health = new HealthService(Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING'])));
   health.addTo(server);
   const port = await server.listen(opts.host, opts.port);

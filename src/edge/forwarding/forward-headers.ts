@@ -1,3 +1,4 @@
+import type { OutgoingHttpHeaders } from 'node:http2';
 import { withoutLinkCookie } from '../../domain/link.js';
 import { ROUTING_HEADERS } from '../../domain/route-key.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
@@ -123,6 +124,19 @@ function text(v: string | Buffer): string {
  * `Connection` headers list dropped. Built straight from the raw list: no parsed object in between.
  */
 export function forwardResponseHeaders(raw: readonly (string | Buffer)[]): string[] {
+  const named = connectionNamed(raw);
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = text(raw[i]!);
+    const lower = name.toLowerCase();
+    if (RESPONSE_DROP.has(lower) || named?.has(lower) === true) continue;
+    out.push(name, text(raw[i + 1]!));
+  }
+  return out;
+}
+
+/** The names an upstream response's `Connection` headers list (RFC 9110 §7.6.1), beyond keep-alive and close. */
+function connectionNamed(raw: readonly (string | Buffer)[]): Set<string> | undefined {
   let named: Set<string> | undefined;
   for (let i = 0; i < raw.length; i += 2) {
     if (raw[i]!.length !== 10) continue;
@@ -132,12 +146,29 @@ export function forwardResponseHeaders(raw: readonly (string | Buffer)[]): strin
     if (value === 'keep-alive' || value === 'close') continue;
     for (const t of value.split(',')) (named ??= new Set()).add(t.trim().toLowerCase());
   }
-  const out: string[] = [];
+  return named;
+}
+
+/** Response fields HTTP/2 refuses (RFC 9113 §8.2.2) beyond the hop-by-hop ones. */
+const NOT_IN_H2: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'http2-settings']);
+
+/**
+ * The same headers as forwardResponseHeaders keeps, as the header object an HTTP/2 stream's `respond`
+ * takes, in one pass over the raw list: names in lower case, a repeated name as an array in order.
+ */
+export function forwardResponseHeadersH2(status: number, raw: readonly (string | Buffer)[]): OutgoingHttpHeaders {
+  const named = connectionNamed(raw);
+  // No prototype: a field named `__proto__` or `length` is a field like any other.
+  const out: OutgoingHttpHeaders = Object.create(null) as OutgoingHttpHeaders;
+  out[':status'] = status;
   for (let i = 0; i < raw.length; i += 2) {
-    const name = text(raw[i]!);
-    const lower = name.toLowerCase();
-    if (RESPONSE_DROP.has(lower) || named?.has(lower) === true) continue;
-    out.push(name, text(raw[i + 1]!));
+    const lower = text(raw[i]!).toLowerCase();
+    if (NOT_IN_H2.has(lower) || named?.has(lower) === true) continue;
+    const value = text(raw[i + 1]!);
+    const had = out[lower];
+    if (had === undefined) out[lower] = value;
+    else if (Array.isArray(had)) had.push(value);
+    else out[lower] = [String(had), value];
   }
   return out;
 }

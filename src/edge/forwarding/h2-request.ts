@@ -1,6 +1,7 @@
 import { constants, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from 'node:http2';
-import { PassThrough } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { ClientRequest, ClientResponse, RequestBody } from './client-side.js';
+import { forwardResponseHeadersH2 } from './forward-headers.js';
 
 /**
  * An HTTP/2 request (on the proxy's TLS port or h2c on its plain one, or from Envoy at the relay listener)
@@ -51,13 +52,29 @@ export function h2Request(stream: ServerHttp2Stream, headers: IncomingHttpHeader
 }
 
 /**
- * The stream's readable side as a request body. A stream of its own, piped: the forwarding code destroys
- * a body once sent (undici does), which must not reset the HTTP/2 stream the response still goes out on.
+ * The stream's readable side as a request body. A stream of its own: the forwarding code destroys a body
+ * once sent (undici does), which must not reset the HTTP/2 stream the response still goes out on. A
+ * Readable fed from the stream's events, with the stream paused while this one's buffer is full — not a
+ * PassThrough piped to, whose writable half and pipe machinery cost more per request than they carry.
  */
-class H2Body extends PassThrough implements RequestBody {
+class H2Body extends Readable implements RequestBody {
   constructor(private readonly stream: ServerHttp2Stream) {
     super();
-    stream.pipe(this);
+    stream.on('data', (chunk: Buffer) => {
+      if (!this.destroyed && !this.push(chunk)) stream.pause();
+    });
+    stream.once('end', () => this.push(null));
+    stream.once('aborted', () => this.destroy(new Error('the HTTP/2 stream was reset before its body ended')));
+  }
+
+  override _read(): void {
+    this.stream.resume();
+  }
+
+  override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
+    // What the client still sends is read and dropped, not left in its flow-control window.
+    this.stream.resume();
+    callback(err);
   }
 
   get complete(): boolean {
@@ -70,7 +87,9 @@ const NOT_IN_H2 = new Set(['connection', 'keep-alive', 'proxy-connection', 'tran
 
 /** A response head list (name, value, …) as an HTTP/2 header object: repeated names as arrays, names in lower case. */
 export function h2ResponseHeaders(status: number, list: readonly string[]): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = { ':status': status };
+  // No prototype: a field named `constructor` or `__proto__` is a field like any other.
+  const out: OutgoingHttpHeaders = Object.create(null) as OutgoingHttpHeaders;
+  out[':status'] = status;
   for (let i = 0; i < list.length; i += 2) {
     const name = list[i]!.toLowerCase();
     if (NOT_IN_H2.has(name)) continue;
@@ -126,6 +145,11 @@ export class H2Response implements ClientResponse {
   writeHead(status: number, headers: string[]): this {
     if (!this.stream.destroyed && !this.stream.headersSent) this.stream.respond(h2ResponseHeaders(status, headers));
     return this;
+  }
+
+  /** An upstream's response head, from its raw list to the stream's header object in one pass (forwardResponseHeadersH2). */
+  writeUpstreamHead(status: number, raw: readonly (string | Buffer)[]): void {
+    if (!this.stream.destroyed && !this.stream.headersSent) this.stream.respond(forwardResponseHeadersH2(status, raw));
   }
 
   write(chunk: Buffer): boolean {

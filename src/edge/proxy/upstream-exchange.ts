@@ -4,6 +4,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { ClientRequest, ClientResponse } from '../forwarding/client-side.js';
 import type { ForwardHop } from '../forwarding/failure-codes.js';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
+import { H2Response } from '../forwarding/h2-request.js';
 import type { Exchange } from '../../observability/exchange.js';
 import { InvalidUpstreamResponse, isFinalStatus, isInterimStatus } from '../forwarding/upstream-answer.js';
 
@@ -67,14 +68,18 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
     if (!isFinalStatus(statusCode)) throw new InvalidUpstreamResponse(`status ${statusCode}`);
     const res = this.res;
     this.resume = resume;
-    const headers = forwardResponseHeaders(raw);
+    // An HTTP/2 client's stream takes the head as one header object, built straight from the raw list; it
+    // is sent at once (no flush for Server-Sent Events).
+    const h2 = res instanceof H2Response;
+    const headers = h2 ? undefined : forwardResponseHeaders(raw);
     try {
-      res.writeHead(statusCode, headers);
+      if (h2) res.writeUpstreamHead(statusCode, raw);
+      else res.writeHead(statusCode, headers!);
     } catch (err) {
       throw new InvalidUpstreamResponse('a header no response may carry', err);
     }
     // Server-Sent Events: send the head now, do not wait for the first event.
-    if (isEventStream(headers)) res.flushHeaders();
+    if (headers !== undefined && isEventStream(headers)) res.flushHeaders();
     return true;
   }
 
