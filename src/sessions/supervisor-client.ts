@@ -278,8 +278,10 @@ export class SupervisorClient extends EventEmitter {
     const old = this.ws;
     this.moving = undefined;
     if (old !== undefined) {
-      // The old gateway closes it once it sees the new claim; a gateway that never does is left after 3 intervals.
-      const timer = setTimeout(() => old.close(CLOSE.normal, 'moved'), 3 * Math.max(this.intervalMs, 1));
+      // The old gateway closes it once it sees the new claim. Closing it from here first would have that
+      // gateway release the session before its mirror shows the new record (the sandbox would leave Ready
+      // there for a moment), so only a gateway that never closes it is left, after 10 intervals.
+      const timer = setTimeout(() => old.close(CLOSE.normal, 'moved'), 10 * Math.max(this.intervalMs, 1));
       timer.unref();
       this.leaving = { ws: old, relay: this.relay, timer };
     }
