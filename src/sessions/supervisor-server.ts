@@ -10,6 +10,7 @@ import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW
 import type { RelayStream } from './relay-stream.js';
 import { DEFAULT_RELAY_LIMITS, LimitedRelayOpener, type RelayLimits, type RelayOpener } from './relay-opener.js';
 import { listenOn, type ServerTls } from '../lib/http-listen.js';
+import { ConnectionGuard } from '../lib/connection-guard.js';
 import { RequestGuard } from '../lib/request-guard.js';
 import { sourceGroup } from '../lib/source-address.js';
 import type { ErrorCode } from '../domain/errors.js';
@@ -66,6 +67,8 @@ export interface SupervisorServerOptions {
    * network in the clear.
    */
   readonly tls?: ServerTls;
+  /** Connection cap and first-request timeouts (connection-guard.ts); default: the default limits. */
+  readonly guard?: ConnectionGuard;
 }
 
 /** Silent intervals after which a session is dropped (4001), unless configured. */
@@ -217,7 +220,7 @@ export class SupervisorServer implements RelayOpener {
   }
 
   async start(): Promise<number> {
-    this.port = await listenOn(this.http, this.opts.host, this.opts.port);
+    this.port = await listenOn(this.http, this.opts.host, this.opts.port, this.opts.guard ?? new ConnectionGuard('supervisor'));
     if (this.opts.autoSweep !== false) {
       // Four sweeps per interval: a silent session is dropped within a quarter interval of its deadline.
       this.sweeper = setInterval(() => this.sweep(), Math.max(10, Math.floor(this.opts.heartbeatIntervalMs / 4)));
