@@ -93,7 +93,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const streams = new SessionStreams();
   try {
     await startExchangeReaders(life, core);
-    await startCertificates(life, core.certificates.stores);
+    await startCertificates(life, core.certificates.store);
     // Listeners first, so they close last.
     const relay = await startRelayDoor(life, config, core, streams, log);
     const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }), { relay: relay.address });

@@ -144,7 +144,13 @@ describe('the contract check rejects', () => {
       'an ext_proc body mode',
       'sidecar-ext-proc.yaml',
       (_d, f) => void (obj(typed(f[1]).processing_mode).request_body_mode = 'STREAMED'),
-      /request headers only/,
+      /request and response headers only/,
+    ],
+    [
+      'an ext_proc that skips response headers (a sandbox\'s Set-Cookie of sandgate\'s cookie would pass)',
+      'edge-ext-proc.yaml',
+      (_d, f) => void (obj(typed(f[1]).processing_mode).response_header_mode = 'SKIP'),
+      /request and response headers only/,
     ],
     [
       'a client-sent protocol header reaching the decision',

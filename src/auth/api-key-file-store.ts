@@ -35,9 +35,10 @@ export class FileApiKeyStore implements ApiKeyStore {
   }
 
   async start(): Promise<void> {
+    // Watched before the first read: a change between the two is then seen, never lost.
+    this.watcher = watchFile(this.path, () => void this.load(), this.onError, 20);
     await this.load();
     await this.journal.start();
-    this.watcher = watchFile(this.path, 20, () => void this.load(), this.onError);
   }
 
   byHash(hash: string): ApiKeyRecord | undefined {

@@ -102,8 +102,10 @@ export class LinkKeyFile {
     this.listeners.push(fn);
   }
 
-  start(): void {
-    this.watcher = watchFile(this.path, 20, () => void this.reload(), this.onError);
+  /** Follows the file; it is re-read once now, so a change since the first read is not lost. */
+  async start(): Promise<void> {
+    this.watcher = watchFile(this.path, () => void this.reload(), this.onError, 20);
+    await this.reload();
   }
 
   close(): void {

@@ -1,7 +1,8 @@
-import { errors as joseErrors, jwtVerify, SignJWT, type JWTPayload, type JWTVerifyGetKey } from 'jose';
+import { decodeJwt, errors as joseErrors, jwtVerify, SignJWT, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import { SandgateError } from '../domain/errors.js';
 import { isDnsLabel } from '../domain/labels.js';
-import { hasLinkCookie, hasTokenParam, LINK_AUDIENCE, linkCookies, tokenParam, type LinkClaims, type LinkRejection, type PresentedLink } from '../domain/link.js';
+import { hasTokenParam, LINK_AUDIENCE, tokenParam, type LinkClaims, type LinkRejection, type LinkTarget, type PresentedLink } from '../domain/link.js';
+import { linkCookieValues, mayHoldLinkCookie } from '../domain/link-cookie.js';
 import type { RouteRequest } from '../domain/route-key.js';
 import { newLinkId } from './link-ids.js';
 import type { LinkKeySet } from './link-keys.js';
@@ -35,12 +36,39 @@ export interface MintedLink {
 
 /** Longest token looked at: a link is a few hundred bytes; anything far longer is not one. */
 const MAX_TOKEN_LENGTH = 4096;
+/** A compact JWS (RFC 7515 §7.1): three base64url parts. A session cookie of any other shape is not a link. */
+const COMPACT_JWS = /^[\w-]+\.[\w-]+\.[\w-]*$/;
+/**
+ * Session cookies verified for one request, at most. Browsers send every cookie whose domain and path
+ * match, so a sibling host can add cookies of sandgate's name before the real one (docs/links.md):
+ * enough room for those, and a bound on the signature checks one request can ask for.
+ */
+const MAX_LINK_COOKIES = 16;
 const METHOD = /^[A-Z]{1,16}$/;
 /** Clock skew allowed between the minting machine and a gateway. */
 const SKEW_SECONDS = 60;
 
-function invalid(message: string): LinkRejection {
-  return { code: 'link_invalid', message };
+function invalid(message: string, claimed?: LinkTarget): LinkRejection {
+  return { code: 'link_invalid', message, claimed };
+}
+
+/**
+ * The sandbox port a payload names, read without trusting it: it only says which request a refusal is
+ * about (domain/link.ts), so a refused cookie planted for another sandbox changes nothing here.
+ */
+function claimedTarget(p: JWTPayload | undefined): LinkTarget | undefined {
+  if (p === undefined) return undefined;
+  const { ns, name, port } = p as Record<string, unknown>;
+  return typeof ns === 'string' && typeof name === 'string' && typeof port === 'number' ? { namespace: ns, name, port } : undefined;
+}
+
+/** The payload of a token whose signature was not (or could not be) checked; undefined when it has none. */
+function unverifiedPayload(token: string): JWTPayload | undefined {
+  try {
+    return decodeJwt(token);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Checks what a caller asks a link to open; throws `invalid_request` for anything a link cannot say. */
@@ -80,6 +108,11 @@ export async function mintLinkToken(keys: LinkKeySet, c: LinkRequestClaims, maxT
 
 /** The claims of a verified payload, or why they do not make a link. */
 function claimsOf(p: JWTPayload, kid: string, nowS: number, maxTtlSeconds: number): LinkClaims | LinkRejection {
+  const r = claimsOrWhyNot(p, kid, nowS, maxTtlSeconds);
+  return 'uid' in r ? r : { ...r, claimed: claimedTarget(p) };
+}
+
+function claimsOrWhyNot(p: JWTPayload, kid: string, nowS: number, maxTtlSeconds: number): LinkClaims | LinkRejection {
   const { ns, name, uid, port, path, methods, ws, team, jti, exp } = p as Record<string, unknown>;
   if (typeof ns !== 'string' || typeof name !== 'string' || !isDnsLabel(ns) || !isDnsLabel(name)) return invalid('link claims ns and name must be DNS-1123 labels');
   if (typeof uid !== 'string' || uid === '') return invalid('link claim uid is missing');
@@ -124,11 +157,12 @@ export async function verifyLinkToken(keys: LinkKeySet, token: string, maxTtlSec
     });
     return claimsOf(payload, kid, Math.floor(now / 1000), maxTtlSeconds);
   } catch (err) {
-    if (err instanceof joseErrors.JWTExpired) return { code: 'link_expired', message: 'The link has expired' };
-    if (err instanceof joseErrors.JOSEAlgNotAllowed) return invalid('the link is not signed with EdDSA');
-    if (err instanceof joseErrors.JWKSNoMatchingKey) return invalid('the link was signed by a key this gateway does not hold (unknown or removed)');
-    if (err instanceof joseErrors.JWTClaimValidationFailed) return invalid(`link claim ${err.claim} is invalid`);
-    return invalid('the link token is malformed or its signature is invalid');
+    const claimed = claimedTarget(unverifiedPayload(token));
+    if (err instanceof joseErrors.JWTExpired) return { code: 'link_expired', message: 'The link has expired', claimed };
+    if (err instanceof joseErrors.JOSEAlgNotAllowed) return invalid('the link is not signed with EdDSA', claimed);
+    if (err instanceof joseErrors.JWKSNoMatchingKey) return invalid('the link was signed by a key this gateway does not hold (unknown or removed)', claimed);
+    if (err instanceof joseErrors.JWTClaimValidationFailed) return invalid(`link claim ${err.claim} is invalid`, claimed);
+    return invalid('the link token is malformed or its signature is invalid', claimed);
   }
 }
 
@@ -138,10 +172,10 @@ export interface LinkRevocations {
 }
 
 /**
- * The doors' link check: finds a token (query) or session cookie on a request with two string searches,
- * and verifies it once — the result is kept in a bounded map keyed by the token, so later requests
- * carrying the cookie cost a map lookup. The map is emptied when the key set changes (a removed key's
- * tokens then fail), and revocation and expiry are read at each decision, not cached.
+ * The doors' link check: finds a token (query) or session cookies on a request — two string searches when
+ * there are none — and verifies each token once: the result is kept in a bounded map keyed by the token, so
+ * later requests carrying the cookie cost a map lookup. The map is emptied when the key set changes (a
+ * removed key's tokens then fail), and revocation and expiry are read at each decision, not cached.
  */
 export class LinkAuth {
   private readonly verified = new Map<string, LinkClaims | LinkRejection>();
@@ -161,15 +195,25 @@ export class LinkAuth {
     this.verified.clear();
   }
 
-  /** The link tokens a request carries, query first; undefined (after two string searches) when none. */
+  /**
+   * The link tokens a request carries, query first; undefined when none. Of the `Cookie` header only
+   * sandgate's own cookies count, read by exact name (domain/link-cookie.ts), `__Host-` ones first; a
+   * value that is no compact JWS is not a link and is passed over, and at most MAX_LINK_COOKIES are kept.
+   */
   private candidates(req: RouteRequest): { via: 'query' | 'cookie'; tokens: string[] } | undefined {
     if (hasTokenParam(req.path)) {
       const t = tokenParam(req.path!);
       if (t !== undefined) return { via: 'query', tokens: [t] };
     }
     const cookie = req.headers.cookie;
-    if (hasLinkCookie(cookie)) return { via: 'cookie', tokens: linkCookies(cookie!).slice(0, 4) };
-    return undefined;
+    if (!mayHoldLinkCookie(cookie)) return undefined;
+    const tokens: string[] = [];
+    for (const v of linkCookieValues(cookie)) {
+      if (v.length > MAX_TOKEN_LENGTH || !COMPACT_JWS.test(v) || tokens.includes(v)) continue;
+      tokens.push(v);
+      if (tokens.length === MAX_LINK_COOKIES) break;
+    }
+    return tokens.length === 0 ? undefined : { via: 'cookie', tokens };
   }
 
   /** A verification to finish before deciding, when the request carries a token not verified yet. */
@@ -188,19 +232,12 @@ export class LinkAuth {
     ).then(() => undefined);
   }
 
-  /**
-   * The link a request presents, from verifications already made; undefined when it carries none. Of
-   * several cookies, the first that verified wins.
-   */
+  /** The links a request presents, from verifications already made; undefined when it carries none. */
   presented(req: RouteRequest): PresentedLink | undefined {
     const c = this.candidates(req);
     if (c === undefined) return undefined;
-    let first: LinkClaims | LinkRejection | undefined;
-    for (const t of c.tokens) {
-      const r = this.verified.get(t) ?? invalid('the link token is not verified');
-      if ('uid' in r) return { via: c.via, result: r };
-      first ??= r;
-    }
-    return { via: c.via, result: first! };
+    return { via: c.via, results: c.tokens.map((t) => this.verified.get(t) ?? NOT_VERIFIED) };
   }
 }
+
+const NOT_VERIFIED = invalid('the link token is not verified');

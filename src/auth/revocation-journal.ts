@@ -49,8 +49,9 @@ export class RevocationJournal {
   }
 
   async start(): Promise<void> {
+    // Watched before the first read: an append between the two is then seen, never lost.
+    for (const g of [this.current, this.old]) this.watches.push(watchFile(g.path, () => void this.serial(() => this.refresh(g)).catch(this.onError), this.onError, 20));
     await this.serial(() => this.reload());
-    for (const g of [this.current, this.old]) this.watches.push(watchFile(g.path, 20, () => void this.serial(() => this.refresh(g)).catch(this.onError), this.onError));
   }
 
   has(id: string): boolean {

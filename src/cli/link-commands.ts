@@ -2,7 +2,7 @@ import { resolveConfig } from '../config/load.js';
 import { apiKeyStoreFromConfig, linkMaxTtlFromConfig } from '../config/factories.js';
 import { EVERY_NAMESPACE, revokeLinkIn } from '../auth/link-service.js';
 import { SandgateError } from '../domain/errors.js';
-import { parseDuration, takeFlags } from './supervisor-commands.js';
+import { takeFlags, ttlSeconds } from './supervisor-commands.js';
 
 const USAGE = `usage:
   sandgate link --namespace NS --name NAME --port P [--path /prefix] [--methods GET,HEAD] [--ttl 15m] [--websocket]
@@ -13,13 +13,15 @@ const USAGE = `usage:
 
 /** `sandgate link …` and `sandgate link revoke …` (docs/links.md). */
 export async function linkCommand(argv: readonly string[]): Promise<number> {
-  if (argv[0] === 'revoke') return revoke(argv.slice(1));
+  // SANDGATE_API_KEY is this command's own variable, not a gateway option: the configuration never sees it.
+  const { SANDGATE_API_KEY: envKey, ...env } = process.env;
+  if (argv[0] === 'revoke') return revoke(argv.slice(1), env);
   const websocket = argv.includes('--websocket');
   const { own, rest } = takeFlags(
     argv.filter((a) => a !== '--websocket'),
     ['--namespace', '--name', '--port', '--path', '--methods', '--ttl', '--api-url', '--api-key'],
   );
-  const config = resolveConfig({ argv: rest, env: process.env });
+  const config = resolveConfig({ argv: rest, env });
   if (own.name === undefined || own.port === undefined) throw new SandgateError('config_invalid', `--name and --port are required\n${USAGE}`);
   const namespace = own.namespace ?? config.defaultNamespace;
   const port = Number(own.port);
@@ -27,11 +29,11 @@ export async function linkCommand(argv: readonly string[]): Promise<number> {
     port,
     path: own.path,
     methods: own.methods?.split(',').map((m) => m.trim().toUpperCase()),
-    ttlSeconds: own.ttl === undefined ? undefined : parseDuration(own.ttl),
+    ttlSeconds: own.ttl === undefined ? undefined : ttlSeconds(own.ttl),
     websocket,
   };
   const api = own['api-url'] ?? `http://127.0.0.1:${config.opsPort >= 0 ? config.opsPort : config.adminPort}`;
-  const key = own['api-key'] ?? process.env.SANDGATE_API_KEY;
+  const key = own['api-key'] ?? envKey;
   const res = await fetch(`${api}/v1/sandboxes/${encodeURIComponent(namespace)}/${encodeURIComponent(own.name)}/links`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { [config.apiKeyHeader]: key }) },
@@ -47,9 +49,9 @@ export async function linkCommand(argv: readonly string[]): Promise<number> {
   return 0;
 }
 
-async function revoke(argv: readonly string[]): Promise<number> {
+async function revoke(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   const { own, rest } = takeFlags(argv, ['--id']);
-  const config = resolveConfig({ argv: rest, env: process.env });
+  const config = resolveConfig({ argv: rest, env });
   if (own.id === undefined) throw new SandgateError('config_invalid', `--id is required\n${USAGE}`);
   const store = apiKeyStoreFromConfig(config, () => undefined);
   if (store === undefined) throw new SandgateError('config_invalid', `revoking links needs the gateways' store: set --api-keys FILE|redis://…\n${USAGE}`);

@@ -1,7 +1,8 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { resolveConfig } from '../config/load.js';
+import { readDuration, resolveConfig } from '../config/load.js';
+import { MAX_DURATION_MS } from '../domain/duration.js';
 import { SandgateError } from '../domain/errors.js';
 import { isDnsLabel } from '../domain/labels.js';
 import { supervisorKeysFromConfig } from '../config/secrets.js';
@@ -37,18 +38,14 @@ export async function tokenCommand(argv: readonly string[]): Promise<number> {
   const namespace = own.namespace ?? config.defaultNamespace;
   const name = own.name;
   if (name === undefined || !isDnsLabel(name) || !isDnsLabel(namespace)) throw new SandgateError('config_invalid', '--namespace and --name must be DNS-1123 labels (--name is required)');
-  const ttl = parseDuration(own.ttl ?? '24h');
+  const ttl = ttlSeconds(own.ttl ?? '24h');
   process.stdout.write((await mintSupervisorToken(keys, namespace, name, ttl)) + '\n');
   return 0;
 }
 
-/** Parses `90`, `90s`, `15m`, `24h`, `7d` into seconds. */
-export function parseDuration(text: string): number {
-  const m = /^(\d+)([smhd]?)$/.exec(text.trim());
-  if (m === null) throw new SandgateError('config_invalid', `--ttl ${JSON.stringify(text)} must look like 3600, 90s, 15m, 24h or 7d`);
-  const n = Number(m[1]) * ({ '': 1, s: 1, m: 60, h: 3600, d: 86_400 } as Record<string, number>)[m[2]!]!;
-  if (n <= 0 || n > 366 * 86_400) throw new SandgateError('config_invalid', '--ttl must be between 1 second and 366 days');
-  return n;
+/** A command's `--ttl` (the one duration grammar; a bare number is seconds) in whole seconds, at least one. */
+export function ttlSeconds(text: string): number {
+  return Math.floor(readDuration(text, '--ttl', { unit: 's', min: 1000, max: MAX_DURATION_MS }) / 1000);
 }
 
 /** The sandbox a token is bound to, read from its `sub` claim (unverified: the gateway verifies). */

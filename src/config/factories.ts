@@ -14,12 +14,12 @@ import type { Logger } from '../observability/logger.js';
 import { MemoryPresence } from '../sessions/presence/memory-presence.js';
 import type { PresenceStore } from '../sessions/presence/presence-store.js';
 import type { GrpcServerLimits } from '../lib/grpc-h2-connection.js';
+import type { ConnectionLimits } from '../lib/connection-guard.js';
 import type { H2cLimits } from '../edge/forwarding/h2c-pool.js';
 import { redisTarget, type RedisConnectionOptions } from '../lib/redis-connection.js';
 import { createRedisPresence } from '../sessions/presence/redis-presence.js';
-import { CertificateStore, type ReloadEvent } from '../lib/tls/certificate-store.js';
+import { CertificateStore, type CertificateSet, type CertificateSetSpec, type CertificateSource, type ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Config } from './schema.js';
-import { parseDuration } from '../domain/duration.js';
 
 /**
  * Configuration → objects: the drivers, the presence store, the API key store and the routing options a
@@ -37,6 +37,11 @@ export function grpcLimits(c: Config): GrpcServerLimits {
     idleTimeoutMs: c.grpcIdleTimeoutMs,
     goawayGraceMs: c.grpcGoawayGraceMs,
   };
+}
+
+/** Every listener's connection cap and first-request timeouts. */
+export function connectionLimits(c: Pick<Config, 'maxConnections' | 'tlsHandshakeTimeoutMs' | 'requestHeaderTimeoutMs'>): ConnectionLimits {
+  return { maxConnections: c.maxConnections, tlsHandshakeTimeoutMs: c.tlsHandshakeTimeoutMs, requestHeaderTimeoutMs: c.requestHeaderTimeoutMs };
 }
 
 /** The embedded proxy's bounds on HTTP/2 sessions to h2c sandbox ports (`--h2c-*`). */
@@ -90,11 +95,9 @@ export function apiKeyStoreFromConfig(c: Config, onError: (err: Error) => void):
   return new FileApiKeyStore(c.apiKeys, onError);
 }
 
-/** `--link-max-ttl` in seconds. Throws `config_invalid`. */
-export function linkMaxTtlFromConfig(config: Config): number {
-  const ms = parseDuration(config.linkMaxTtl);
-  if (typeof ms === 'string' || ms < 1000) throw new SandgateError('config_invalid', `link-max-ttl: ${typeof ms === 'string' ? ms : 'must be at least 1s'}`);
-  return Math.floor(ms / 1000);
+/** `--link-max-ttl` in whole seconds (links count their lifetime in seconds). */
+export function linkMaxTtlFromConfig(config: Pick<Config, 'linkMaxTtl'>): number {
+  return Math.floor(config.linkMaxTtl / 1000);
 }
 
 /** `--api-key-namespaces`: `*` grants every namespace. */
@@ -124,11 +127,41 @@ export function createPresenceStore(c: Config, gatewayId: string, log: Logger, g
   });
 }
 
+/** The sets of pairs each TLS listener serves, all from the one certificate store. */
+export interface ConfiguredCertificates {
+  readonly store: CertificateStore;
+  /** The proxy's TLS port (`--tls-cert-file` + `--tls-key-file`, or `--tls-dir`); undefined: none. */
+  readonly proxy: CertificateSet | undefined;
+  /** The supervisor endpoint's: its own pair, else the proxy's with `--supervisor-tls`; undefined: `ws://`. */
+  readonly supervisor: CertificateSet | undefined;
+  /** The doors' and the ops port's (`--doors-tls-cert-file` + key, `--doors-client-ca-file`); undefined: plain. */
+  readonly doors: CertificateSet | undefined;
+}
+
 /**
- * The certificate store the TLS listeners share (`--tls-cert-file` + `--tls-key-file`, or `--tls-dir`);
- * undefined when none is configured. Loads the pairs now: a pair that does not load is `tls_certificate_invalid`.
+ * The one certificate store of the configuration's TLS listeners, loaded now (a pair that does not load
+ * is `tls_certificate_invalid`); undefined when no listener terminates TLS.
  */
-export function certificateStoreFromConfig(c: Config, onReload: (e: ReloadEvent) => void): CertificateStore | undefined {
+export function certificatesFromConfig(c: Config, onReload: (e: ReloadEvent) => void): ConfiguredCertificates | undefined {
+  const specs: Record<string, CertificateSetSpec> = {};
+  const proxy = proxyPairs(c);
+  if (proxy !== undefined) specs.proxy = { from: proxy };
+  const supervisor = supervisorPairs(c, proxy !== undefined);
+  if (supervisor === 'own') specs.supervisor = { from: { certFile: c.supervisorTlsCertFile, keyFile: c.supervisorTlsKeyFile } };
+  const doors = doorsPairs(c);
+  if (doors !== undefined) specs.doors = doors;
+  if (Object.keys(specs).length === 0) return undefined;
+  const store = new CertificateStore(specs, { onReload });
+  return {
+    store,
+    proxy: store.has('proxy') ? store.set('proxy') : undefined,
+    supervisor: supervisor === 'own' ? store.set('supervisor') : supervisor === 'proxy' ? store.set('proxy') : undefined,
+    doors: store.has('doors') ? store.set('doors') : undefined,
+  };
+}
+
+/** `--tls-cert-file` + `--tls-key-file`, or `--tls-dir`: the proxy's pairs (and the supervisor's with `--supervisor-tls`). */
+function proxyPairs(c: Config): CertificateSource | undefined {
   const single = c.tlsCertFile !== '' || c.tlsKeyFile !== '';
   if (single && c.tlsDir !== '') throw new SandgateError('config_invalid', 'set --tls-cert-file/--tls-key-file or --tls-dir, not both');
   if (single && (c.tlsCertFile === '' || c.tlsKeyFile === '')) throw new SandgateError('config_invalid', '--tls-cert-file and --tls-key-file go together');
@@ -136,27 +169,21 @@ export function certificateStoreFromConfig(c: Config, onReload: (e: ReloadEvent)
     if (c.proxy && c.proxyTlsPort >= 0) throw new SandgateError('config_invalid', '--proxy-tls-port needs certificates: set --tls-cert-file and --tls-key-file, or --tls-dir');
     return undefined;
   }
-  return new CertificateStore(single ? { certFile: c.tlsCertFile, keyFile: c.tlsKeyFile } : { dir: c.tlsDir }, { onReload });
+  return single ? { certFile: c.tlsCertFile, keyFile: c.tlsKeyFile } : { dir: c.tlsDir };
 }
 
-/**
- * The supervisor endpoint's certificates: its own pair (`--supervisor-tls-cert-file` + `-key-file`), else
- * the shared store when `--supervisor-tls` asks for TLS; undefined for plain `ws://`.
- */
-export function supervisorCertificatesFromConfig(c: Config, shared: CertificateStore | undefined, onReload: (e: ReloadEvent) => void): CertificateStore | undefined {
+/** Which pairs the supervisor endpoint serves: its own (`--supervisor-tls-cert-file` + key), the proxy's, or none. */
+function supervisorPairs(c: Config, haveProxy: boolean): 'own' | 'proxy' | undefined {
   const own = c.supervisorTlsCertFile !== '' || c.supervisorTlsKeyFile !== '';
   if (own && (c.supervisorTlsCertFile === '' || c.supervisorTlsKeyFile === '')) throw new SandgateError('config_invalid', '--supervisor-tls-cert-file and --supervisor-tls-key-file go together');
-  if (own) return new CertificateStore({ certFile: c.supervisorTlsCertFile, keyFile: c.supervisorTlsKeyFile }, { onReload });
+  if (own) return 'own';
   if (!c.supervisorTls) return undefined;
-  if (shared === undefined) throw new SandgateError('config_invalid', '--supervisor-tls needs certificates: set --tls-cert-file and --tls-key-file (or --tls-dir), or --supervisor-tls-cert-file and --supervisor-tls-key-file');
-  return shared;
+  if (!haveProxy) throw new SandgateError('config_invalid', '--supervisor-tls needs certificates: set --tls-cert-file and --tls-key-file (or --tls-dir), or --supervisor-tls-cert-file and --supervisor-tls-key-file');
+  return 'proxy';
 }
 
-/**
- * The certificates of the doors Envoy calls and of the ops port (`--doors-tls-cert-file` + key), with
- * `--doors-client-ca-file` for mutual TLS; undefined when the doors speak plain HTTP.
- */
-export function doorsCertificatesFromConfig(c: Config, onReload: (e: ReloadEvent) => void): CertificateStore | undefined {
+/** The doors' pair (`--doors-tls-cert-file` + key) with `--doors-client-ca-file` for mutual TLS. */
+function doorsPairs(c: Config): CertificateSetSpec | undefined {
   const pair = c.doorsTlsCertFile !== '' || c.doorsTlsKeyFile !== '';
   if (pair && (c.doorsTlsCertFile === '' || c.doorsTlsKeyFile === '')) throw new SandgateError('config_invalid', '--doors-tls-cert-file and --doors-tls-key-file go together');
   if (!pair) {
@@ -164,7 +191,7 @@ export function doorsCertificatesFromConfig(c: Config, onReload: (e: ReloadEvent
     return undefined;
   }
   const clientCa = c.doorsClientCaFile === '' ? undefined : readCa(c.doorsClientCaFile, '--doors-client-ca-file');
-  return new CertificateStore({ certFile: c.doorsTlsCertFile, keyFile: c.doorsTlsKeyFile }, { onReload, clientCa });
+  return { from: { certFile: c.doorsTlsCertFile, keyFile: c.doorsTlsKeyFile }, clientCa };
 }
 
 /** A CA file: read and checked to hold a PEM certificate, so a wrong path fails at start. */

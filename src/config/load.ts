@@ -1,10 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
+import { exactDuration, parseDuration } from '../domain/duration.js';
 import { SandgateError } from '../domain/errors.js';
 import { isDnsLabel, isDnsName } from '../domain/labels.js';
 import { redactRedisOptionsText, redactRedisUrl } from '../lib/redis-connection.js';
 import { tracingSettings } from './tracing-settings.js';
-import { DEFAULTS, SCHEMA, envOf, flagOf, type Config, type OptionName, type OptionSpec } from './schema.js';
+import { DEFAULTS, SCHEMA, envOf, flagOf, type Config, type DurationSpec, type OptionName, type OptionSpec } from './schema.js';
 
 /**
  * Resolves the configuration: defaults < config file < SANDGATE_* environment < flags. Every source goes
@@ -66,6 +67,8 @@ function coerce(spec: OptionSpec, raw: unknown, where: string): unknown {
     case 'enum':
       if (typeof raw !== 'string' || !spec.values.includes(raw)) throw bad(`must be one of ${spec.values.join(', ')}`);
       return raw;
+    case 'duration':
+      return readDuration(raw, where, spec);
     case 'list': {
       const items = Array.isArray(raw)
         ? raw.map((v) => String(v).trim())
@@ -80,6 +83,20 @@ function coerce(spec: OptionSpec, raw: unknown, where: string): unknown {
       return Object.freeze(items);
     }
   }
+}
+
+/**
+ * A duration option's value in ms: text in the one grammar (src/domain/duration.ts), or a bare number in
+ * the option's unit (a YAML or JSON number too), within `min`..`max`. The CLI commands' own duration flags
+ * (`--ttl`) go through here as well. Throws `config_invalid` naming `where`.
+ */
+export function readDuration(raw: unknown, where: string, spec: Pick<DurationSpec, 'unit' | 'min' | 'max'>): number {
+  const text = typeof raw === 'number' && Number.isSafeInteger(raw) && raw >= 0 ? String(raw) : typeof raw === 'string' ? raw : undefined;
+  if (text === undefined) throw invalid(`${where}: expected a duration such as 30s, 15m or 1h30m`);
+  const ms = parseDuration(text, spec.unit === 'ms' ? 1 : 1000);
+  if (typeof ms === 'string') throw invalid(`${where}: ${ms}`);
+  if (ms < spec.min || ms > spec.max) throw invalid(`${where}: must be between ${exactDuration(spec.min)} and ${exactDuration(spec.max)}`);
+  return ms;
 }
 
 function kebabToCamel(s: string): string {

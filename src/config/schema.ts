@@ -1,6 +1,8 @@
+import { MAX_DURATION_MS } from '../domain/duration.js';
 import { ROUTE_SOURCES } from '../domain/route-key.js';
 import { DEFAULT_H2C_LIMITS as H2C } from '../edge/forwarding/h2c-pool.js';
 import { GRPC_SERVER_LIMITS as GRPC } from '../lib/grpc-h2-connection.js';
+import { CONNECTION_LIMITS as LISTEN } from '../lib/connection-guard.js';
 import { TRACING_OPTIONS } from './tracing-options.js';
 
 /**
@@ -9,7 +11,7 @@ import { TRACING_OPTIONS } from './tracing-options.js';
  * from this table (`sandgate config --markdown`) and a test keeps it in step.
  */
 
-type Kind = 'string' | 'int' | 'bool' | 'list' | 'enum';
+type Kind = 'string' | 'int' | 'bool' | 'list' | 'enum' | 'duration';
 
 interface BaseSpec<K extends Kind, T> {
   readonly kind: K;
@@ -26,7 +28,14 @@ export type OptionSpec =
   | (BaseSpec<'int', number> & { readonly min: number; readonly max: number })
   | BaseSpec<'bool', boolean>
   | (BaseSpec<'list', readonly string[]> & { readonly values?: readonly string[] })
-  | (BaseSpec<'enum', string> & { readonly values: readonly string[] });
+  | (BaseSpec<'enum', string> & { readonly values: readonly string[] })
+  | DurationSpec;
+
+/**
+ * A duration (src/domain/duration.ts: `500ms`, `30s`, `1h30m`, `7d`), held in milliseconds; `min` and `max`
+ * in milliseconds too. `unit`: what a bare number counts — `ms` for the options named `…Ms`, else `s`.
+ */
+export type DurationSpec = BaseSpec<'duration', number> & { readonly unit: 'ms' | 's'; readonly min: number; readonly max: number };
 
 const port = (def: number, description: string) => ({ kind: 'int', default: def, min: 0, max: 65535, description }) as const;
 
@@ -35,6 +44,27 @@ const port = (def: number, description: string) => ({ kind: 'int', default: def,
 export const SCHEMA = {
   config: { kind: 'string', default: '', description: 'Optional configuration file (YAML or JSON) with any of these options.' },
   listenHost: { kind: 'string', default: '0.0.0.0', description: 'Address every listener binds.' },
+  maxConnections: {
+    kind: 'int',
+    default: LISTEN.maxConnections,
+    min: 1,
+    max: 1_000_000,
+    description: 'Every listener (proxy, proxy TLS, relay, supervisor, admin, ops, gRPC): connections it holds open at once, per process; past it a new connection is closed at accept, unread (`sandgate_listener_connections_refused_total`). Keep the process\'s open-file limit above the sum.',
+  },
+  tlsHandshakeTimeoutMs: {
+    kind: 'duration', unit: 'ms',
+    default: LISTEN.tlsHandshakeTimeoutMs,
+    min: 1,
+    max: 120_000,
+    description: 'Every TLS listener: a connection whose TLS handshake has not finished this long after accept is closed, unanswered (as is one whose handshake fails).',
+  },
+  requestHeaderTimeoutMs: {
+    kind: 'duration', unit: 'ms',
+    default: LISTEN.requestHeaderTimeoutMs,
+    min: 1,
+    max: 600_000,
+    description: 'Every listener: a connection that has not sent a complete first request head (HTTP/2: the preface and first HEADERS) this long after accept, TLS handshake included, is closed. After its first request a connection is governed by the keep-alive and idle timeouts.',
+  },
   grpcPort: port(9001, 'Envoy ext_authz, ext_proc and gRPC health, on one port (0 = any free port).'),
   grpcMaxConcurrentStreams: {
     kind: 'int',
@@ -58,21 +88,21 @@ export const SCHEMA = {
     description: 'gRPC port: the same, summed over one connection\'s calls.',
   },
   grpcHandshakeTimeoutMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: GRPC.handshakeTimeoutMs,
     min: 1,
     max: 600_000,
     description: 'gRPC port: a connection that has not sent the HTTP/2 preface and its SETTINGS within this time is closed.',
   },
   grpcIdleTimeoutMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: GRPC.idleTimeoutMs,
     min: 1,
     max: 86_400_000,
     description: 'gRPC port: a connection without an open stream for this long gets GOAWAY and is closed (Envoy reconnects when it needs one).',
   },
   grpcGoawayGraceMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: GRPC.goawayGraceMs,
     min: 0,
     max: 600_000,
@@ -124,9 +154,9 @@ export const SCHEMA = {
     description: 'Directory of certificate pairs chosen by SNI (the longest matching DNS SAN wins; no match or no SNI: the pair named `default`, else the first): `<name>.crt` + `<name>.key`, or sub-directories with `tls.crt` + `tls.key` (mounted Kubernetes TLS Secrets). Re-read when it changes. Instead of `--tls-cert-file`.',
   },
   proxy: { kind: 'bool', default: true, description: 'Run the embedded proxy (turn off when Envoy is the only data plane).' },
-  proxyConnectTimeoutMs: { kind: 'int', default: 5000, min: 1, max: 600_000, description: 'Embedded proxy: connecting to a sandbox (past it: 504 upstream_timeout).' },
-  proxyHeadersTimeoutMs: { kind: 'int', default: 300_000, min: 1, max: 3_600_000, description: 'Embedded proxy: waiting for a sandbox\'s response headers (past it: 504 upstream_timeout).' },
-  proxyIdleTimeoutMs: { kind: 'int', default: 300_000, min: 1, max: 86_400_000, description: 'Embedded proxy: silence on an open body or WebSocket before both sides are closed.' },
+  proxyConnectTimeoutMs: { kind: 'duration', unit: 'ms', default: 5000, min: 1, max: 600_000, description: 'Embedded proxy: connecting to a sandbox (past it: 504 upstream_timeout).' },
+  proxyHeadersTimeoutMs: { kind: 'duration', unit: 'ms', default: 300_000, min: 1, max: 3_600_000, description: 'Embedded proxy: waiting for a sandbox\'s response headers (past it: 504 upstream_timeout).' },
+  proxyIdleTimeoutMs: { kind: 'duration', unit: 'ms', default: 300_000, min: 1, max: 86_400_000, description: 'Embedded proxy: silence on an open body or WebSocket before both sides are closed.' },
   h2cMaxSessionsPerUpstream: {
     kind: 'int',
     default: H2C.maxSessionsPerUpstream,
@@ -142,7 +172,7 @@ export const SCHEMA = {
     description: "Embedded proxy and relay listener: streams (requests) on one HTTP/2 connection to an h2c sandbox port; the sandbox's own SETTINGS_MAX_CONCURRENT_STREAMS wins when lower.",
   },
   h2cIdleTimeoutMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: H2C.idleMs,
     min: 1,
     max: 86_400_000,
@@ -164,7 +194,7 @@ export const SCHEMA = {
   },
   relaySecretFile: { kind: 'string', default: '', description: 'File with the relay secret (the same on every gateway).' },
   relayCredentialTtlMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: 10_000,
     min: 1000,
     max: 300_000,
@@ -179,7 +209,7 @@ export const SCHEMA = {
     max: 1_000_000,
     description: "Relay streams (open or opening) to the sandboxes of one namespace on this gateway, so one tenant's streams held unanswered leave the others theirs; more get 503 relay_busy (-1 = a quarter of `--relay-max-streams`).",
   },
-  relayOpenTimeoutMs: { kind: 'int', default: 10_000, min: 1, max: 600_000, description: 'Wait for a supervisor to open a relay stream (past it: 504 upstream_timeout).' },
+  relayOpenTimeoutMs: { kind: 'duration', unit: 'ms', default: 10_000, min: 1, max: 600_000, description: 'Wait for a supervisor to open a relay stream (past it: 504 upstream_timeout).' },
   sandboxes: { kind: 'string', default: '', description: 'File driver: a YAML or JSON file of sandboxes, reloaded when it changes.' },
   drivers: {
     kind: 'list',
@@ -214,7 +244,7 @@ export const SCHEMA = {
   pathPrefix: { kind: 'string', default: '', description: 'Path routing `/<prefix>/<namespace>/<name>/<port>/<rest>`; empty turns it off.' },
   upstreamHeader: { kind: 'string', default: 'x-sandgate-upstream', description: 'Header carrying the decided upstream `<address>:<port>` to Envoy (ORIGINAL_DST).' },
   readinessWaitMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: 15_000,
     min: 0,
     max: 300_000,
@@ -244,7 +274,7 @@ export const SCHEMA = {
     max: 1_073_741_824,
     description: 'Bytes a watcher may be behind (unsent in its socket and queued) before it is dropped (it reconnects with Last-Event-ID and gets what it missed).',
   },
-  tombstoneTtlMs: { kind: 'int', default: 600_000, min: 0, max: 86_400_000, description: 'How long a deleted sandbox uid stays fenced against late updates.' },
+  tombstoneTtlMs: { kind: 'duration', unit: 'ms', default: 600_000, min: 0, max: 86_400_000, description: 'How long a deleted sandbox uid stays fenced against late updates.' },
   gatewayId: { kind: 'string', default: '', description: 'Name of this gateway replica in presence records and leases (default: hostname-pid). With `--workers N`, worker n is `<gateway-id>-w<n>`.' },
   supervisorPort: port(8081, 'Supervisor WebSocket endpoint `GET /v1/supervisor` (0 = any free port).'),
   supervisorSecret: {
@@ -257,7 +287,7 @@ export const SCHEMA = {
     kind: 'string',
     default: '',
     description:
-      'File with the supervisor token secret, or YAML `keys: [{kid, secret}, …]` for rotation (the first signs, all verify). Re-read every heartbeat interval: sessions whose token a removed key signed are closed (4441).',
+      'File with the supervisor token secret, or YAML `keys: [{kid, secret}, …]` for rotation (the first signs, all verify). Re-read when it changes (and compared every heartbeat interval): sessions whose token a removed key signed are closed (4441).',
   },
   supervisorTls: {
     kind: 'bool',
@@ -281,13 +311,13 @@ export const SCHEMA = {
   },
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: 5000,
     min: 50,
     max: 300_000,
     description: 'Supervisor heartbeat interval, both ways; a peer silent for 3 intervals is dropped.',
   },
-  helloTimeoutMs: { kind: 'int', default: 10_000, min: 50, max: 300_000, description: 'A supervisor socket that sends no hello within this time is closed (4408).' },
+  helloTimeoutMs: { kind: 'duration', unit: 'ms', default: 10_000, min: 50, max: 300_000, description: 'A supervisor socket that sends no hello within this time is closed (4408).' },
   maxSessions: { kind: 'int', default: 100_000, min: 1, max: 10_000_000, description: 'Supervisor connections this gateway accepts in all.' },
   maxSessionsPerSource: { kind: 'int', default: 1000, min: 1, max: 10_000_000, description: 'Supervisor connections with a valid token accepted from one source: an IPv4 address, or an IPv6 /64.' },
   supervisorMaxFrameBytes: { kind: 'int', default: 1_048_576, min: 1024, max: 67_108_864, description: 'Largest supervisor frame (larger closes with 1009).' },
@@ -296,8 +326,8 @@ export const SCHEMA = {
     default: 'memory',
     description: 'Presence store: `memory` (one gateway) or `redis://…` / `rediss://…` (several gateways share presence through leases).',
   },
-  leaseTtlMs: { kind: 'int', default: 10_000, min: 100, max: 600_000, description: 'Gateway lease TTL in the Redis presence store (renewed every TTL/3).' },
-  presenceRescanMs: { kind: 'int', default: 30_000, min: 100, max: 3_600_000, description: 'Full re-scan of Redis presence, healing missed pub/sub messages.' },
+  leaseTtlMs: { kind: 'duration', unit: 'ms', default: 10_000, min: 100, max: 600_000, description: 'Gateway lease TTL in the Redis presence store (renewed every TTL/3).' },
+  presenceRescanMs: { kind: 'duration', unit: 'ms', default: 30_000, min: 100, max: 3_600_000, description: 'Full re-scan of Redis presence, healing missed pub/sub messages.' },
   presenceRedisOptions: {
     kind: 'string',
     default: '',
@@ -321,13 +351,13 @@ export const SCHEMA = {
     description: 'Gateway processes sharing the listeners (node:cluster). Above 1, supervisor sessions need `--presence redis://…` so every worker sees them.',
   },
   handoverTimeoutMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: 5000,
     min: 0,
     max: 600_000,
     description: 'On SIGTERM with Redis presence: how long to keep this gateway\'s records while its supervisors re-claim elsewhere (ends early once all have; at most half of --shutdown-timeout-ms).',
   },
-  shutdownTimeoutMs: { kind: 'int', default: 10_000, min: 0, max: 600_000, description: 'Upper bound on graceful shutdown after SIGTERM.' },
+  shutdownTimeoutMs: { kind: 'duration', unit: 'ms', default: 10_000, min: 0, max: 600_000, description: 'Upper bound on graceful shutdown after SIGTERM.' },
   apiKeys: {
     kind: 'string',
     default: '',
@@ -359,7 +389,7 @@ export const SCHEMA = {
     description:
       'Workload JWT issuers (docs/identity.md): YAML `issuers: [{issuer, jwksUrl | jwks, audiences, algorithms?, team | teamClaim, clockSkewSeconds?}]` (Kubernetes: `teamClaim: kubernetes.io.namespace`). A token is a credential only on a port whose policy names its issuer; `Authorization` never reaches the sandbox. Read at start. Empty: no workload JWTs.',
   },
-  linkMaxTtl: { kind: 'string', default: '24h', description: 'Longest lifetime of a link (`90s`, `15m`, `24h`, or seconds): longer ones are neither minted nor accepted.' },
+  linkMaxTtl: { kind: 'duration', unit: 's', default: 86_400_000, min: 1000, max: MAX_DURATION_MS, description: 'Longest lifetime of a link (`90s`, `15m`, `24h`, or seconds): longer ones are neither minted nor accepted.' },
   linkRevocationsPerNamespace: {
     kind: 'int',
     default: 1000,
@@ -406,9 +436,12 @@ export const SCHEMA = {
   },
   autoResume: { kind: 'bool', default: false, description: 'Resume a paused sandbox when traffic arrives (a sandbox\'s own policy overrides this).' },
   idleTimeout: {
-    kind: 'string',
-    default: '',
-    description: 'Pause a Ready sandbox through its driver after this long without traffic, e.g. `30m` (`500ms`, `30s`, `15m`, `1h30m`, or seconds; empty or `0` = never). A sandbox\'s own `idleTimeout` / `sandgate.dev/idle-timeout` overrides it (docs/lifecycle.md).',
+    kind: 'duration',
+    unit: 's',
+    default: 0,
+    min: 0,
+    max: MAX_DURATION_MS,
+    description: 'Pause a Ready sandbox through its driver after this long without traffic, e.g. `30m` (`500ms`, `30s`, `15m`, `1h30m`, or seconds; `0` = never). A sandbox\'s own `idleTimeout` / `sandgate.dev/idle-timeout` overrides it (docs/lifecycle.md).',
   },
   activityIgnore: {
     kind: 'list',
@@ -416,7 +449,7 @@ export const SCHEMA = {
     description: 'Request paths that do not count as traffic activity (health checks), e.g. `/healthz,/api/health*` (`*` matches any run of characters; the query is ignored).',
   },
   activityReportIntervalMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: 10_000,
     min: 50,
     max: 600_000,
@@ -428,14 +461,14 @@ export const SCHEMA = {
     description: 'Report activity to the drivers that take it (Kubernetes: the `sandgate.dev/last-activity` annotation; remote drivers: `ReportActivity`). Off, and with no idle timeout, console or `--metrics-namespaces`, the doors record no activity at all (docs/lifecycle.md).',
   },
   activityPatchIntervalMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: 60_000,
     min: 100,
     max: 86_400_000,
     description: 'Least time between two activity reports of one sandbox to its driver (Kubernetes: the `sandgate.dev/last-activity` annotation patch); sent only when the activity moved.',
   },
   upstreamConnectRetryMs: {
-    kind: 'int',
+    kind: 'duration', unit: 'ms',
     default: 5000,
     min: 0,
     max: 600_000,
@@ -477,7 +510,7 @@ export const SCHEMA = {
 export type Schema = typeof SCHEMA;
 export type OptionName = keyof Schema;
 
-type ValueOf<S> = S extends { kind: 'int' }
+type ValueOf<S> = S extends { kind: 'int' | 'duration' }
   ? number
   : S extends { kind: 'bool' }
     ? boolean

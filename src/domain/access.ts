@@ -109,14 +109,20 @@ export function accessFor(principal: Principal, policy: KeyPolicy, presentedToke
 /**
  * A link's check (domain/link.ts) under the port's policy: a link is one of today's credentials (`keys`),
  * so a port whose policy leaves them out refuses it — to a holder who may know the sandbox exists.
+ * `fallback` is the check the link's own falls back to (for a port no cookie is for): when that check let
+ * the request in, it has applied the policy itself.
  */
-export function linkUnderPolicy(link: Access, policies: NamespacePolicies): Access {
+export function linkUnderPolicy(link: Access, fallback: Access | undefined, policies: NamespacePolicies): Access {
   return {
     granted: undefined,
     before: (t) => link.before(t),
     after(entry: RouteEntry, t: RouteTarget): Deny | undefined {
       const d = link.after(entry, t);
       if (d !== undefined && d.code !== 'link_accepted') return d;
+      if (fallback?.granted !== undefined) {
+        this.granted = fallback.granted;
+        return d;
+      }
       if (!allowsKeys(policyFor(entry.access, entry.namespace, t.port, policies))) return ACCESS_DENIED;
       this.granted = 'keys';
       return d;

@@ -107,14 +107,21 @@ export class Decider {
   access(req: RouteRequest): Access | undefined {
     const a = this.auth;
     if (a === undefined) return undefined;
-    // A link (query token or session cookie) decides alone: it stands for the key and the traffic token.
+    // A link stands for the key and the traffic token: a query token decides alone, session cookies for
+    // the sandbox port asked for do, and the check below applies when none is (domain/link.ts).
     const link = this.links?.presented(req);
     if (link !== undefined) {
       // A WebSocket: an HTTP/1.1 upgrade, or HTTP/2's extended CONNECT (RFC 8441), read as the GET it stands for.
       const upgrade = isUpgrade(req);
       const method = upgrade && req.method === 'CONNECT' ? 'GET' : req.method;
-      return linkUnderPolicy(linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true, origin: req.headers.origin, host: req.host }, this.links!.now(), this.links!.isRevoked, this.cookiePath), this.policies);
+      const fallback = link.via === 'cookie' ? this.credentialAccess(a, req) : undefined;
+      return linkUnderPolicy(linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true, origin: req.headers.origin, host: req.host }, this.links!.now(), this.links!.isRevoked, this.cookiePath, fallback), fallback, this.policies);
     }
+    return this.credentialAccess(a, req);
+  }
+
+  /** The check of the API key and traffic token a request carries (undefined when nothing can require one). */
+  private credentialAccess(a: RequestAuth, req: RouteRequest): Access | undefined {
     let token: string | undefined;
     for (const h of a.tokenHeaders) {
       token = req.headers[h];

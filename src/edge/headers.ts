@@ -1,5 +1,5 @@
 import type { Allow } from '../domain/decide.js';
-import { hasLinkCookie, withoutLinkCookie } from '../domain/link.js';
+import { mayHoldLinkCookie, withoutLinkCookie } from '../domain/link-cookie.js';
 import { ROUTING_HEADERS, type HeaderMap } from '../domain/route-key.js';
 import type { RelayCredentials } from './relay/relay-credential.js';
 
@@ -32,10 +32,14 @@ export function lowerCaseHeaders(headers: Readonly<Record<string, string>>): Hea
   return out;
 }
 
-/** Adds one header to a lower-case map, joining repeats with "," as Envoy's ext_authz map does. */
+/**
+ * Adds one header to a lower-case map, joining repeats with "," as Envoy's ext_authz map does — except
+ * `cookie`, whose repeats (HTTP/2 sends one field per cookie) join with "; " (RFC 9113 §8.2.3), so a
+ * comma inside a cookie's value never reads as a separator.
+ */
 export function addHeader(out: Record<string, string>, lowerName: string, value: string): void {
   const prev = out[lowerName];
-  out[lowerName] = prev === undefined ? value : prev + ',' + value;
+  out[lowerName] = prev === undefined ? value : prev + (lowerName === 'cookie' ? '; ' : ',') + value;
 }
 
 /** What the Envoy doors and HTTP authz tell the data plane about headers. */
@@ -52,13 +56,15 @@ export interface DoorOptions {
 
 /**
  * The `Cookie` header an allowed request must reach the sandbox with, when it carries sandgate's link
- * cookie: the sandbox's own cookies (`''`: none left, remove the header); undefined when nothing changes.
+ * cookie: the sandbox's own cookies, byte for byte (`''`: none left, remove the header); undefined when
+ * nothing changes.
  */
 export function cookieForSandbox(opts: DoorOptions, headers: HeaderMap): string | undefined {
   if (opts.linkCookie !== true) return undefined;
   const cookie = headers.cookie;
-  if (!hasLinkCookie(cookie)) return undefined;
-  return withoutLinkCookie(cookie!) ?? '';
+  if (!mayHoldLinkCookie(cookie)) return undefined;
+  const kept = withoutLinkCookie(cookie);
+  return kept === cookie ? undefined : kept;
 }
 
 /**

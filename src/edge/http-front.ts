@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { HeaderMap } from '../domain/route-key.js';
+import { firstRequest } from '../lib/connection-guard.js';
 import type { Logger } from '../observability/logger.js';
 
 /**
@@ -137,6 +138,8 @@ export class FrontConnection<C> {
   /** Inside drain()'s loop: an answer sent synchronously lets the loop go on rather than recursing. */
   private draining = false;
   private closeAfter = false;
+  /** A request head was read whole: the listener's request-header timeout no longer applies (connection-guard.ts). */
+  private asked = false;
   /** The client finished sending (half-close). */
   private ended = false;
   /** When the first bytes of a head still incomplete arrived (0: none waiting). */
@@ -245,6 +248,10 @@ export class FrontConnection<C> {
         break;
       }
       this.pending = this.pending.slice(end + 4);
+      if (!this.asked) {
+        this.asked = true;
+        firstRequest(this.socket);
+      }
       this.busy = true;
       this.closeAfter = req.close;
       try {

@@ -1,10 +1,8 @@
 import { createHmac } from 'node:crypto';
 import type { SandboxWatch } from '../api/sandbox-watch.js';
-import { driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
+import { connectionLimits, driversFromConfig, redisPresenceOptions, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { startFailed } from '../config/start-errors.js';
-import { parseDuration } from '../domain/duration.js';
-import { SandgateError } from '../domain/errors.js';
 import { namespaceShare } from '../domain/namespace-share.js';
 import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
@@ -15,6 +13,7 @@ import { resolveRelayAddress } from '../edge/relay/relay-config.js';
 import { ActivityLog } from '../lifecycle/activity-log.js';
 import { ActivityDemand, ActivityRecorder, ignorePattern } from '../lifecycle/activity-recorder.js';
 import { Resumer } from '../lifecycle/resumer.js';
+import { ListenerGuards } from '../lib/connection-guard.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
 import type { ReloadEvent } from '../lib/tls/certificate-store.js';
 import type { Logger } from '../observability/logger.js';
@@ -55,6 +54,8 @@ export interface Core extends Credentials {
   /** What every door strips, which header carries the upstream, and the relay hop's credentials. */
   readonly door: DoorOptions;
   readonly certificates: Certificates;
+  /** Every listener's guard (connection cap, handshake and first-request timeouts), from one set of limits. */
+  readonly listeners: ListenerGuards;
 }
 
 export interface CoreOptions {
@@ -75,7 +76,6 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   const tracing = opts.tracing;
   const namespaces = metricsNamespaces(config.metricsNamespaces);
   const now = opts.now;
-  const idleTimeoutMs = idleTimeoutFromConfig(config);
   const ignore = ignorePattern(config.activityIgnore);
   const view = new SandboxView({
     now,
@@ -84,6 +84,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     deriveToken: tokenSecret === undefined ? undefined : (id) => createHmac('sha256', tokenSecret).update(id).digest('hex'),
   });
   const metrics = new GatewayMetrics(view);
+  const listeners = new ListenerGuards(connectionLimits(config));
+  metrics.watchListeners(listeners);
   const sinks: ExchangeSink[] = [];
   if (accessLog !== undefined) sinks.push(accessLog);
   if (namespaces.length > 0) sinks.push(new NamespaceFigures(metrics.registry, namespaces));
@@ -97,9 +99,9 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
   });
   const driverLog = log.child({ part: 'drivers' });
   const drivers = opts.drivers ?? driversFromConfig(config, gatewayId, driverLog);
-  const activityLog = new ActivityLog(view, idleTimeoutMs);
+  const activityLog = new ActivityLog(view, config.idleTimeout);
   const activityDemand = new ActivityDemand({
-    idle: idleTimeoutMs > 0,
+    idle: config.idleTimeout > 0,
     reports: config.activityReports && drivers.some((d) => d.reportActivity !== undefined),
     shown: config.console || namespaces.length > 0,
   });
@@ -156,15 +158,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     resumer,
     door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(strippedCredentials(config.stripCredentials, credentials.jwt !== undefined)), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
     certificates,
+    listeners,
   };
-}
-
-/** `--idle-timeout` in ms (0 = off). Throws `config_invalid`. */
-function idleTimeoutFromConfig(config: Pick<Config, 'idleTimeout'>): number {
-  if (config.idleTimeout === '') return 0;
-  const ms = parseDuration(config.idleTimeout);
-  if (typeof ms === 'string') throw new SandgateError('config_invalid', `idle-timeout: ${ms}`);
-  return ms;
 }
 
 function resumeVia(drivers: readonly Driver[], driverId: string, namespace: string, name: string): Promise<void> {

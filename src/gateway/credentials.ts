@@ -6,7 +6,7 @@ import { LinkAuth } from '../auth/link-tokens.js';
 import { readJwtIssuers, WorkloadJwtAuth } from '../auth/workload-jwt.js';
 import { readAccessPolicies } from '../config/access-policy-file.js';
 import type { NamespacePolicies } from '../domain/access-policy.js';
-import { apiKeyStoreFromConfig, certificateStoreFromConfig, linkMaxTtlFromConfig, doorsCertificatesFromConfig, keyPolicy, routeOptions, supervisorCertificatesFromConfig } from '../config/factories.js';
+import { apiKeyStoreFromConfig, certificatesFromConfig, keyPolicy, linkMaxTtlFromConfig, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from '../config/secrets.js';
 import { startFailed } from '../config/start-errors.js';
@@ -15,14 +15,14 @@ import { SandgateError } from '../domain/errors.js';
 import { RelayCredentials } from '../edge/relay/relay-credential.js';
 import type { ServerTls } from '../lib/http-listen.js';
 import type { Lifecycle } from '../lib/lifecycle.js';
-import type { CertificateStore, ReloadEvent } from '../lib/tls/certificate-store.js';
+import type { CertificateSet, CertificateStore, ReloadEvent } from '../lib/tls/certificate-store.js';
 import { PeerTls } from '../lib/tls/peer-tls.js';
 import type { Logger } from '../observability/logger.js';
 import type { SupervisorKeys } from '../sessions/supervisor-token.js';
 
 /**
  * What the doors, the API and the sessions check or present: API keys, signed links, traffic tokens,
- * supervisor keys, the relay secret and the TLS certificate stores. Read (and checked) before anything
+ * supervisor keys, the relay secret and the TLS certificate store. Read (and checked) before anything
  * listens or connects; the stores that watch files or Redis start with the gateway.
  */
 export interface Credentials {
@@ -113,8 +113,8 @@ export async function startCredentialStores(life: Lifecycle, credentials: Creden
 }
 
 export interface Certificates {
-  /** Every certificate store once (the supervisor endpoint may share the proxy's). */
-  readonly stores: readonly CertificateStore[];
+  /** The one certificate store every TLS listener's pairs come from; undefined when none speaks TLS. */
+  readonly store: CertificateStore | undefined;
   /** The supervisor endpoint's TLS; undefined when it speaks plain WebSocket. */
   readonly supervisor: ServerTls | undefined;
   /** The doors' TLS (the gRPC, admin and relay ports, client certificates checked); undefined: plain. */
@@ -127,20 +127,20 @@ export interface Certificates {
    */
   readonly ops: ServerTls | undefined;
   /** The proxy's TLS listener; undefined without `--proxy-tls-port` (or without the proxy). */
-  readonly proxyTls: { readonly port: number; readonly store: CertificateStore } | undefined;
+  readonly proxyTls: { readonly port: number; readonly pairs: CertificateSet } | undefined;
 }
 
 /** Loads (and checks) the certificate pairs; `onReload` hears of every later reload. */
 export function readCertificates(config: Config, onReload: (e: ReloadEvent) => void): Certificates {
-  const certificates = certificateStoreFromConfig(config, onReload);
-  const supervisor = supervisorCertificatesFromConfig(config, certificates, onReload);
-  const doors = doorsCertificatesFromConfig(config, onReload);
-  const proxyTls = config.proxy && config.proxyTlsPort >= 0 && certificates !== undefined ? { port: config.proxyTlsPort, store: certificates } : undefined;
+  const certificates = certificatesFromConfig(config, onReload);
+  const proxy = certificates?.proxy;
+  const doors = certificates?.doors;
+  const proxyTls = config.proxy && config.proxyTlsPort >= 0 && proxy !== undefined ? { port: config.proxyTlsPort, pairs: proxy } : undefined;
   if (config.proxy && config.proxyRedirectHttpsPort === 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-redirect-https-port 0 redirects to --proxy-tls-port, which is off');
   if (config.proxy && config.proxyPort < 0 && proxyTls === undefined) throw new SandgateError('config_invalid', '--proxy-port -1 turns the plain listener off: set --proxy-tls-port, or --no-proxy');
   return {
-    stores: [...new Set([certificates, supervisor, doors])].filter((c): c is CertificateStore => c !== undefined),
-    supervisor: serverTls(supervisor),
+    store: certificates?.store,
+    supervisor: serverTls(certificates?.supervisor),
     doors: serverTls(doors),
     ops: serverTls(doors, false),
     relayPeer: doors === undefined ? undefined : new PeerTls(doors),
@@ -148,12 +148,12 @@ export function readCertificates(config: Config, onReload: (e: ReloadEvent) => v
   };
 }
 
-/** A store's certificates as a listener's TLS (undefined: plain). */
-function serverTls(store: CertificateStore | undefined, clientAuth = true): ServerTls | undefined {
-  return store === undefined ? undefined : { options: store.serverOptions(clientAuth), attach: (s) => store.attach(s) };
+/** A set of pairs as a listener's TLS (undefined: plain). */
+function serverTls(pairs: CertificateSet | undefined, clientAuth = true): ServerTls | undefined {
+  return pairs === undefined ? undefined : { options: pairs.serverOptions(clientAuth), attach: (s) => pairs.attach(s) };
 }
 
-/** Watches the certificate files from the start; the pairs were loaded (and checked) with the configuration. */
-export async function startCertificates(life: Lifecycle, stores: readonly CertificateStore[]): Promise<void> {
-  for (const store of stores) await life.start('TLS certificates', () => store.start(), () => store.close());
+/** Follows the certificate files from the start; the pairs were loaded (and checked) with the configuration. */
+export async function startCertificates(life: Lifecycle, store: CertificateStore | undefined): Promise<void> {
+  if (store !== undefined) await life.start('TLS certificates', () => store.start(), () => store.close());
 }

@@ -57,7 +57,7 @@ export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: 
   const host = config.listenHost;
   const relay = new RelayListener(
     streams,
-    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay'), recorder: core.recorder, tls: core.certificates.doors, h2c: h2cLimits(config) },
+    { host, port: config.relayPort, credentials: core.relayCredentials, headersTimeoutMs: config.proxyHeadersTimeoutMs, idleTimeoutMs: config.proxyIdleTimeoutMs, handlerErrors: core.metrics.handlerErrors('relay'), recorder: core.recorder, tls: core.certificates.doors, h2c: h2cLimits(config), guard: core.listeners.for('relay') },
     log.child({ part: 'relay' }),
   );
   core.metrics.watchH2c(relay.h2c);
@@ -69,7 +69,7 @@ export async function startRelayDoor(life: Lifecycle, config: RelaySlice, core: 
 /** The Envoy door (ext_authz, ext_proc and gRPC health on `--grpc-port`); NOT_SERVING until the drivers sync. */
 export function startEnvoyDoor(life: Lifecycle, config: Config, core: Core, log: Logger): Promise<GrpcFrontDoor> {
   const at = { host: config.listenHost, port: config.grpcPort };
-  return startListener(life, '--grpc-port', at, () => startGrpcServer(core.decider, { ...at, door: core.door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued, tls: core.certificates.doors }, log.child({ part: 'envoy' })), (grpc, ms) => grpc.close(ms));
+  return startListener(life, '--grpc-port', at, () => startGrpcServer(core.decider, { ...at, door: core.door, limits: grpcLimits(config), extProcMaxQueued: config.extProcMaxQueued, tls: core.certificates.doors, guard: core.listeners.for('grpc') }, log.child({ part: 'envoy' })), (grpc, ms) => grpc.close(ms));
 }
 
 type ProxySlice = Pick<
@@ -121,6 +121,7 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       tls: core.certificates.proxyTls,
       redirectHttpsPort: config.proxyRedirectHttpsPort,
       h2c: h2cLimits(config),
+      guards: core.listeners,
     },
     log.child({ part: 'proxy' }),
   );

@@ -49,20 +49,20 @@ type OpsSlice = Pick<Config, 'watchMaxTotal' | 'watchMaxPerPrincipal' | 'watchMa
 export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: OpsDeps): Promise<OpsSurface> {
   const { gatewayId, core, presence, serving, log } = deps;
   const { view, metrics, keyStore } = core;
-  const certificateStores = core.certificates.stores;
+  const certificates = core.certificates.store;
   const readiness: Readiness = {
     notReady() {
       const reasons = view.unsyncedDrivers().map((d) => `driver ${d} has not synced`);
       if (serving.shuttingDown) reasons.push('shutting down');
       return reasons;
     },
-    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? []), ...certificateStores.flatMap((c) => c.problems())],
+    degraded: () => [...presence.degraded(), ...(keyStore?.degraded() ?? []), ...(certificates?.problems() ?? [])],
   };
   metrics.watchReadiness({
     notReady: () => readiness.notReady(),
     presenceDegraded: () => presence.degraded(),
     keysDegraded: () => keyStore?.degraded() ?? [],
-    tlsDegraded: () => certificateStores.flatMap((c) => c.problems()),
+    tlsDegraded: () => certificates?.problems() ?? [],
   });
   const watch = new SandboxWatch(view, core.activityLog, { maxTotal: config.watchMaxTotal, maxPerPrincipal: config.watchMaxPerPrincipal, maxBufferBytes: config.watchMaxBufferBytes });
   metrics.watchWatchers(watch);
@@ -94,11 +94,11 @@ export async function startOpsSurface(life: Lifecycle, config: OpsSlice, deps: O
   const admin = adminServer(createAdminApi(apiDeps, separateOps ? 'health' : 'all'), httpAuthz, new RequestGuard('admin', log, metrics.handlerErrors('admin')), core.certificates.doors);
   const adminFront = new AuthzFront(admin, httpAuthz, log.child({ part: 'admin' }), core.certificates.doors === undefined ? 'connection' : 'secureConnection');
   const adminAt = { host: config.listenHost, port: config.adminPort };
-  const adminPort = await startListener(life, '--admin-port', adminAt, () => listenOn(admin, adminAt.host, adminAt.port), (_, ms) => closeGracefully(admin, ms, adminFront));
+  const adminPort = await startListener(life, '--admin-port', adminAt, () => listenOn(admin, adminAt.host, adminAt.port, core.listeners.for('admin')), (_, ms) => closeGracefully(admin, ms, adminFront));
   if (!separateOps) return { adminPort, opsPort: undefined, watch };
   const ops = adminServer(createAdminApi(apiDeps, 'operator'), undefined, new RequestGuard('ops', log, metrics.handlerErrors('ops')), core.certificates.ops);
   const opsAt = { host: config.opsListenHost !== '' ? config.opsListenHost : config.listenHost, port: config.opsPort };
-  const opsPort = await startListener(life, '--ops-port', opsAt, () => listenOn(ops, opsAt.host, opsAt.port), (_, ms) => closeGracefully(ops, ms));
+  const opsPort = await startListener(life, '--ops-port', opsAt, () => listenOn(ops, opsAt.host, opsAt.port, core.listeners.for('ops')), (_, ms) => closeGracefully(ops, ms));
   return { adminPort, opsPort, watch };
 }
 

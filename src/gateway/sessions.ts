@@ -123,6 +123,7 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
             openTimeoutMs: config.relayOpenTimeoutMs,
           },
           tls: deps.core.certificates.supervisor,
+          guard: deps.core.listeners.for('supervisor'),
         },
         presence,
         sessionLog,

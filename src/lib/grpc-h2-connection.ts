@@ -1,4 +1,5 @@
 import type { ServerHttp2Session } from 'node:http2';
+import { firstRequest } from './connection-guard.js';
 
 /**
  * What grpc-h2-server.ts bounds per HTTP/2 connection, and the connection's own lifecycle: a handshake
@@ -47,9 +48,14 @@ export class Connection {
   private phase = Phase.Handshake;
   private timer: NodeJS.Timeout | undefined = undefined;
 
+  /**
+   * `accepted`: the connection as the listener accepted it, until its first stream, which ends the
+   * listener's request-header timeout (connection-guard.ts).
+   */
   constructor(
     readonly session: ServerHttp2Session,
     readonly limits: GrpcServerLimits,
+    private accepted?: object,
   ) {
     this.arm(limits.handshakeTimeoutMs);
   }
@@ -64,6 +70,10 @@ export class Connection {
 
   opened(): void {
     this.streams++;
+    if (this.accepted !== undefined) {
+      firstRequest(this.accepted);
+      this.accepted = undefined;
+    }
     if (this.phase === Phase.GoingAway) return;
     this.phase = Phase.Open;
     this.disarm();

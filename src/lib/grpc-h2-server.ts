@@ -1,5 +1,6 @@
 import { constants, createSecureServer, createServer, type Http2SecureServer, type Http2Server, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
+import { ConnectionGuard } from './connection-guard.js';
 import type { ServerTls } from './http-listen.js';
 import { gunzip, inflate as zlibInflate } from 'node:zlib';
 import { Connection, GRPC_SERVER_LIMITS, type GrpcServerLimits } from './grpc-h2-connection.js';
@@ -95,6 +96,8 @@ export interface GrpcServerOptions {
   readonly limits?: Partial<GrpcServerLimits>;
   /** TLS (ALPN h2) with these server options; `attach` gets the server (a certificate store keeps it current). */
   readonly tls?: ServerTls;
+  /** Connection cap and first-request timeouts (connection-guard.ts); default: the default limits. */
+  readonly guard?: ConnectionGuard;
 }
 
 export { GRPC_SERVER_LIMITS, type GrpcServerLimits };
@@ -519,6 +522,8 @@ export class GrpcH2Server {
   private readonly sessions = new Set<ServerHttp2Session>();
   private readonly server: Http2Server | Http2SecureServer;
   private readonly limits: GrpcServerLimits;
+  /** The connection node:http2 is making a session of (it does so synchronously, in its connection listener). */
+  private accepting: Socket | undefined;
 
   constructor(private readonly options: GrpcServerOptions) {
     this.limits = { ...GRPC_SERVER_LIMITS, ...options.limits };
@@ -535,6 +540,8 @@ export class GrpcH2Server {
       options.tls.attach(secure);
       this.server = secure;
     }
+    // Ahead of node:http2's own listener, which makes the session: a session's `socket` is a proxy of the connection.
+    this.server.prependListener(options.tls === undefined ? 'connection' : 'secureConnection', (socket: Socket) => (this.accepting = socket));
     this.server.on('stream', (stream: GrpcStream, headers: IncomingHttpHeaders) => this.onStream(stream, headers));
     this.server.on('session', (session: ServerHttp2Session) => this.onSession(session));
   }
@@ -553,6 +560,7 @@ export class GrpcH2Server {
 
   /** Listens on host:port (0 picks a free port) and resolves to the bound port. */
   listen(host: string, port: number): Promise<number> {
+    (this.options.guard ?? new ConnectionGuard('grpc')).install(this.server, { tls: this.options.tls !== undefined, http1: false });
     return new Promise((resolve, reject) => {
       this.server.once('error', reject);
       this.server.listen(port, host, () => {
@@ -584,7 +592,8 @@ export class GrpcH2Server {
 
   private onSession(session: ServerHttp2Session): void {
     this.sessions.add(session);
-    const conn = new Connection(session, this.limits);
+    const conn = new Connection(session, this.limits, this.accepting);
+    this.accepting = undefined;
     (session as ServerHttp2Session & { [kConnection]?: Connection })[kConnection] = conn;
     session.on('error', ignore);
     session.once('remoteSettings', () => conn.settled());

@@ -2,13 +2,15 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { Server as TlsServer, TlsOptions } from 'node:tls';
+import { Server as TlsServer, type TlsOptions } from 'node:tls';
 import { ERROR_CODES } from '../domain/errors.js';
+import type { ConnectionGuard } from './connection-guard.js';
 import type { RequestGuard } from './request-guard.js';
 
 /**
  * Starting and stopping the gateway's HTTP listeners, one way for all of them (admin, proxy, relay,
- * supervisor): listen and report the bound port (port 0 picks a free one), and close gracefully — stop
+ * supervisor): listen under the listener's connection guard (connection-guard.ts) and report the bound
+ * port (port 0 picks a free one), and close gracefully — stop
  * accepting, close idle keep-alive connections at once, let requests in flight finish for up to
  * `graceMs`, then cut what is left.
  */
@@ -19,7 +21,9 @@ export interface ServerTls {
   attach(server: TlsServer): void;
 }
 
-export function listenOn(server: Server, host: string, port: number): Promise<number> {
+/** Listens with `guard` installed (after every other listener of the server's events is registered). */
+export function listenOn(server: Server, host: string, port: number, guard: ConnectionGuard): Promise<number> {
+  guard.install(server, { tls: server instanceof TlsServer, http1: true });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
@@ -97,6 +101,7 @@ export function createStreamingServer(
       f.broken = true;
       return;
     }
+    // A TLS socket whose handshake failed or timed out arrives here destroyed by its guard (connection-guard.ts).
     // The body of the request being answered broke: refused while nothing of its answer was sent, else cut.
     if (!socket.writable || (f !== undefined && f.res.headersSent)) return void socket.destroy();
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';

@@ -3,6 +3,7 @@ import { IndexedHistogram, SlotCounter } from './fast-metrics.js';
 import { ERROR_CODES } from '../domain/errors.js';
 import { PAUSE_RESULTS, PUBLIC_PHASES, type PauseResult } from '../domain/sandbox.js';
 import { COUNTED_CLOSE_CODES } from '../sessions/supervisor-protocol.js';
+import { GUARDED_LISTENERS, type ListenerGuards } from '../lib/connection-guard.js';
 
 /**
  * The gateway's Prometheus metrics, on a registry of its own (several gateways can share a process in
@@ -195,6 +196,34 @@ export class GatewayMetrics {
         // The server keeps the running totals; mirror them at scrape time.
         this.reset();
         for (const [code, n] of source.closes) this.labels(code).inc(n);
+      },
+    });
+  }
+
+  /**
+   * Exposes every listener's open connections and those refused at its cap (connection-guard.ts), read at
+   * scrape time, labelled by listener: only the listeners this gateway runs.
+   */
+  watchListeners(guards: ListenerGuards): void {
+    const registers = [this.registry];
+    const listeners = GUARDED_LISTENERS.join(', ');
+    new Gauge({
+      name: 'sandgate_listener_connections',
+      help: `Connections open on each listener (${listeners})`,
+      labelNames: ['listener'],
+      registers,
+      collect() {
+        for (const g of guards.list()) this.set({ listener: g.listener }, g.open);
+      },
+    });
+    new Counter({
+      name: 'sandgate_listener_connections_refused_total',
+      help: `Connections closed at accept because their listener held --max-connections, by listener (${listeners})`,
+      labelNames: ['listener'],
+      registers,
+      collect() {
+        this.reset();
+        for (const g of guards.list()) this.labels(g.listener).inc(g.refused);
       },
     });
   }

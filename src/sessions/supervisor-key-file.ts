@@ -1,12 +1,13 @@
 import { readFile } from 'node:fs/promises';
+import { watchFiles, type FileWatch } from '../lib/file-watch.js';
 import { parseSupervisorKeys, type SupervisorKeys } from './supervisor-token.js';
 
 /**
  * Reloads the supervisor key set from `--supervisor-secret-file` at runtime, so rotating a key out of the
- * file closes the sessions it signed (SupervisorServer.setKeys). The file is re-read every heartbeat
- * interval rather than watched: a poll bounds the delay to one interval on every filesystem (a Kubernetes
- * Secret volume swaps a symlink, which some watchers miss), and costs one small read. A file that does
- * not read or parse is reported and the last good key set stays.
+ * file closes the sessions it signed (SupervisorServer.setKeys). The file is followed by the one file
+ * watch (a mounted Secret's `..data` swap included) and compared every heartbeat interval as well, so the
+ * delay is bounded on every filesystem. A file that does not read or parse is reported and the last good
+ * key set stays.
  */
 
 export interface SupervisorKeyFileOptions {
@@ -21,7 +22,7 @@ export interface SupervisorKeyFileOptions {
 export class SupervisorKeyFile {
   /** The text last parsed: an unchanged file is not parsed again. */
   private last: string | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  private watch: FileWatch | undefined;
   private checking: Promise<boolean> | undefined;
   private keys: SupervisorKeys;
 
@@ -33,15 +34,16 @@ export class SupervisorKeyFile {
     return this.keys;
   }
 
-  /** Re-reads the file every `intervalMs`. */
+  /** Follows the file: on a change seen, and at least every `intervalMs`. */
   start(intervalMs: number): void {
-    this.timer = setInterval(() => void this.check(), intervalMs);
-    this.timer.unref();
+    this.watch = watchFiles({ paths: () => [this.opts.path], onChange: () => void this.check(), onError: this.opts.onError, pollMs: intervalMs });
+    // A change since the key set was first read is not lost.
+    void this.check();
   }
 
   stop(): void {
-    clearInterval(this.timer);
-    this.timer = undefined;
+    this.watch?.close();
+    this.watch = undefined;
   }
 
   /** Re-reads the file now; resolves true when the key set changed. One read at a time. */

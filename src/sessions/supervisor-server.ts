@@ -10,6 +10,7 @@ import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW
 import type { RelayStream } from './relay-stream.js';
 import { DEFAULT_RELAY_LIMITS, LimitedRelayOpener, type RelayLimits, type RelayOpener } from './relay-opener.js';
 import { listenOn, type ServerTls } from '../lib/http-listen.js';
+import { ConnectionGuard } from '../lib/connection-guard.js';
 import { RequestGuard } from '../lib/request-guard.js';
 import { sourceGroup } from '../lib/source-address.js';
 import type { ErrorCode } from '../domain/errors.js';
@@ -64,6 +65,8 @@ export interface SupervisorServerOptions {
    * network in the clear.
    */
   readonly tls?: ServerTls;
+  /** Connection cap and first-request timeouts (connection-guard.ts); default: the default limits. */
+  readonly guard?: ConnectionGuard;
 }
 
 type State = 'hello' | 'claiming' | 'active' | 'closed';
@@ -179,7 +182,7 @@ export class SupervisorServer implements RelayOpener {
   }
 
   async start(): Promise<number> {
-    this.port = await listenOn(this.http, this.opts.host, this.opts.port);
+    this.port = await listenOn(this.http, this.opts.host, this.opts.port, this.opts.guard ?? new ConnectionGuard('supervisor'));
     if (this.opts.autoSweep !== false) {
       this.sweeper = setInterval(() => this.sweep(), this.opts.heartbeatIntervalMs);
       this.sweeper.unref();

@@ -41,7 +41,7 @@ describe('API keys', () => {
     await store.close();
   });
 
-  it('sandgate keys create / list / revoke against a file store; a watching gateway drops a revoked key without a restart', async () => {
+  it('sandgate keys create / list / revoke against a file store; a watching gateway drops a revoked key without a restart', { timeout: 120_000 }, async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sandgate-keys-'));
     const file = join(dir, 'keys.yaml');
     writeFileSync(join(dir, 'pepper'), PEPPER);

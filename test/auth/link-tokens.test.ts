@@ -5,7 +5,8 @@ import { parseLinkKeys, type LinkKeySet } from '../../src/auth/link-keys.js';
 import { LinkAuth, mintLinkToken, verifyLinkToken, type LinkRequestClaims } from '../../src/auth/link-tokens.js';
 import { linkUrl } from '../../src/auth/link-service.js';
 import { decide, type Decision, type Deny } from '../../src/domain/decide.js';
-import { LINK_AUDIENCE, linkAccess, linkCookiePath, withoutLinkCookie, withoutTokenParam } from '../../src/domain/link.js';
+import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED } from '../../src/domain/access.js';
+import { LINK_AUDIENCE, linkAccess, linkCookiePath, linkLocation, withoutTokenParam } from '../../src/domain/link.js';
 import type { RouteOptions, RouteRequest } from '../../src/domain/route-key.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
 import { ed25519Pem, linkKeySet } from '../helpers/link-keys.js';
@@ -110,12 +111,16 @@ describe('link checks in the decision', () => {
     auth = new LinkAuth(() => keys, { isLinkRevoked: (id) => revoked.has(id) }, DAY, () => NOW);
   });
 
-  /** Decides a request as a door does: verify what it carries, then decide with the link's access check. */
+  /**
+   * Decides a request as a door does: verify what it carries, then decide with the link's access check,
+   * the traffic token check standing behind it (no API keys here).
+   */
   async function decideWith(req: { host: string; path: string; method?: string; headers?: Record<string, string>; secure?: boolean }): Promise<Decision> {
     const r: RouteRequest = { headers: { host: req.host, ...req.headers }, host: req.host, path: req.path, method: req.method ?? 'GET', secure: req.secure };
     await auth.pending(r);
     const link = auth.presented(r);
-    const access = link === undefined ? undefined : linkAccess(link, { method: r.method!, path: r.path!, upgrade: r.headers.upgrade !== undefined, secure: r.secure === true }, NOW, auth.isRevoked, linkCookiePath('p'));
+    const credentials = accessFor(ANONYMOUS, NO_KEYS_REQUIRED, r.headers['e2b-traffic-access-token']);
+    const access = link === undefined ? credentials : linkAccess(link, { method: r.method!, path: r.path!, upgrade: r.headers.upgrade !== undefined, secure: r.secure === true }, NOW, auth.isRevoked, linkCookiePath('p'), credentials);
     return decide(view, ROUTE, r, access);
   }
   const HOST = '3000-web.team-a.sbx.test';
@@ -130,15 +135,18 @@ describe('link checks in the decision', () => {
     expect(h.get('referrer-policy')).toBe('no-referrer');
     expect(h.get('cache-control')).toBe('no-store');
     const secure = await decideWith({ host: HOST, path: `/?sandgate_token=${token}`, secure: true });
-    expect(headersOf(secure).get('set-cookie')).toMatch(/; Secure$/);
+    expect(headersOf(secure).get('set-cookie')).toBe(`__Host-sandgate_session=${token}; Path=/; Max-Age=600; HttpOnly; SameSite=Lax; Secure`);
   });
 
   it('scopes the cookie to the sandbox port in path mode', async () => {
     const token = await mint();
     const d = await decideWith({ host: 'sbx.test', path: `/p/team-a/web/3000/?sandgate_token=${token}` });
     const h = headersOf(d);
-    expect(h.get('set-cookie')).toMatch(/; Path=\/p\/team-a\/web\/3000;/);
+    expect(h.get('set-cookie')).toMatch(/^sandgate_session=[^;]+; Path=\/p\/team-a\/web\/3000;/);
     expect(h.get('location')).toBe('/p/team-a/web/3000/');
+    // Over TLS the path form keeps its path cookie: a __Host- cookie must have Path=/.
+    const secure = headersOf(await decideWith({ host: 'sbx.test', path: `/p/team-a/web/3000/?sandgate_token=${token}`, secure: true }));
+    expect(secure.get('set-cookie')).toMatch(/^sandgate_session=[^;]+; Path=\/p\/team-a\/web\/3000;.*; Secure$/);
   });
 
   it('allows the cookie, among the sandbox\'s own cookies', async () => {
@@ -147,15 +155,30 @@ describe('link checks in the decision', () => {
     expect(d).toMatchObject({ allow: true, upstream: '10.0.0.1:3000' });
   });
 
+  it.each<[string, { host: string }, RegExp]>([
+    ['the wrong port', { host: '3001-web.team-a.sbx.test' }, /another port/],
+    ['another sandbox', { host: '3000-other.team-b.sbx.test' }, /another sandbox/],
+  ])('refuses a query token for %s', async (_name, req, message) => {
+    const d = await decideWith({ host: req.host, path: `/?sandgate_token=${await mint()}` });
+    expect(d).toMatchObject({ allow: false, code: 'link_invalid', message: expect.stringMatching(message) });
+  });
+
+  it('passes over a cookie for another port or sandbox: the request is answered as if it had none', async () => {
+    const cookie = `sandgate_session=${await mint()}`;
+    for (const host of ['3001-web.team-a.sbx.test', '3000-other.team-b.sbx.test', '3000-nothing.team-b.sbx.test', '3000-web.team-b.sbx.test']) {
+      for (const headers of [{}, { 'e2b-traffic-access-token': 'secret' }] as Record<string, string>[]) {
+        expect(await decideWith({ host, path: '/', headers: { ...headers, cookie } }), host).toEqual(await decideWith({ host, path: '/', headers }));
+      }
+    }
+  });
+
   it.each<[string, Partial<LinkRequestClaims>, { host?: string; path?: string; method?: string; headers?: Record<string, string> }, string, RegExp]>([
-    ['the wrong port', {}, { host: '3001-web.team-a.sbx.test' }, 'link_invalid', /another port/],
     ['a method the link does not allow', { methods: ['GET', 'HEAD'] }, { method: 'POST' }, 'link_invalid', /method/],
     ['a WebSocket upgrade without --websocket', {}, { headers: { upgrade: 'websocket' } }, 'link_invalid', /WebSocket/],
     ['a path outside the prefix', { path: '/app' }, { path: '/apple' }, 'link_invalid', /path/],
     ['a dot segment out of the prefix', { path: '/app' }, { path: '/app/../admin' }, 'link_invalid', /path/],
     ['an encoded dot segment', { path: '/app' }, { path: '/app/%2E%2e/admin' }, 'link_invalid', /path/],
     ['an encoded slash', { path: '/app' }, { path: '/app%2F..%2Fadmin' }, 'link_invalid', /path/],
-    ['another sandbox', {}, { host: '3000-other.team-b.sbx.test' }, 'link_invalid', /another sandbox/],
   ])('refuses %s, by token and by cookie alike', async (_name, over, req, code, message) => {
     const token = await mint(over);
     for (const via of ['query', 'cookie']) {
@@ -178,6 +201,41 @@ describe('link checks in the decision', () => {
     expect(await decideWith({ host: HOST, path: '/anything/../x', headers: { cookie: `sandgate_session=${all}` } })).toMatchObject({ allow: true });
   });
 
+  describe('several session cookies (a sibling host planted some)', () => {
+    const forged = (t: string) => t.slice(0, -4) + 'AAAA';
+
+    it('uses the cookie for this sandbox port, wherever it stands', async () => {
+      const victim = await mint();
+      const attackers = await mint({ namespace: 'team-b', name: 'other', uid: 'uid-b' });
+      const otherPort = await mint({ port: 3001 });
+      for (const before of [
+        `sandgate_session=${attackers}`,
+        `sandgate_session=${otherPort}; sandgate_session=${attackers}`,
+        'sandgate_session=junk; sandgate_session=junk2; sandgate_session=a.b; sandgate_session=',
+        Array.from({ length: 15 }, (_, i) => `sandgate_session=${forged(attackers)}${i}`).join('; '),
+        `sandgate_session=${forged(victim)}; sandgate_session=${forged(victim)}x`,
+      ]) {
+        const d = await decideWith({ host: HOST, path: '/', headers: { cookie: `${before}; sandgate_session=${victim}` } });
+        expect(d, before).toMatchObject({ allow: true, upstream: '10.0.0.1:3000' });
+      }
+    });
+
+    it('reads __Host-sandgate_session first, and no cookie whose name merely resembles sandgate\'s', async () => {
+      const victim = await mint();
+      expect(await decideWith({ host: HOST, path: '/', headers: { cookie: `sandgate_session=${forged(victim)}; __Host-sandgate_session=${victim}` } })).toMatchObject({ allow: true });
+      for (const cookie of [`xsandgate_session=${victim}`, `Sandgate_session=${victim}`, `sandgate_session_x=${victim}`, `__Secure-sandgate_session=${victim}`, `__host-sandgate_session=${victim}`, `a=1,sandgate_session=${victim}`]) {
+        const d = await decideWith({ host: '3000-other.team-b.sbx.test', path: '/', headers: { cookie } });
+        expect(d, cookie).toEqual(await decideWith({ host: '3000-other.team-b.sbx.test', path: '/' }));
+      }
+    });
+
+    it('answers the refusal of the first cookie for this sandbox port when none passes', async () => {
+      const old = (await mintLinkToken(KEYS, claims({ ttlSeconds: 60 }), DAY, NOW - 120_000)).token;
+      const attackers = await mint({ namespace: 'team-b', name: 'other', uid: 'uid-b' });
+      expect(await decideWith({ host: HOST, path: '/', headers: { cookie: `sandgate_session=${attackers}; sandgate_session=${old}` } })).toMatchObject({ code: 'link_expired' });
+    });
+  });
+
   it('refuses a link to a sandbox deleted and re-created under the same name (another uid)', async () => {
     const token = await mint();
     view.replace('t', [snapshot({ sessionModel: 'none', uid: 'uid-2' })]);
@@ -186,9 +244,15 @@ describe('link checks in the decision', () => {
 
   it('answers another tenant\'s sandbox and a missing one the same', async () => {
     const token = await mint();
-    const other = await decideWith({ host: '3000-other.team-b.sbx.test', path: '/', headers: { cookie: `sandgate_session=${token}` } });
-    const missing = await decideWith({ host: '3000-nothing.team-b.sbx.test', path: '/', headers: { cookie: `sandgate_session=${token}` } });
+    const other = await decideWith({ host: '3000-other.team-b.sbx.test', path: `/?sandgate_token=${token}` });
+    const missing = await decideWith({ host: '3000-nothing.team-b.sbx.test', path: `/?sandgate_token=${token}` });
     expect(other).toBe(missing);
+    // A refused token naming a sandbox is refused before the lookup: whether it exists does not show.
+    const forged = token.slice(0, -4) + 'AAAA';
+    const forgedOther = await decideWith({ host: HOST, path: '/', headers: { cookie: `sandgate_session=${forged}` } });
+    view.replace('t', []);
+    expect(await decideWith({ host: HOST, path: '/', headers: { cookie: `sandgate_session=${forged}` } })).toEqual(forgedOther);
+    expect(forgedOther).toMatchObject({ code: 'link_invalid' });
   });
 
   it('refuses a revoked link and an expired one', async () => {
@@ -227,14 +291,22 @@ describe('link URL parts', () => {
     expect(withoutTokenParam(path)).toBe(want);
   });
 
-  // One Cookie header per row and what is left of it: the cases are inputs and outputs of one pure function.
+  // A redirect's Location and the request path it came from: every one stays on this host.
   it.each([
-    ['sandgate_session=t', undefined],
-    ['a=1; sandgate_session=t; b=2', 'a=1; b=2'],
-    ['sandgate_session=t,a=1', 'a=1'],
-    ['my_sandgate_session=1; a=2', 'my_sandgate_session=1; a=2'],
-  ])('the cookie %s without sandgate\'s is %s', (cookie, want) => {
-    expect(withoutLinkCookie(cookie)).toBe(want);
+    ['/app?x=1&sandgate_token=t', '/app?x=1'],
+    ['//evil.example/?sandgate_token=t', '/evil.example/'],
+    ['///evil.example', '/evil.example'],
+    ['/\\evil.example?sandgate_token=t', '/%5Cevil.example'],
+    ['/\\/evil.example', '/%5C/evil.example'],
+    ['/%2F%2Fevil?sandgate_token=t', '/%2F%2Fevil'],
+    ['/\t/evil.example', '/%09/evil.example'],
+    ['/\r\n/evil.example', '/%0D%0A/evil.example'],
+    [' //evil.example', '/%20//evil.example'],
+    ['http://evil.example/', '/http://evil.example/'],
+    ['/caf\u00e9?q=\u{1F600}', '/caf%C3%A9?q=%F0%9F%98%80'],
+  ])('the Location for %j is %s', (path, want) => {
+    expect(linkLocation(path)).toBe(want);
+    expect(new URL(want, 'https://3000-web.team-a.sbx.test/').host).toBe('3000-web.team-a.sbx.test');
   });
 
   it('builds the host form and the path form', () => {

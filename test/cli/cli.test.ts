@@ -1,10 +1,13 @@
 import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { FileApiKeyStore } from '../../src/auth/api-key-file-store.js';
+import { newApiKey } from '../../src/auth/api-keys.js';
+import { ed25519Pem, writeLinkKeys } from '../helpers/link-keys.js';
 import { rawRequest } from '../helpers/upstream.js';
 import { mintSupervisorToken, type SupervisorKeys } from '../../src/sessions/supervisor-token.js';
 import { startTestGateway } from '../helpers/gateway.js';
@@ -107,6 +110,37 @@ describe('sandgate serve', () => {
     expect(header).toMatchObject({ alg: 'HS256', kid: 'default' });
     expect(payload).toMatchObject({ sub: 'team-a/web', aud: 'sandgate-supervisor' });
     expect(payload.exp - payload.iat).toBe(3600);
+    const longer = await run(process.execPath, [CLI, 'token', '--namespace', 'team-a', '--name', 'web', '--ttl', '1h30m', '--supervisor-secret-file', files.secret]);
+    const claims = JSON.parse(Buffer.from(longer.stdout.trim().split('.')[1]!, 'base64url').toString()) as { exp: number; iat: number };
+    expect(claims.exp - claims.iat).toBe(5400);
+  });
+});
+
+describe('sandgate link', () => {
+  it('takes the key from SANDGATE_API_KEY and a --ttl in the one duration grammar (1h30m); refuses 1.5h', { timeout: 90_000 }, async () => {
+    const PEPPER = 'p'.repeat(32);
+    const dir = mkdtempSync(join(tmpdir(), 'sandgate-link-cli-'));
+    await writeLinkKeys(join(dir, 'links.yaml'), [{ kid: 'k1', privateKey: ed25519Pem().privateKey }]);
+    const store = new FileApiKeyStore(join(dir, 'keys.yaml'));
+    const admin = newApiKey(new TextEncoder().encode(PEPPER), 'admin');
+    await store.add(admin.record);
+    const t = await startTestGateway([new TestDriver([snapshot({ name: 'web', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.1'] } })])], {
+      linkKeysFile: join(dir, 'links.yaml'),
+      linkScheme: 'http',
+      apiKeys: join(dir, 'keys.yaml'),
+      keyPepper: PEPPER,
+    });
+    const link = (ttl: string) => run(process.execPath, [CLI, 'link', '--namespace', 'team-a', '--name', 'web', '--port', '3000', '--ttl', ttl, '--api-url', t.admin], { env: { ...process.env, SANDGATE_API_KEY: admin.key } });
+    try {
+      const { stdout } = await link('1h30m');
+      const token = new URL(stdout.trim()).searchParams.get('sandgate_token')!;
+      const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number; iat: number };
+      expect(claims.exp - claims.iat).toBe(5400);
+      await expect(link('1.5h')).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('--ttl: "1.5h" is not a duration') });
+    } finally {
+      await t.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

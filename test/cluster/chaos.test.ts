@@ -7,13 +7,15 @@ import { eventually } from '../helpers/eventually.js';
 import { freePort } from '../helpers/redis-server.js';
 import { startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
 import { prng } from '../helpers/prng.js';
+import { presenceKeys } from '../../src/sessions/presence/redis-scripts.js';
 
 /**
  * Chaos: a seeded, reproducible random sequence of supervisor connects and disconnects, gateway kills
- * (kill -9, then a restart), gateway pauses (SIGSTOP past the lease TTL, then SIGCONT) and Redis
- * failovers. Redis is Sentinel-managed (a master, a replica, three sentinels); a failover is forced with
- * SENTINEL FAILOVER, half of the time right after the replica was made to miss the latest writes (CLIENT
- * PAUSE WRITE on the replica), so the promoted replica may be behind. After each step settles, on every
+ * (kill -9, then a restart at once or once its lease lapsed), gateway pauses (SIGSTOP until its lease has
+ * lapsed in Redis, then SIGCONT) and Redis failovers. Redis is Sentinel-managed (a master, a replica,
+ * three sentinels); a failover is forced with SENTINEL FAILOVER, half of the time right after the replica
+ * was made to miss the latest writes (CLIENT PAUSE WRITE on the replica), so the promoted replica may be
+ * behind. After each step settles, on every
  * gateway: no sandbox is Ready without a live session, every live session's sandbox is Ready, all
  * gateways agree (same phase, same owning gateway), and no epoch was ever seen under two sessions.
  *
@@ -98,6 +100,23 @@ async function settled(step: string): Promise<void> {
   await eventually(async () => (unsettled = await observe()).length === 0, 12_000, () => why(`every gateway to show Ready ⇔ a live session and one live owner they agree on; last seen: ${unsettled.join('; ')}`));
 }
 
+/** Resolves once gateway `id`'s lease has expired by the current master's clock (or is gone). */
+async function leaseLapsed(id: string): Promise<void> {
+  await eventually(
+    async () => {
+      try {
+        const admin = (await redis.master()).admin();
+        const [score, [sec, usec]] = await Promise.all([admin.zscore(presenceKeys('sandgate').gateways, id), admin.time()]);
+        return score === null || Number(score) <= Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+      } catch {
+        return false;
+      }
+    },
+    15_000,
+    `${id}'s lease to lapse in Redis`,
+  );
+}
+
 beforeAll(async () => {
   redis = await startSentinelGroup();
   files = clusterFiles(`sandboxes:\n${NAMES.map((n) => `  - {namespace: team-a, name: ${n}, address: 127.0.0.1}`).join('\n')}\n`);
@@ -167,16 +186,18 @@ describe('chaos (seeded)', () => {
         g.signal('SIGKILL');
         await g.exited();
         live.delete(id);
-        await new Promise((r) => setTimeout(r, Math.floor(rand() * 400)));
+        // Restarted while its old lease still holds, or after it lapsed (its records then collectable).
+        const late = rand() < 0.5;
+        if (late) await leaseLapsed(id);
         await startGateway(id);
-        what = `kill -9 ${id} and restart`;
+        what = `kill -9 ${id} and restart ${late ? 'after its lease lapsed' : 'at once'}`;
       } else if (roll < 0.85) {
         const id = pick(IDS);
         const g = live.get(id)!;
         g.signal('SIGSTOP');
-        await new Promise((r) => setTimeout(r, TTL + Math.floor(rand() * 500)));
+        await leaseLapsed(id);
         g.signal('SIGCONT');
-        what = `SIGSTOP ${id} past the TTL, then SIGCONT`;
+        what = `SIGSTOP ${id} until its lease lapsed, then SIGCONT`;
       } else {
         const lose = rand() < 0.5;
         await failover(lose);

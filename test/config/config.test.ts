@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { configMarkdown } from '../../src/config/docs.js';
-import { h2cLimits } from '../../src/config/factories.js';
+import { connectionLimits, h2cLimits } from '../../src/config/factories.js';
+import { CONNECTION_LIMITS } from '../../src/lib/connection-guard.js';
 import { redacted, resolveConfig } from '../../src/config/load.js';
 import { DEFAULT_H2C_LIMITS } from '../../src/edge/forwarding/h2c-pool.js';
 import { DEFAULTS } from '../../src/config/schema.js';
@@ -66,11 +67,49 @@ describe('configuration', () => {
     rejects(() => resolveConfig({ argv: ['--h2c-max-sessions-per-upstream=10001'] }), /--h2c-max-sessions-per-upstream: must be between 1 and 10000/);
     rejects(() => resolveConfig({ argv: ['--h2c-max-streams-per-session', '-1'] }), /--h2c-max-streams-per-session: must be between 1 and 1000000/);
     rejects(() => resolveConfig({ argv: ['--h2c-max-streams-per-session'] }), /--h2c-max-streams-per-session needs a value/);
-    rejects(() => resolveConfig({ argv: ['--h2c-idle-timeout-ms', '1.5'] }), /--h2c-idle-timeout-ms: expected a whole number/);
-    rejects(() => resolveConfig({ argv: ['--h2c-idle-timeout-ms', '0'] }), /--h2c-idle-timeout-ms: must be between 1 and 86400000/);
+    rejects(() => resolveConfig({ argv: ['--h2c-idle-timeout-ms', '1.5'] }), /--h2c-idle-timeout-ms: "1.5" is not a duration/);
+    rejects(() => resolveConfig({ argv: ['--h2c-idle-timeout-ms', '0'] }), /--h2c-idle-timeout-ms: must be between 1ms and 24h/);
     rejects(() => resolveConfig({ env: { SANDGATE_H2C_MAX_STREAMS_PER_SESSION: 'many' } }), /SANDGATE_H2C_MAX_STREAMS_PER_SESSION: expected a whole number/);
-    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'h2cIdleTimeoutMs: 1e9' }), /h2cIdleTimeoutMs in f.yaml: must be between 1 and 86400000/);
+    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'h2cIdleTimeoutMs: 1e9' }), /h2cIdleTimeoutMs in f.yaml: must be between 1ms and 24h/);
     rejects(() => resolveConfig({ argv: ['--h2c-max-stream-per-session', '1'] }), /did you mean --h2c-max-streams-per-session\?/);
+  });
+
+  it("bounds every listener's connections, TLS handshake and first request from file, environment and flags, and rejects bad bounds", () => {
+    expect(connectionLimits(resolveConfig())).toEqual(CONNECTION_LIMITS);
+    expect(CONNECTION_LIMITS).toEqual({ maxConnections: 10_000, tlsHandshakeTimeoutMs: 10_000, requestHeaderTimeoutMs: 10_000 });
+    const c = resolveConfig({
+      argv: ['--config', '/etc/sg.yaml', '--tls-handshake-timeout-ms', '200ms'],
+      env: { SANDGATE_REQUEST_HEADER_TIMEOUT_MS: '300' },
+      readFile: () => 'max-connections: 5\ntlsHandshakeTimeoutMs: 900\n',
+    });
+    expect(connectionLimits(c)).toEqual({ maxConnections: 5, tlsHandshakeTimeoutMs: 200, requestHeaderTimeoutMs: 300 });
+    rejects(() => resolveConfig({ argv: ['--max-connections', '0'] }), /--max-connections: must be between 1 and 1000000/);
+    rejects(() => resolveConfig({ argv: ['--max-connections', 'lots'] }), /--max-connections: expected a whole number/);
+    rejects(() => resolveConfig({ argv: ['--tls-handshake-timeout-ms', '0'] }), /--tls-handshake-timeout-ms: must be between 1ms and 2m/);
+    rejects(() => resolveConfig({ argv: ['--tls-handshake-timeout-ms=120001'] }), /--tls-handshake-timeout-ms: must be between 1ms and 2m/);
+    rejects(() => resolveConfig({ argv: ['--request-header-timeout-ms', '-5'] }), /--request-header-timeout-ms: "-5" is not a duration/);
+    rejects(() => resolveConfig({ argv: ['--request-header-timeout-ms'] }), /--request-header-timeout-ms needs a value/);
+    rejects(() => resolveConfig({ env: { SANDGATE_MAX_CONNECTIONS: '2.5' } }), /SANDGATE_MAX_CONNECTIONS: expected a whole number/);
+    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'requestHeaderTimeoutMs: 1e9' }), /requestHeaderTimeoutMs in f.yaml: must be between 1ms and 10m/);
+  });
+
+  it('reads every duration option with the one grammar, from flags, environment and file alike', () => {
+    const files: Record<string, string> = { 'f.yaml': 'leaseTtlMs: 2000\nidle-timeout: 90s\nhandoverTimeoutMs: 1m\n' };
+    const c = resolveConfig({
+      argv: ['--config', 'f.yaml', '--link-max-ttl', '1h30m', '--grpc-idle-timeout-ms=90s'],
+      env: { SANDGATE_PROXY_CONNECT_TIMEOUT_MS: '2500', SANDGATE_PRESENCE_RESCAN_MS: '1m30s' },
+      readFile: (p) => files[p]!,
+    });
+    expect(c).toMatchObject({ linkMaxTtl: 5_400_000, grpcIdleTimeoutMs: 90_000, proxyConnectTimeoutMs: 2500, presenceRescanMs: 90_000, leaseTtlMs: 2000, idleTimeout: 90_000, handoverTimeoutMs: 60_000 });
+    // A bare number counts in the option's unit: milliseconds for the -ms options, seconds for the others.
+    expect(resolveConfig({ argv: ['--link-max-ttl', '90', '--idle-timeout', '0', '--lease-ttl-ms', '150'] })).toMatchObject({ linkMaxTtl: 90_000, idleTimeout: 0, leaseTtlMs: 150 });
+    rejects(() => resolveConfig({ argv: ['--link-max-ttl', '1.5h'] }), /--link-max-ttl: "1.5h" is not a duration/);
+    rejects(() => resolveConfig({ argv: ['--link-max-ttl', '500ms'] }), /--link-max-ttl: must be between 1s and 8760h/);
+    rejects(() => resolveConfig({ env: { SANDGATE_IDLE_TIMEOUT: '' } }), /SANDGATE_IDLE_TIMEOUT: a duration is empty/);
+    rejects(() => resolveConfig({ env: { SANDGATE_IDLE_TIMEOUT: '-5m' } }), /SANDGATE_IDLE_TIMEOUT: "-5m" is not a duration/);
+    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'leaseTtlMs: -1' }), /leaseTtlMs in f.yaml: expected a duration/);
+    rejects(() => resolveConfig({ argv: ['--config', 'f.yaml'], readFile: () => 'idleTimeout: [1, 2]' }), /idleTimeout in f.yaml: expected a duration/);
+    rejects(() => resolveConfig({ argv: ['--shutdown-timeout-ms', '11m'] }), /--shutdown-timeout-ms: must be between 0ms and 10m/);
   });
 
   it('redacts secrets and the passwords inside connection strings when printed', () => {

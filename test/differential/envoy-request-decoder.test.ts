@@ -30,8 +30,7 @@ function referenceCheck(buf: Buffer): CheckAttributes {
     headers = {};
     for (const h of list) {
       const v = h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '');
-      const k = h.key.toLowerCase();
-      headers[k] = headers[k] === undefined ? v : headers[k] + ',' + v;
+      addHeader(headers, h.key.toLowerCase(), v);
     }
   }
   const lower = lowerCaseHeaders(headers);
@@ -50,7 +49,11 @@ function referenceCheck(buf: Buffer): CheckAttributes {
 }
 
 function referenceProcess(buf: Buffer): ProcessingMessage {
-  const msg = PROCESS.requestDeserialize(buf) as { request?: string; request_headers?: { headers?: { headers?: HeaderValue[] } } };
+  const msg = PROCESS.requestDeserialize(buf) as { request?: string; request_headers?: { headers?: { headers?: HeaderValue[] } }; response_headers?: { headers?: { headers?: HeaderValue[] } } };
+  if (msg.request === 'response_headers') {
+    const setCookies = (msg.response_headers?.headers?.headers ?? []).filter((h) => (h.key ?? '').toLowerCase() === 'set-cookie').map((h) => (h.raw_value !== undefined && h.raw_value.length > 0 ? h.raw_value.toString('latin1') : (h.value ?? '')));
+    return setCookies.length === 0 ? { request: msg.request, route: undefined } : { request: msg.request, route: undefined, setCookies };
+  }
   if (msg.request !== 'request_headers') return { request: msg.request, route: undefined };
   const headers: Record<string, string> = {};
   for (const h of msg.request_headers?.headers?.headers ?? []) {
@@ -84,7 +87,7 @@ const pick = <T>(rand: Rand, items: readonly T[]): T => items[int(rand, items.le
 const maybe = (rand: Rand, p = 0.5): boolean => rand() < p;
 
 /** Header names and values that matter to the doors, their near misses, and bytes of every range. */
-const NAMES = [':authority', ':path', ':method', ':scheme', 'host', 'Host', 'x-sandbox-id', 'X-Sandbox-Id', 'x-sandgate-upstream', 'cookie', 'accept', 'sec-fetch-mode', 'x-forwarded-for', '', '__proto__', 'constructor', '1', '0'];
+const NAMES = [':authority', ':path', ':method', ':scheme', 'host', 'Host', 'x-sandbox-id', 'X-Sandbox-Id', 'x-sandgate-upstream', 'cookie', 'accept', 'sec-fetch-mode', 'x-forwarded-for', 'set-cookie', 'Set-Cookie', 'set-cookies', '', '__proto__', 'constructor', '1', '0'];
 
 function randomText(rand: Rand): string {
   const n = maybe(rand, 0.05) ? 300 : int(rand, 10);
@@ -97,7 +100,7 @@ function randomText(rand: Rand): string {
 }
 
 const name = (rand: Rand): string => (maybe(rand, 0.7) ? pick(rand, NAMES) : randomText(rand));
-const value = (rand: Rand): string => (maybe(rand, 0.3) ? pick(rand, ['https', 'http', 'GET', '/p?q=1', 'a.example', '']) : randomText(rand));
+const value = (rand: Rand): string => (maybe(rand, 0.3) ? pick(rand, ['https', 'http', 'GET', '/p?q=1', 'a.example', 'sandgate_session=t; Path=/', '']) : randomText(rand));
 
 function headerValue(rand: Rand): Record<string, unknown> {
   const h: Record<string, unknown> = {};

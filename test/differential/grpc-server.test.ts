@@ -3,6 +3,7 @@ import { deflateSync, gzipSync } from 'node:zlib';
 import { credentials, makeGenericClientConstructor, Server, ServerCredentials, status, type Client, type ServiceDefinition, type ServiceError } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GrpcH2Server, GrpcStatus, MAX_RECEIVE_MESSAGE_BYTES } from '../../src/lib/grpc-h2-server.js';
+import { eventually } from '../helpers/eventually.js';
 import { fuzzPlan } from '../helpers/fuzz.js';
 import { frame, reply, statusOf } from '../helpers/grpc-wire.js';
 
@@ -49,11 +50,13 @@ interface Target {
   client: EchoClient;
   /** The held requests whose cancellation the server side saw (signal abort / grpc-js 'cancelled'). */
   readonly cancelled: string[];
+  /** The held requests the server side received. */
+  readonly held: string[];
 }
 
 describe('GrpcH2Server against grpc-js Server (same handlers, same statuses)', () => {
-  const h2: Target = { name: 'grpc-h2-server', port: 0, client: undefined!, cancelled: [] };
-  const js: Target = { name: 'grpc-js', port: 0, client: undefined!, cancelled: [] };
+  const h2: Target = { name: 'grpc-h2-server', port: 0, client: undefined!, cancelled: [], held: [] };
+  const js: Target = { name: 'grpc-js', port: 0, client: undefined!, cancelled: [], held: [] };
   let h2Server: GrpcH2Server;
   let jsServer: Server;
   let sessions: Map<Target, ClientHttp2Session>;
@@ -61,13 +64,19 @@ describe('GrpcH2Server against grpc-js Server (same handlers, same statuses)', (
   beforeAll(async () => {
     h2Server = new GrpcH2Server({ onHandlerError: () => {} });
     h2Server.addUnary<Buffer, Buffer>(ECHO, (call) => {
-      if (held(call.request)) call.signal.addEventListener('abort', () => h2.cancelled.push(call.request.toString()));
+      if (held(call.request)) {
+        h2.held.push(call.request.toString());
+        call.signal.addEventListener('abort', () => h2.cancelled.push(call.request.toString()));
+      }
       else if (call.request.equals(FAIL)) call.fail(GrpcStatus.NOT_FOUND, 'fail');
       else call.end(call.request);
     });
     h2Server.addBidi<Buffer, Buffer>(ECHO_STREAM, (call) => ({
       message: (m) => {
-        if (held(m)) call.signal.addEventListener('abort', () => h2.cancelled.push(m.toString()));
+        if (held(m)) {
+          h2.held.push(m.toString());
+          call.signal.addEventListener('abort', () => h2.cancelled.push(m.toString()));
+        }
         else call.write(m);
       },
       halfClose: () => call.end(),
@@ -77,13 +86,19 @@ describe('GrpcH2Server against grpc-js Server (same handlers, same statuses)', (
     jsServer = new Server();
     jsServer.addService(SERVICE, {
       Echo: (call: { request: Buffer; on(ev: 'cancelled', cb: () => void): void }, cb: (err: Partial<ServiceError> | null, res?: Buffer) => void) => {
-        if (held(call.request)) call.on('cancelled', () => js.cancelled.push(call.request.toString()));
+        if (held(call.request)) {
+          js.held.push(call.request.toString());
+          call.on('cancelled', () => js.cancelled.push(call.request.toString()));
+        }
         else if (call.request.equals(FAIL)) cb({ code: status.NOT_FOUND, details: 'fail' });
         else cb(null, call.request);
       },
       EchoStream: (call: NodeJS.ReadWriteStream & { on(ev: 'cancelled', cb: () => void): void }) => {
         call.on('data', (m: Buffer) => {
-          if (held(m)) call.on('cancelled', () => js.cancelled.push(m.toString()));
+          if (held(m)) {
+            js.held.push(m.toString());
+            call.on('cancelled', () => js.cancelled.push(m.toString()));
+          }
           else call.write(m);
         });
         call.on('end', () => call.end());
@@ -112,8 +127,10 @@ describe('GrpcH2Server against grpc-js Server (same handlers, same statuses)', (
       call.on('data', (m: Buffer) => payloads.push(m));
       call.on('error', () => {});
       call.on('status', (s) => resolve({ code: s.code, payloads }));
+      const before = t.held.length;
       for (const r of reqs) call.write(r);
-      if (opts.cancelAfterWrite === true) setTimeout(() => call.cancel(), 50);
+      // Cancelled once the server holds the call, not after a guess at how long that takes.
+      if (opts.cancelAfterWrite === true) void eventually(() => t.held.length > before, 5000, `${t.name} to hold the call`).then(() => call.cancel());
       else if (opts.deadline === undefined) call.end();
     });
 
@@ -188,8 +205,9 @@ describe('GrpcH2Server against grpc-js Server (same handlers, same statuses)', (
     const req = Buffer.from('hold: cancel');
     const cancelUnary = (t: Target): Promise<number> =>
       new Promise((resolve) => {
+        const before = t.held.length;
         const call = t.client.Echo(req, {}, (err) => resolve(err?.code ?? GrpcStatus.OK));
-        setTimeout(() => call.cancel(), 50);
+        void eventually(() => t.held.length > before, 5000, `${t.name} to hold the call`).then(() => call.cancel());
       });
     expect(await Promise.all([cancelUnary(h2), cancelUnary(js)])).toEqual([status.CANCELLED, status.CANCELLED]);
     await expect.poll(() => [h2.cancelled.includes(req.toString()), js.cancelled.includes(req.toString())]).toEqual([true, true]);

@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AuthzFront, parseAuthzHead } from '../../src/edge/authz-front.js';
 import { MAX_HEAD_BYTES, MAX_HEADERS } from '../../src/edge/http-front.js';
@@ -10,6 +10,7 @@ import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { RawClient } from '../helpers/raw-http-client.js';
+import { eventually } from '../helpers/eventually.js';
 
 /** Parses `head` (up to and without its blank line) as the front would. */
 function parse(head: string) {
@@ -192,7 +193,8 @@ describe('the admin port front, in a gateway', () => {
   it('a readiness wait holds the requests behind it on the connection; they are answered in order once the sandbox is Ready', async () => {
     const c = client();
     c.write(req('/authz/1', '', 'GET', '8000-later.team-a.localhost') + req('/authz/2'));
-    await new Promise((r) => setTimeout(r, 100));
+    await eventually(() => t.gw.view.waiters.size === 1, 5000, 'the first request to wait for readiness');
+    expect(c.unread).toBe('');
     driver.upsert(snapshot({ name: 'later', uid: 'uid-later', resourceVersion: '2', sessionModel: 'none', endpoint: { kind: 'address', addresses: ['127.0.0.4'] } }));
     const [a, b] = [await c.read(), await c.read()];
     expect([a?.headers['x-sandgate-upstream'], b?.headers['x-sandgate-upstream']]).toEqual(['127.0.0.4:8000', '127.0.0.2:8000']);
@@ -207,9 +209,10 @@ describe('the admin port front, in a gateway', () => {
     driver.upsert(snapshot({ name: 'gone', uid: 'uid-gone', endpoint: { kind: 'address', addresses: ['127.0.0.5'] } }));
     const c = client();
     c.write(req('/authz/', '', 'GET', '8000-gone.team-a.localhost'));
-    await new Promise((r) => setTimeout(r, 100));
+    await eventually(() => t.gw.view.waiters.size === 1, 5000, 'the request to wait for readiness');
     c.close();
-    while ((await aborted()) === before) await new Promise((r) => setTimeout(r, 20));
+    await eventually(async () => (await aborted()) === before + 1, 5000, 'the wait to end as aborted');
+    expect(t.gw.view.waiters.size).toBe(0);
     const d = client();
     d.write(req('/authz/'));
     expect((await d.read())?.status).toBe(200);
@@ -234,14 +237,28 @@ describe('the front on its own server: idle connections, closing', () => {
   const held: AuthzSink[] = [];
   const logs = new MemoryLogSink();
   const log = createLogger('debug', logs);
+  const sockets: Socket[] = [];
+  /** Server-side sockets whose idle (keep-alive) timeout has fired. */
+  const timedOut = new Set<Socket>();
   beforeAll(async () => {
     server = createServer((_req, res) => res.writeHead(204).end());
     server.keepAliveTimeout = 300;
     front = new AuthzFront(server, echoAuthz(held), log);
+    // Added after the front's own listener, so each server-side socket's events reach the test after the front.
+    server.on('connection', (s: Socket) => {
+      sockets.push(s);
+      s.on('timeout', () => timedOut.add(s));
+    });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   });
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
   const port = () => (server.address() as AddressInfo).port;
+  /** The server's end of `c`'s connection. */
+  const serverSide = async (c: RawClient): Promise<Socket> => {
+    await c.connected;
+    return eventually(() => sockets.find((s) => s.remotePort === c.socket.localPort), 5000, 'the server to accept the connection');
+  };
+  const holding = (n: number) => eventually(() => held.length >= n, 5000, `${n} request(s) held by the answer`);
 
   it('refuses a server that already has another connection listener', () => {
     const s = createServer();
@@ -252,9 +269,11 @@ describe('the front on its own server: idle connections, closing', () => {
   it('a request held longer than the keep-alive timeout is not cut while it waits', async () => {
     const c = new RawClient(port());
     c.write(req('/authz/', '', 'GET', 'hold'));
-    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
-    await new Promise((r) => setTimeout(r, 600));
-    expect(c.ended).toBe(false);
+    await holding(1);
+    const s = await serverSide(c);
+    // The keep-alive timeout fires on the waiting connection; the front's listener (called first) leaves it open.
+    await eventually(() => timedOut.has(s), 5000, 'the keep-alive timeout to fire');
+    expect(s.destroyed).toBe(false);
     held.shift()!.send({ status: 200, head: ['content-length', '0'], body: '' });
     expect((await c.read())?.status).toBe(200);
     // Idle after the answer: the keep-alive timeout closes it as any idle connection.
@@ -276,21 +295,26 @@ describe('the front on its own server: idle connections, closing', () => {
     const c = new RawClient(port());
     c.write(req('/authz/', '', 'GET', 'a'));
     expect((await c.read())?.headers['keep-alive']).toBe('timeout=0');
-    const t0 = Date.now();
+    const s = await serverSide(c);
     await c.closedByServer();
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(200);
+    // Closed by the idle timeout, not at once after the answer: the timeout came first.
+    expect(timedOut.has(s)).toBe(true);
   });
 
   it('a client that keeps sending while its request waits is read no further than one more head, then resumed', async () => {
     const c = new RawClient(port());
     c.write(req('/authz/', '', 'GET', 'hold'));
-    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
+    await holding(1);
+    const s = await serverSide(c);
+    // About flow control, not the idle timeout: the 4,000 answers may take longer than 300 ms on a busy machine.
+    s.setTimeout(0);
     const flood = req('/authz/', 'x-pad: ' + 'p'.repeat(1000) + '\r\n', 'GET', 'b');
     const count = 4000;
     c.write(flood.repeat(count));
-    // Paused server side: the 4 MB stay in the client's socket buffer and the kernel's, not in the gateway.
-    await new Promise((r) => setTimeout(r, 200));
-    expect(c.socket.writableLength).toBeGreaterThan(0);
+    // Paused server side: the 4 MB stay in the client's socket buffer and the kernel's, not in the gateway,
+    // which read at most one more head and a few socket reads past it.
+    await eventually(() => s.isPaused(), 5000, 'the server side to pause reading');
+    expect(s.bytesRead).toBeLessThan(512 * 1024);
     held.shift()!.send({ status: 200, head: ['content-length', '0'], body: '' });
     expect((await c.read())?.status).toBe(200);
     for (let i = 0; i < count; i++) expect((await c.read())?.headers['x-host']).toBe('b');
@@ -300,7 +324,7 @@ describe('the front on its own server: idle connections, closing', () => {
   it('a value that would break the head is never written: the connection is cut instead', async () => {
     const c = new RawClient(port());
     c.write(req('/authz/', '', 'GET', 'hold'));
-    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
+    await holding(1);
     held.shift()!.send({ status: 200, head: ['x-a', 'ok\r\nx-injected: 1', 'content-length', '0'], body: '' });
     expect(await c.read()).toBeUndefined();
   });
@@ -313,7 +337,7 @@ describe('the front on its own server: idle connections, closing', () => {
     busy.write(req('/authz/', '', 'GET', 'hold'));
     const stuck = new RawClient(port());
     stuck.write(req('/authz/', '', 'GET', 'hold'));
-    while (held.length < 2) await new Promise((r) => setTimeout(r, 10));
+    await holding(2);
     front.closeIdle();
     await idle.closedByServer();
     expect(busy.ended).toBe(false);
@@ -322,7 +346,7 @@ describe('the front on its own server: idle connections, closing', () => {
     await busy.closedByServer();
     front.closeAll();
     await stuck.closedByServer();
-    while (front.size > 0) await new Promise((r) => setTimeout(r, 10));
+    await eventually(() => front.size === 0, 5000, 'the front to forget every connection');
     front.closing = false;
   });
 });

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { cond, snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
+import { eventually } from '../helpers/eventually.js';
 import { authzClient, check, envoyCheckRequest, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 
 const cleanup: (() => Promise<void> | void)[] = [];
@@ -21,12 +22,15 @@ async function setup(over: Record<string, unknown>, sandbox = paused({ resumeOnT
 
 describe('auto-resume on traffic', () => {
   it('a storm of 1,000 concurrent requests to a paused sandbox makes exactly one resume call; all are served once Ready', async () => {
-    const { driver, client } = await setup({});
-    driver.onResume = async (namespace, name) => {
-      // The backend takes a moment, then reports the sandbox running.
-      setTimeout(() => driver.upsert(paused({ namespace, name, resourceVersion: '2', state: 'ready', conditions: [cond('Ready', 'True')], resumeOnTraffic: true })), 100);
-    };
-    const answers = await Promise.all(Array.from({ length: 1000 }, () => check(client, envoyCheckRequest({ host: '8000-sleepy.team-a.localhost' }), 20_000)));
+    // Room for the whole storm on the one HTTP/2 connection, so all of it reaches the gateway at once.
+    const { t, driver, client } = await setup({ grpcMaxConcurrentStreams: 1000 });
+    // The resume call returns; the backend reports the sandbox running only once every request waits.
+    driver.onResume = async () => undefined;
+    const storm = Promise.all(Array.from({ length: 1000 }, () => check(client, envoyCheckRequest({ host: '8000-sleepy.team-a.localhost' }), 20_000)));
+    await eventually(() => t.gw.view.waiters.size === 1000, 20_000, () => `all 1,000 requests to wait; ${t.gw.view.waiters.size} do`);
+    expect(driver.resumed).toEqual(['team-a/sleepy']);
+    driver.upsert(paused({ resourceVersion: '2', state: 'ready', conditions: [cond('Ready', 'True')], resumeOnTraffic: true }));
+    const answers = await storm;
     expect(driver.resumed).toEqual(['team-a/sleepy']);
     expect(answers.every((a) => a.http_response === 'ok_response')).toBe(true);
   });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ChunkedEnd, MALFORMED } from '../../src/edge/forwarding/websocket-tunnel.js';
+import { ChunkedEnd, MALFORMED } from '../../src/edge/forwarding/answer-framing.js';
 
-/** Where a declined upgrade's chunked answer ends (src/edge/forwarding/websocket-tunnel.ts). */
+/** Where a declined upgrade's chunked answer ends (src/edge/forwarding/answer-framing.ts). */
 describe('ChunkedEnd', () => {
   const BODY = '5;ext=1\r\nhello\r\n10\r\n0123456789abcdef\r\n0\r\nX-Trailer: 1\r\n\r\n';
 

@@ -1,11 +1,12 @@
 import { createServer, type RequestListener, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { HttpFront, type FrontHandler } from '../../src/edge/http-front.js';
 import { startFrontOverUpstream, type FrontOverUpstream } from '../helpers/front-proxy.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { RawClient } from '../helpers/raw-http-client.js';
+import { eventually } from '../helpers/eventually.js';
 
 /**
  * The proxy port's front (src/edge/proxy/proxy-front.ts) against node:http: the same requests, once read
@@ -121,6 +122,7 @@ describe('a front on its own server: a head that trickles in', () => {
   let server: Server;
   let front: HttpFront<null>;
   let answered = 0;
+  const sockets: Socket[] = [];
 
   beforeAll(async () => {
     server = createServer((_req, res) => res.end('node'));
@@ -131,20 +133,47 @@ describe('a front on its own server: a head that trickles in', () => {
       handle: () => answered++,
     };
     front = new HttpFront(server, handler, log);
+    // After the front's listener: a server-side socket's 'data' reaches the test once the front has read it.
+    server.on('connection', (s: Socket) => sockets.push(s));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  });
+  afterEach(() => {
+    vi.useRealTimers();
   });
   afterAll(async () => {
     front.closeAll();
     await new Promise<void>((r) => server.close(() => r()));
   });
 
+  /** Resolves once the server side has read `n` bytes (and the front has seen them). */
+  const arrived = (s: Socket, n: number): Promise<void> =>
+    new Promise((resolve) => {
+      const check = (): void => {
+        if (s.bytesRead < n) return;
+        s.off('data', check);
+        resolve();
+      };
+      s.on('data', check);
+      check();
+    });
+
   it("is answered 408 once it has taken longer than the server's headersTimeout, as node:http answers", async () => {
     const c = new RawClient((server.address() as AddressInfo).port);
-    c.write('GET / HTTP/1.1\r\n');
-    await new Promise((r) => setTimeout(r, 150));
+    await c.connected;
+    const s = await eventually(() => sockets.find((x) => x.remotePort === c.socket.localPort), 5000, 'the server side of the connection');
+    // The front reads the clock as bytes arrive: the test sets it (only Date is faked; sockets run as ever).
+    const t0 = Date.now();
+    vi.useFakeTimers({ toFake: ['Date'], now: t0 });
+    let sent = 'GET / HTTP/1.1\r\n';
+    c.write(sent);
+    await arrived(s, sent.length);
+    // Exactly the timeout since the first bytes: not past it yet.
+    vi.setSystemTime(t0 + 300);
     c.write('Host: a\r\n');
-    expect(c.unread).toBe('');
-    await new Promise((r) => setTimeout(r, 250));
+    sent += 'Host: a\r\n';
+    await arrived(s, sent.length);
+    expect([s.bytesWritten, s.writableEnded]).toEqual([0, false]);
+    vi.setSystemTime(t0 + 301);
     c.write('X-Late: 1\r\n');
     await c.closedByServer();
     const got = c.unread;

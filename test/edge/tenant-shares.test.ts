@@ -106,9 +106,9 @@ describe('relay streams: one tenant\'s streams held unanswered leave the others 
     const hanging: Promise<unknown>[] = [];
     for (const name of ['a1', 'a2']) for (let i = 0; i < 4; i++) hanging.push(rawRequest(g.proxy.port, '/hang', { host: `${port()}-${name}.team-a.localhost` }).catch(() => undefined));
     await eventually(() => held.size === 2, 5000, "team-a's share of streams held by its sandboxes");
-    const refused = (await Promise.race([Promise.all(hanging.slice(2)), new Promise((r) => setTimeout(r, 3000, 'still held'))])) as RawAnswer[] | string;
-    expect(refused).not.toBe('still held');
-    for (const r of refused as RawAnswer[]) expect([r.status, JSON.parse(r.body).code]).toEqual([503, 'relay_busy']);
+    // Answered, not held: a request still held would hang here until the test's own timeout.
+    const refused = (await Promise.all(hanging.slice(2))) as RawAnswer[];
+    for (const r of refused) expect([r.status, JSON.parse(r.body).code]).toEqual([503, 'relay_busy']);
     const b = await rawRequest(g.proxy.port, '/', { host: `${port()}-web.team-b.localhost` });
     expect([b.status, b.body]).toEqual([200, 'ok']);
     expect(g.supervisors.relay.active).toBe(2);

@@ -13,12 +13,13 @@ const CHROMIUM_CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/u
 /** The Chromium executable, or undefined when none is installed. */
 export const CHROMIUM = CHROMIUM_CANDIDATES.find((p) => existsSync(p));
 
-export function launchChromium(): Promise<Browser> {
+/** `extraArgs`: more command-line switches (e.g. `--host-resolver-rules` for a test domain). */
+export function launchChromium(extraArgs: readonly string[] = []): Promise<Browser> {
   if (CHROMIUM === undefined) throw new Error(`no Chromium at ${CHROMIUM_CANDIDATES.join(' or ')}`);
   // playwright gives each launch a fresh temporary profile (--user-data-dir) and removes it on close.
   return chromium.launch({
     executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage'],
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage', ...extraArgs],
   });
 }
 

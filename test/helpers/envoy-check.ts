@@ -218,10 +218,13 @@ export const socketAddresses = (c: Obj): Obj[] =>
   list(obj(c.load_assignment).endpoints).flatMap((e) => list(obj(e).lb_endpoints).map((l) => obj(obj(obj(obj(l).endpoint).address).socket_address)));
 const exactPatterns = (matcher: unknown): unknown[] => list(obj(matcher).patterns).map((p) => obj(p).exact);
 const defaultThresholds = (c: Obj | undefined): Obj => obj(list(obj(c?.circuit_breakers).thresholds)[0]);
-/** ext_proc's processing_mode for a headers-only processor: a body mode other than NONE breaks upgrades. */
+/**
+ * ext_proc's processing_mode for a headers-only processor: a body mode other than NONE breaks upgrades;
+ * response headers are sent so sandgate drops a sandbox's Set-Cookie of its session cookie.
+ */
 const HEADERS_ONLY = {
   request_header_mode: 'SEND',
-  response_header_mode: 'SKIP',
+  response_header_mode: 'SEND',
   request_body_mode: 'NONE',
   response_body_mode: 'NONE',
   request_trailer_mode: 'SKIP',
@@ -375,7 +378,7 @@ export function contractProblems(file: string, doc: unknown): string[] {
 
   // Per decision filter.
   if (proc) {
-    need(same(decision.processing_mode, HEADERS_ONLY), 'ext_proc must send request headers only (body modes NONE)');
+    need(same(decision.processing_mode, HEADERS_ONLY), 'ext_proc must send request and response headers only (body modes NONE)');
     need(decision.allow_mode_override === false, 'ext_proc must not let the processor change the processing mode');
     const rules = obj(decision.mutation_rules);
     need(

@@ -2,6 +2,7 @@ import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { CertificateStore, type CertificateSet, type CertificateSource } from '../../src/lib/tls/certificate-store.js';
 
 /**
  * Throwaway certificates for TLS tests, made by the openssl command line (node's crypto reads X.509 but
@@ -69,4 +70,9 @@ export function servedSubject(port: number, sni: string | undefined, extra: read
     const child = execFile('openssl', args, { encoding: 'utf8', timeout: 10_000 }, (_err, stdout) => resolve(/^subject=(.*)$/m.exec(stdout)?.[1]?.trim()));
     child.stdin?.end();
   });
+}
+
+/** One pair (or directory of pairs) as a listener is handed it: a set of a store holding only it. */
+export function certificatePairs(from: CertificateSource, opts: { clientCa?: Buffer } = {}): CertificateSet {
+  return new CertificateStore({ pairs: { from, clientCa: opts.clientCa } }).set('pairs');
 }

@@ -1,10 +1,11 @@
-import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { connect, createServer, type Server } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { selectPair, type CertificatePair } from '../../src/lib/tls/certificate-pair.js';
-import { CertificateStore, type ReloadEvent } from '../../src/lib/tls/certificate-store.js';
+import { CertificateStore, type CertificateSource, type CertificateStoreOptions, type ReloadEvent } from '../../src/lib/tls/certificate-store.js';
+import { AtomicWriterVolume } from '../helpers/atomic-writer.js';
 import { eventually } from '../helpers/eventually.js';
 import { makeCa, needsOpenssl, OPENSSL, servedSubject, type TestCa } from '../helpers/tls-certs.js';
 
@@ -33,9 +34,12 @@ describe('selectPair: the longest matching SAN wins', () => {
   });
 });
 
-async function serve(store: CertificateStore): Promise<{ server: Server; port: number }> {
-  const server = createServer(store.serverOptions(), (s) => s.end('ok'));
-  store.attach(server);
+/** A store of one set of pairs, `main`. */
+const single = (from: CertificateSource, opts?: CertificateStoreOptions) => new CertificateStore({ main: { from } }, opts);
+
+async function serve(store: CertificateStore, set = 'main', clientAuth = true): Promise<{ server: Server; port: number }> {
+  const server = createServer(store.set(set).serverOptions(clientAuth), (s) => s.end('ok'));
+  store.set(set).attach(server);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return { server, port: (server.address() as AddressInfo).port };
 }
@@ -58,8 +62,8 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the certificate store'), () => {
     const e = ca.issue('exact', ['3000-abc.sb.example.com']);
     copyFileSync(e.certFile, join(dir, 'exact', 'tls.crt'));
     copyFileSync(e.keyFile, join(dir, 'exact', 'tls.key'));
-    const store = new CertificateStore({ dir }, { pollMs: 0 });
-    expect(store.current.map((p) => p.source)).toEqual(['deeper', 'default', 'exact', 'wild']);
+    const store = single({ dir }, { pollMs: 0 });
+    expect(store.set('main').current.map((p) => p.source)).toEqual(['deeper', 'default', 'exact', 'wild']);
     const { server, port } = await serve(store);
     try {
       expect(await servedSubject(port, '3000-abc.sb.example.com')).toContain('CN = 3000-abc.sb.example.com');
@@ -78,7 +82,7 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the certificate store'), () => {
     mkdirSync(dir);
     const first = ca.issue('first', ['one.example.com'], { outDir: dir });
     const events: ReloadEvent[] = [];
-    const store = new CertificateStore({ certFile: first.certFile, keyFile: first.keyFile }, { pollMs: 0, debounceMs: 20, onReload: (e) => events.push(e) });
+    const store = single({ certFile: first.certFile, keyFile: first.keyFile }, { pollMs: 0, debounceMs: 20, onReload: (e) => events.push(e) });
     store.start();
     const { server, port } = await serve(store);
     try {
@@ -113,19 +117,90 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the certificate store'), () => {
     }
   });
 
+  it('Kubernetes TLS Secrets renewed by the atomic writer (..data swapped) are served: a pair of --tls-cert-file, a Secret as --tls-dir, one in a sub-directory', async () => {
+    const one = ca.issue('k8s-one', ['one.k8s.test']);
+    const two = ca.issue('k8s-two', ['two.k8s.test']);
+    const sub = ca.issue('k8s-sub', ['sub.k8s.test']);
+    const subNext = ca.issue('k8s-sub-next', ['sub.k8s.test', 'next.k8s.test']);
+    const pairVolume = new AtomicWriterVolume(join(ca.dir, 'k8s-single'), { 'tls.crt': one.cert, 'tls.key': one.key });
+    const asDir = new AtomicWriterVolume(join(ca.dir, 'k8s-dir'), { 'tls.crt': one.cert, 'tls.key': one.key });
+    const parent = join(ca.dir, 'k8s-parent');
+    const inSub = new AtomicWriterVolume(join(parent, 'sub'), { 'tls.crt': sub.cert, 'tls.key': sub.key });
+    const stores = [
+      single({ certFile: pairVolume.path('tls.crt'), keyFile: pairVolume.path('tls.key') }, { pollMs: 0, debounceMs: 20 }),
+      single({ dir: asDir.dir }, { pollMs: 0, debounceMs: 20 }),
+      single({ dir: parent }, { pollMs: 0, debounceMs: 20 }),
+    ];
+    const served = await Promise.all(stores.map((s) => serve(s)));
+    for (const s of stores) s.start();
+    try {
+      expect(await servedSubject(served[0]!.port, undefined)).toContain('CN = one.k8s.test');
+      expect(await servedSubject(served[1]!.port, undefined)).toContain('CN = one.k8s.test');
+      expect(await servedSubject(served[2]!.port, 'next.k8s.test')).toContain('CN = sub.k8s.test');
+      pairVolume.update({ 'tls.crt': two.cert, 'tls.key': two.key });
+      asDir.update({ 'tls.crt': two.cert, 'tls.key': two.key });
+      inSub.update({ 'tls.crt': subNext.cert, 'tls.key': subNext.key });
+      await eventually(async () => (await servedSubject(served[0]!.port, undefined))?.includes('CN = two.k8s.test'), 10_000, 'the renewed --tls-cert-file pair');
+      await eventually(async () => (await servedSubject(served[1]!.port, undefined))?.includes('CN = two.k8s.test'), 10_000, 'the renewed Secret mounted as --tls-dir');
+      await eventually(() => stores[2]!.set('main').current[0]!.names.includes('next.k8s.test'), 10_000, 'the renewed Secret in a --tls-dir sub-directory');
+      expect(await servedSubject(served[2]!.port, 'next.k8s.test')).toContain('CN = sub.k8s.test');
+      for (const s of stores) expect(s.problems()).toEqual([]);
+    } finally {
+      for (const { server } of served) server.close();
+      for (const s of stores) s.close();
+    }
+  });
+
+  it('one store for every listener: each set serves its own pairs, only the doors set asks for client certificates, one watch follows them all', async () => {
+    const proxyDir = join(ca.dir, 'one-store-proxy');
+    mkdirSync(proxyDir);
+    ca.issue('default', ['proxy.one.test'], { outDir: proxyDir });
+    const d1 = ca.issue('doors-1', ['doors.one.test'], { both: true });
+    const d2 = ca.issue('doors-2', ['doors.two.test'], { both: true });
+    const doors = new AtomicWriterVolume(join(ca.dir, 'one-store-doors'), { 'tls.crt': d1.cert, 'tls.key': d1.key });
+    const events: ReloadEvent[] = [];
+    const store = new CertificateStore(
+      { proxy: { from: { dir: proxyDir } }, doors: { from: { certFile: doors.path('tls.crt'), keyFile: doors.path('tls.key') }, clientCa: readFileSync(ca.caFile) } },
+      { pollMs: 0, debounceMs: 20, onReload: (e) => events.push(e) },
+    );
+    expect(store.set('proxy').serverOptions()).not.toHaveProperty('requestCert');
+    expect(store.set('doors').serverOptions()).toMatchObject({ requestCert: true, rejectUnauthorized: true });
+    expect(store.set('doors').serverOptions(false)).not.toHaveProperty('requestCert');
+    expect(() => store.set('supervisor')).toThrow(/no set "supervisor"/);
+    store.start();
+    const proxy = await serve(store, 'proxy');
+    const ops = await serve(store, 'doors', false);
+    try {
+      expect(await servedSubject(proxy.port, undefined)).toContain('CN = proxy.one.test');
+      expect(await servedSubject(ops.port, undefined)).toContain('CN = doors.one.test');
+      ca.issue('default', ['proxy.two.test'], { outDir: proxyDir });
+      doors.update({ 'tls.crt': d2.cert, 'tls.key': d2.key });
+      await eventually(async () => (await servedSubject(proxy.port, undefined))?.includes('CN = proxy.two.test'), 10_000, 'the proxy set renewed');
+      await eventually(async () => (await servedSubject(ops.port, undefined))?.includes('CN = doors.two.test'), 10_000, 'the doors set renewed');
+      writeFileSync(join(proxyDir, 'default.crt'), 'garbage');
+      await eventually(() => store.problems().join().includes('no PEM certificate'), 10_000, 'the broken proxy pair reported by the one store');
+      expect(await servedSubject(proxy.port, undefined)).toContain('CN = proxy.two.test');
+      expect(events.filter((e) => e.result === 'loaded').map((e) => e.source)).toEqual(['default', doors.path('tls.crt'), 'default', doors.path('tls.crt')]);
+    } finally {
+      proxy.server.close();
+      ops.server.close();
+      store.close();
+    }
+  });
+
   it('a pair that does not load at start refuses the store with tls_certificate_invalid', () => {
     const dir = join(ca.dir, 'bad');
     mkdirSync(dir);
     writeFileSync(join(dir, 'x.crt'), 'garbage');
     writeFileSync(join(dir, 'x.key'), 'garbage');
-    expect(() => new CertificateStore({ dir })).toThrow(expect.objectContaining({ code: 'tls_certificate_invalid' }));
-    expect(() => new CertificateStore({ dir: join(ca.dir, 'absent') })).toThrow(expect.objectContaining({ code: 'tls_certificate_invalid' }));
-    expect(() => new CertificateStore({ certFile: join(dir, 'x.crt'), keyFile: join(dir, 'nope.key') })).toThrow(/x\.crt/);
+    expect(() => single({ dir })).toThrow(expect.objectContaining({ code: 'tls_certificate_invalid' }));
+    expect(() => single({ dir: join(ca.dir, 'absent') })).toThrow(expect.objectContaining({ code: 'tls_certificate_invalid' }));
+    expect(() => single({ certFile: join(dir, 'x.crt'), keyFile: join(dir, 'nope.key') })).toThrow(/x\.crt/);
   });
 
   it('refuses TLS 1.1 and CBC-only clients (hostile: a downgrade)', async () => {
     const leaf = ca.issue('modern', ['modern.example.com']);
-    const store = new CertificateStore({ certFile: leaf.certFile, keyFile: leaf.keyFile }, { pollMs: 0 });
+    const store = single({ certFile: leaf.certFile, keyFile: leaf.keyFile }, { pollMs: 0 });
     const { server, port } = await serve(store);
     const handshake = (opts: object) =>
       new Promise<string>((resolve) => {

@@ -1,9 +1,9 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { Cluster, Redis } from 'ioredis';
 import { resolveConfig, redacted } from '../../src/config/load.js';
 import { expectSandgateError } from '../helpers/sandgate-error.js';
 import { createRedisClient, describeRedisTarget, keepConnecting, redactRedisOptionsText, redactRedisUrl, redisTarget, topologyOf } from '../../src/lib/redis-connection.js';
-import { eventually } from '../helpers/eventually.js';
+import { eventually, nextEvent } from '../helpers/eventually.js';
 import { startRedisServer } from '../helpers/redis-server.js';
 
 // One way to build every Redis connection: validation of the configuration, the topology it selects,
@@ -89,12 +89,17 @@ describe('keepConnecting', () => {
       await eventually(() => client.status === 'end', 10_000, 'the client to end');
       await eventually(() => client.status === 'ready', 10_000, 'the client to reconnect');
       expect(await client.ping()).toBe('PONG');
+      // An absence has no event: with the timers faked, keepConnecting's 'end' handler runs, then every
+      // timer it could have set is run at once, and the client must still be ended.
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
       wanted = false;
+      const ended = nextEvent(client, 'end');
       client.disconnect();
-      // An absence has no event: three first reconnect steps (100 ms) pass, and the client must still be ended.
-      await new Promise((r) => setTimeout(r, 300));
+      await ended;
+      vi.advanceTimersByTime(60_000);
       expect(client.status).toBe('end');
     } finally {
+      vi.useRealTimers();
       stop();
       client.disconnect();
       await server.stop();

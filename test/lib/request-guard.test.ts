@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConnectionGuard } from '../../src/lib/connection-guard.js';
 import { createStreamingServer, listenOn } from '../../src/lib/http-listen.js';
 import { RequestGuard } from '../../src/lib/request-guard.js';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
@@ -43,7 +44,7 @@ beforeAll(async () => {
     },
     guard,
   );
-  port = await listenOn(server, '127.0.0.1', 0);
+  port = await listenOn(server, '127.0.0.1', 0, new ConnectionGuard('proxy'));
 });
 
 afterAll(() => new Promise<void>((r) => server.close(() => r())));

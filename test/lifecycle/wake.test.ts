@@ -6,6 +6,7 @@ import { cond, snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { freePort } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/eventually.js';
 import { CHROMIUM, launchChromium, needsChromium } from '../helpers/chromium.js';
 
 /**
@@ -46,24 +47,21 @@ function get(t: TestGateway, host: string, headers: Record<string, string> = {})
 }
 
 describe('wake on traffic', () => {
-  it('answers 200 once the controller reports Ready and the port accepts, even when the app listens 2 s after Ready', async () => {
+  it('answers 200 once the controller reports Ready and the port accepts, even when the app listens only after Ready', async () => {
     const port = await freePort();
     const driver = new TestDriver([paused()]);
-    let readyAt = 0;
-    driver.onResume = async () => {
-      setTimeout(() => {
-        readyAt = Date.now();
-        driver.upsert(running(paused(), '2'));
-        setTimeout(() => void app(port), 2000);
-      }, 100);
-    };
     const t = await startTestGateway([driver], {});
     cleanup.push(() => t.close());
-    const res = await get(t, `${port}-app.team-a.localhost`);
+    const answer = get(t, `${port}-app.team-a.localhost`);
+    await eventually(() => driver.resumed.length === 1, 5000, 'the resume call');
+    driver.upsert(running(paused(), '2'));
+    // Ready, and nothing listens on the port yet: the gateway is refused, and retries.
+    await eventually(() => t.logs.find((l) => l.msg === 'the sandbox refused the connection after a wake; retrying'), 5000, 'a refused attempt on the port');
+    await app(port);
+    const res = await answer;
     expect(res.status).toBe(200);
     expect(res.body).toContain('hello from the app');
     expect(driver.resumed).toEqual(['team-a/app']);
-    expect(readyAt).toBeGreaterThan(0);
   });
 
   it('without the retry (--upstream-connect-retry-ms 0) the same request gets 502 port_not_open', async () => {
@@ -134,11 +132,11 @@ describe.skipIf(CHROMIUM === undefined)(needsChromium('wake in Chromium'), () =>
   it('a navigation whose wake outlasts the budget sees the starting page, then the app, without a manual reload', async () => {
     const port = await freePort();
     const driver = new TestDriver([paused({ wakeTimeoutMs: 300 })]);
+    // The backend takes longer than the budget: the sandbox runs only once the starting page was answered.
+    let startingPage = (): void => undefined;
+    const answeredStarting = new Promise<void>((r) => (startingPage = r));
     driver.onResume = async () => {
-      // The backend takes longer than the budget: the first answer is the starting page.
-      setTimeout(() => {
-        void app(port).then(() => driver.upsert(running(paused({ wakeTimeoutMs: 300 }), '2')));
-      }, 1500);
+      void answeredStarting.then(() => app(port)).then(() => driver.upsert(running(paused({ wakeTimeoutMs: 300 }), '2')));
     };
     const t = await startTestGateway([driver], {});
     cleanup.push(() => t.close());
@@ -146,7 +144,10 @@ describe.skipIf(CHROMIUM === undefined)(needsChromium('wake in Chromium'), () =>
     cleanup.push(() => browser.close());
     const page = await browser.newPage();
     const seen: string[] = [];
-    page.on('response', (r) => seen.push(`${r.status()}`));
+    page.on('response', (r) => {
+      seen.push(`${r.status()}`);
+      if (r.status() === 503) startingPage();
+    });
     await page.goto(`http://${port}-app.team-a.localhost:${t.gw.proxyPort}/`);
     expect(await page.title()).toBe('Starting…');
     await page.waitForSelector('text=hello from the app', { timeout: 10_000 });

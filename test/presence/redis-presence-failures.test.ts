@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createLogger, MemoryLogSink } from '../../src/observability/logger.js';
 import type { PresenceRecord } from '../../src/sessions/presence/presence-store.js';
 import { type RedisPresence, type RedisPresenceOptions } from '../../src/sessions/presence/redis-presence.js';
@@ -31,6 +31,7 @@ beforeEach(() => {
 afterEach(async () => {
   server.resume();
   await stores.closeAll();
+  vi.useRealTimers();
   await Promise.all(relays.splice(0).map((r) => r.close()));
   await Promise.all(extraServers.splice(0).map((s) => s.stop()));
 });
@@ -47,7 +48,19 @@ const claim = (s: RedisPresence, sessionId: string, name = 'sb'): Promise<Presen
 const holds = (s: RedisPresence, name: string, sessionId: string) => () => s.get('ns', name)?.sessionId === sessionId;
 const gone = (s: RedisPresence, name: string) => () => s.get('ns', name) === undefined;
 const healthy = (...ss: RedisPresence[]) => () => ss.every((s) => s.degraded().length === 0);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Resolves once `gatewayId` has renewed its lease `times` more times (each renewal moves its expiry). */
+async function renewals(gatewayId: string, times: number): Promise<void> {
+  const expiry = (): Promise<string | null> => server.admin().zscore(presenceKeys(prefix).gateways, gatewayId);
+  let last = await expiry();
+  for (let i = 0; i < times; i++) {
+    const seen = last;
+    last = await eventually(async () => {
+      const now = await expiry();
+      return now !== null && now !== seen ? now : undefined;
+    }, 5000, `renewal ${i + 1} of ${gatewayId}'s lease`);
+  }
+}
 
 async function stored(field: string): Promise<{ s: string; e: number } | undefined> {
   const raw = await server.admin().hget(presenceKeys(prefix).presence, field);
@@ -58,6 +71,8 @@ async function stored(field: string): Promise<{ s: string; e: number } | undefin
 
 describe('Redis killed and restarted empty on the same port', () => {
   it('both gateways go degraded, keep serving, then re-assert and heal within one re-scan', async () => {
+    // Timers and Date faked but moving with real time, so that two TTLs can be made to pass at once below.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'], shouldAdvanceTime: true });
     const a = await started('A');
     const b = await started('B');
     for (const id of ['a1', 'a2', 'a3']) await claim(a, id, 'a');
@@ -68,9 +83,11 @@ describe('Redis killed and restarted empty on the same port', () => {
     await server.kill();
     const unreachable = (s: RedisPresence) => () => s.degraded().some((r) => r.startsWith('presence store redis unreachable: '));
     await eventually(() => unreachable(a)() && unreachable(b)(), 3000, 'both degraded');
-    // The mirror is frozen, not expired: B's session still counts on A after more than a TTL.
-    await sleep(TTL * 2);
+    // The mirror is frozen, not expired: every timer due in the next two TTLs runs now, and the clocks
+    // read two TTLs later; B's session still counts on A.
+    vi.advanceTimersByTime(TTL * 2);
     expect(a.get('ns', 'b')).toEqual(b1);
+    expect(a.gatewayLeases().map((l) => l.gatewayId)).toContain('B');
     // Local sessions still change while Redis is away.
     const offline = await claim(a, 'c1', 'c');
     expect(offline.epoch).toBe(1);
@@ -130,7 +147,7 @@ describe('gateway A partitioned from Redis while the supervisor moves to B', () 
     r.thaw();
     await eventually(() => holds(a, 'sb', 's2')() && healthy(a)(), 3000, 'A to heal');
     // Two more renewals on A: its lease renewal must not bring s1 back either.
-    await sleep(TTL);
+    await renewals('A', 2);
     expect(await stored('ns/sb')).toEqual(expect.objectContaining({ s: 's2', e: 2 }));
     expect(b.get('ns', 'sb')).toEqual(newer);
   });
@@ -152,7 +169,7 @@ describe('gateway A partitioned from Redis while the supervisor moves to B', () 
     await eventually(() => lost.length > 0 && healthy(a)(), 3000, 'A to learn it lost');
     expect(lost).toEqual([old]);
     expect(a.get('ns', 'sb')).toEqual(newer);
-    await sleep(TTL);
+    await renewals('A', 2);
     expect(await stored('ns/sb')).toEqual(expect.objectContaining({ s: 's2', e: 2 }));
     expect(lost).toHaveLength(1);
   });

@@ -115,8 +115,10 @@ describe.each([1, 4])('RedisPresence between two gateways, %i shard(s)', (S) => 
     // the old term; A adopts the new one, which grants B a lease's grace to reach the new master.
     const scripts = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0);
     const before = await scripts();
-    await new Promise((r) => setTimeout(r, 300));
-    expect((await scripts()) - before).toBeGreaterThan(2);
+    // A's work rounds run one at a time, each at most two scripts per shard (a term adoption, a scan), and
+    // B renews once in 10 s: past 6·S more scripts, A has handled three whole rounds' replies, where a
+    // drop would have shown.
+    await eventually(async () => (await scripts()) - before > 6 * S, 10_000, 'three more rounds of scans on A');
     expect(dropped).not.toHaveBeenCalled();
     expect(a.get('ns', 'sb')).toEqual(rec);
     expect(await admin.hget(keysOf('ns/sb').presence, 'ns/sb')).toContain('"s":"s1"');
@@ -479,8 +481,12 @@ describe('RedisPresence split into shards', () => {
     expect(a.get('ns', 'sb')).toEqual(rec);
     expect(await storedSession()).toBeUndefined();
     // Nor in the renewals that follow: ns/sb hashes to shard 2, one the two-shard peer never reads, and no
-    // round may re-assert the session there or renew A's lease in shards 1-3.
-    await new Promise((r) => setTimeout(r, 4 * TTL));
+    // round may re-assert the session there or renew A's lease in shards 1-3. While the counts disagree the
+    // only script A runs is its renewal in shard 0, one per round and one round at a time: the third after
+    // the claim starts only once two whole rounds have ended.
+    const scripts = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0);
+    const renewalsBefore = await scripts();
+    await eventually(async () => (await scripts()) - renewalsBefore > 2, 10_000, 'two more renewal rounds on A');
     expect(shardOf('ns/sb', 4)).toBe(2);
     expect(await storedSession()).toBeUndefined();
     expect(await leases()).toEqual(before);

@@ -14,8 +14,8 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { client, everyKindOfCall, expectDeadlineReachesServer, failure, h2c, h2cSeries, startEchoServer, unary, type EchoClient, type EchoServer } from '../helpers/grpc-echo.js';
 import { KEYS, RELAY_CREDENTIALS, RELAY_SECRET, relaySandbox, startGatewayPair, startRelayStack, startSupervisor, supervisedReady, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
 import { TestDriver } from '../helpers/test-driver.js';
-import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
-import { CertificateStore } from '../../src/lib/tls/certificate-store.js';
+import { certificatePairs, makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
+import type { CertificateSet } from '../../src/lib/tls/certificate-store.js';
 import { PeerTls } from '../../src/lib/tls/peer-tls.js';
 import { readFileSync } from 'node:fs';
 
@@ -249,7 +249,7 @@ describe('hostile HTTP/2 at the relay listener', () => {
 describe.skipIf(!OPENSSL)(needsOpenssl('gRPC to the relay listener over mutual TLS, ALPN h2'), () => {
   let ca: TestCa;
   let stranger: TestCa;
-  let store: CertificateStore;
+  let store: CertificateSet;
   let echo: EchoServer;
   let stack: RelayStack;
   let sup: SupervisorClient;
@@ -258,9 +258,9 @@ describe.skipIf(!OPENSSL)(needsOpenssl('gRPC to the relay listener over mutual T
   beforeAll(async () => {
     ca = makeCa('sandgate doors CA');
     stranger = makeCa('another CA');
-    store = new CertificateStore(ca.issue('gw', ['sandgate.internal'], { both: true }), { clientCa: readFileSync(ca.caFile) });
+    store = certificatePairs(ca.issue('gw', ['sandgate.internal'], { both: true }), { clientCa: readFileSync(ca.caFile) });
     echo = await startEchoServer();
-    const tls = { listener: { options: store.serverOptions(), attach: (srv: Parameters<CertificateStore['attach']>[0]) => store.attach(srv) }, peer: new PeerTls(store) };
+    const tls = { listener: { options: store.serverOptions(), attach: (srv: Parameters<CertificateSet['attach']>[0]) => store.attach(srv) }, peer: new PeerTls(store) };
     stack = await startRelayStack({ gatewayId: 'gw-1', sandboxes: [{ ...relaySandbox('box'), ...h2c(echo.port) }], tls });
     sup = await startSupervisor(stack.supervisorUrl, 'box');
     await eventually(() => stack.view.get('team-a', 'box')?.status.phase === 'Ready');
@@ -269,7 +269,7 @@ describe.skipIf(!OPENSSL)(needsOpenssl('gRPC to the relay listener over mutual T
     sup?.stop();
     await stack?.close();
     await echo?.close();
-    store?.close();
+    store?.detachAll();
     ca?.remove();
     stranger?.remove();
   });

@@ -9,10 +9,10 @@ import type { Allow } from '../../src/domain/decide.js';
 import { EmbeddedProxy } from '../../src/edge/proxy/http-proxy.js';
 import { relayHeaders } from '../../src/edge/relay/relay-headers.js';
 import type { ServerTls } from '../../src/lib/http-listen.js';
-import { CertificateStore } from '../../src/lib/tls/certificate-store.js';
+import type { CertificateSet } from '../../src/lib/tls/certificate-store.js';
 import { PeerTls } from '../../src/lib/tls/peer-tls.js';
 import { relaySandbox, RELAY_CREDENTIALS, startGatewayPair, type GatewayPair, type RelayStack } from '../helpers/relay-stack.js';
-import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
+import { certificatePairs, makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
 import { patternStream, sha256Of, startUpstream, text, viaProxy } from '../helpers/upstream.js';
 
 // Two gateways sharing presence through a real redis-server, their relay listeners over mutual TLS with
@@ -25,14 +25,14 @@ let stranger: TestCa;
 let peers: GatewayPair;
 let a: RelayStack;
 let b: RelayStack;
-let aStore: CertificateStore;
-let bStore: CertificateStore;
+let aStore: CertificateSet;
+let bStore: CertificateSet;
 let up: Awaited<ReturnType<typeof startUpstream>>;
 let wss: WebSocketServer;
 let reached = 0;
 
 const host = () => `${up.port}-box.team-a.localhost`;
-const serverTls = (store: CertificateStore): ServerTls => ({ options: store.serverOptions(), attach: (s) => store.attach(s) });
+const serverTls = (store: CertificateSet): ServerTls => ({ options: store.serverOptions(), attach: (s) => store.attach(s) });
 
 /** A gateway's doors pair (server and client use), in its own directory so it can be rotated in place. */
 function doorsPair(issuer: TestCa, file: string): { certFile: string; keyFile: string } {
@@ -94,8 +94,8 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
     ca = makeCa('sandgate doors CA');
     stranger = makeCa('another CA');
     const clientCa = readFileSync(ca.caFile);
-    aStore = new CertificateStore(doorsPair(ca, 'gw-a'), { clientCa });
-    bStore = new CertificateStore(doorsPair(ca, 'gw-b'), { clientCa });
+    aStore = certificatePairs(doorsPair(ca, 'gw-a'), { clientCa });
+    bStore = certificatePairs(doorsPair(ca, 'gw-b'), { clientCa });
     up = await startUpstream((req, res) => {
       reached++;
       if (req.url === '/hash') return void sha256Of(req).then((r) => res.end(JSON.stringify(r)));
@@ -103,7 +103,7 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
     });
     wss = new WebSocketServer({ server: up.server });
     wss.on('connection', (ws) => ws.on('message', (m, isBinary) => ws.send(m, { binary: isBinary })));
-    const storeOf = (gatewayId: string): CertificateStore => (gatewayId === 'gw-a' ? aStore : bStore);
+    const storeOf = (gatewayId: string): CertificateSet => (gatewayId === 'gw-a' ? aStore : bStore);
     peers = await startGatewayPair(relaySandbox('box'), 'relay-tls', (id) => ({ tls: { listener: serverTls(storeOf(id)), peer: new PeerTls(storeOf(id)) } }));
     ({ a, b } = peers);
   }, 60_000);
@@ -112,8 +112,8 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
     wss?.close();
     await peers?.close();
     await up?.close();
-    aStore?.close();
-    bStore?.close();
+    aStore?.detachAll();
+    bStore?.detachAll();
     ca?.remove();
     stranger?.remove();
   });
@@ -143,8 +143,8 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
 
   it('a peer whose pair another CA issued is refused by B, and a peer that does not trust B\'s CA refuses B: 502, the sandbox never reached', async () => {
     const before = reached;
-    const intruderStore = new CertificateStore(doorsPair(stranger, 'intruder-gw'), { clientCa: readFileSync(ca.caFile) });
-    const distrustStore = new CertificateStore(doorsPair(ca, 'distrusting-gw'), { clientCa: readFileSync(stranger.caFile) });
+    const intruderStore = certificatePairs(doorsPair(stranger, 'intruder-gw'), { clientCa: readFileSync(ca.caFile) });
+    const distrustStore = certificatePairs(doorsPair(ca, 'distrusting-gw'), { clientCa: readFileSync(stranger.caFile) });
     try {
       for (const store of [intruderStore, distrustStore]) {
         await withPeerProxy(new PeerTls(store), async (port) => {
@@ -157,8 +157,8 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
         });
       }
     } finally {
-      intruderStore.close();
-      distrustStore.close();
+      intruderStore.detachAll();
+      distrustStore.detachAll();
     }
     expect(reached).toBe(before);
   });
@@ -187,7 +187,7 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the relay between two gateways over mutu
 });
 
 /** Rewrites the store's pair files with a new pair `issuer` issues, and re-reads them. */
-function rotateTo(store: CertificateStore, issuer: TestCa, file: string): void {
+function rotateTo(store: CertificateSet, issuer: TestCa, file: string): void {
   const from = store.from as { certFile: string; keyFile: string };
   const dir = from.certFile.slice(0, from.certFile.lastIndexOf('/'));
   issuer.issue(file, ['sandgate.internal'], { both: true, outDir: dir });

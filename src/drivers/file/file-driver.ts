@@ -275,8 +275,9 @@ export class FileDriver implements Driver {
 
   async start(sink: DriverSink): Promise<void> {
     this.sink = sink;
+    // Watched before the first read: a change between the two is then seen, never lost.
+    this.watcher = watchFile(this.path, () => void this.reload(), (err) => sink.error(err));
     await this.reload();
-    this.watcher = watchFile(this.path, 50, () => void this.reload(), (err) => sink.error(err));
   }
 
   async stop(): Promise<void> {

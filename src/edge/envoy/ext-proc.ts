@@ -9,6 +9,7 @@ import { relayHeaders } from '../relay/relay-headers.js';
 import { externalProcessorService } from './protos.js';
 import { decodeProcessingRequest, type ProcessingMessage } from './request-decoder.js';
 import { encodeProcessContinue } from './response-encoder.js';
+import { isSandgateSetCookie } from '../forwarding/forward-headers.js';
 
 /**
  * Envoy ext_proc v3 (`envoy.service.ext_proc.v3.ExternalProcessor/Process`): one bidirectional stream per
@@ -17,8 +18,13 @@ import { encodeProcessContinue } from './response-encoder.js';
  * `request_headers` → a header mutation that sets the upstream header (values in `raw_value`: Envoy ≥ 1.27
  * sends and expects raw bytes) with `clear_route_cache: true` (so the route is re-picked on the header we
  * set; `x-sandgate-upstream-protocol: h2c` for a port declared h2c picks the HTTP/2 sandbox cluster), or
- * an `immediate_response` for a denial. Any other message kind — which a headers-only
- * configuration (`request_header_mode: SEND`, the rest SKIP/NONE) should not send — gets a plain CONTINUE.
+ * an `immediate_response` for a denial.
+ *
+ * `response_headers` (the shipped configs send them: `response_header_mode: SEND`) → a plain CONTINUE,
+ * unless the sandbox's answer sets sandgate's session cookie: then a mutation that removes every
+ * `set-cookie` and adds back the others, each as it came (a mutation removes a header by name, all its
+ * values at once; removals apply before additions). Any other message kind — which the shipped
+ * configurations do not send — gets a plain CONTINUE.
  */
 
 const OVERWRITE = 'OVERWRITE_IF_EXISTS_OR_ADD' as const;
@@ -57,6 +63,23 @@ function passAnswers(): Readonly<Record<string, Buffer>> {
 
 function rawSet(key: string, value: string): object {
   return { header: { key, raw_value: Buffer.from(value, 'latin1') }, append_action: OVERWRITE };
+}
+
+/**
+ * The answer to a sandbox's response headers that set cookies: CONTINUE, or the mutation that drops every
+ * `Set-Cookie` of sandgate's cookie (forward-headers.ts isSandgateSetCookie, the rule of every carrier)
+ * and keeps the rest byte for byte, in order. Kept lines are added with `append: true`: Envoy's ext_proc
+ * reads that (wrapped) flag for an `append_action` left at its default, in every version that has either.
+ */
+function responseHeadersMessage(setCookies: readonly string[]): Buffer {
+  let dropped = false;
+  const kept: object[] = [];
+  for (const v of setCookies) {
+    if (isSandgateSetCookie('set-cookie', v)) dropped = true;
+    else kept.push({ header: { key: 'set-cookie', raw_value: Buffer.from(v, 'latin1') }, append: { value: true } });
+  }
+  if (!dropped) return passAnswers().response_headers!;
+  return protoProcess().responseSerialize({ response_headers: { response: { status: 'CONTINUE', header_mutation: { set_headers: kept, remove_headers: ['set-cookie'] } } } });
 }
 
 function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): Buffer {
@@ -111,6 +134,10 @@ export function extProcProcess(decider: Decider, opts: DoorOptions, log: Logger,
     let queued = 0;
     const handle = (msg: ProcessingMessage): Promise<void> | undefined => {
       const req = msg.route;
+      if (msg.setCookies !== undefined) {
+        call.write(responseHeadersMessage(msg.setCookies));
+        return undefined;
+      }
       if (req === undefined) {
         const answers = passAnswers();
         call.write((msg.request !== undefined && answers[msg.request]) || answers.request_body!);

@@ -1,5 +1,6 @@
 import { GrpcH2Server, type GrpcServerLimits } from '../../lib/grpc-h2-server.js';
 import type { ServerTls } from '../../lib/http-listen.js';
+import type { ConnectionGuard } from '../../lib/connection-guard.js';
 import { HealthService } from '../../lib/grpc-health.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
@@ -24,10 +25,10 @@ export interface GrpcFrontDoor {
 
 export async function startGrpcServer(
   decider: Decider,
-  opts: { host: string; port: number; door: DoorOptions; limits: GrpcServerLimits; extProcMaxQueued: number; tls?: ServerTls },
+  opts: { host: string; port: number; door: DoorOptions; limits: GrpcServerLimits; extProcMaxQueued: number; tls?: ServerTls; guard?: ConnectionGuard },
   log: Logger,
 ): Promise<GrpcFrontDoor> {
-  const server = new GrpcH2Server({ onHandlerError: (err, path) => log.error({ err, path }, 'gRPC handler threw'), limits: opts.limits, tls: opts.tls });
+  const server = new GrpcH2Server({ onHandlerError: (err, path) => log.error({ err, path }, 'gRPC handler threw'), limits: opts.limits, tls: opts.tls, guard: opts.guard });
   server.addUnary(checkMethod(), extAuthzCheck(decider, opts.door, log));
   server.addBidi(processMethod(), extProcProcess(decider, opts.door, log, opts.extProcMaxQueued));
   const health = new HealthService(Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING'])));

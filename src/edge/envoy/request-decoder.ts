@@ -21,12 +21,17 @@ export interface CheckAttributes extends RouteRequest {
   readonly client: string;
 }
 
-/** What ext_proc reads of a ProcessingRequest: which message it is, and for request_headers the route request. */
+/**
+ * What ext_proc reads of a ProcessingRequest: which message it is, for request_headers the route request,
+ * and for response_headers the sandbox's `set-cookie` values (the one response header the door rewrites).
+ */
 export interface ProcessingMessage {
   /** The member of the `request` oneof (the last one declared, when a peer sends several), or undefined. */
   readonly request: string | undefined;
   /** Present when `request` is `request_headers`. */
   readonly route: RouteRequest | undefined;
+  /** Present when `request` is `response_headers`: each `set-cookie` value in order (raw_value as latin1, else value). */
+  readonly setCookies?: readonly string[] | undefined;
 }
 
 const tag = (field: number, wireType: number): number => (field << 3) | wireType;
@@ -81,6 +86,7 @@ export function decodeProcessingRequest(buf: Buffer): ProcessingMessage {
   const r = new Reader(buf, 0, buf.length);
   let last = 0;
   let headers: Record<string, string> | undefined;
+  let setCookies: string[] | undefined;
   while (r.pos < r.end) {
     const t = r.uint32();
     const field = t >>> 3;
@@ -88,9 +94,11 @@ export function decodeProcessingRequest(buf: Buffer): ProcessingMessage {
     if (field >= 2 && field <= 7 && (t & 7) === LEN) {
       if (field > last) last = field;
       if (field === 2) headers = httpHeaders(r);
+      else if (field === 3) setCookies = responseSetCookies(r);
       else r.leave(r.enter());
     } else r.skip(t & 7);
   }
+  if (last === 3) return setCookies!.length === 0 ? PASS_THROUGH[0]! : { request: 'response_headers', route: undefined, setCookies };
   if (last !== 2) return last === 0 ? NO_REQUEST : PASS_THROUGH[last - 3]!;
   const h = known(headers!);
   return { request: 'request_headers', route: { headers: h, host: h[':authority'] ?? h.host, path: h[':path'], method: h[':method'], secure: h[':scheme'] === 'https' } };
@@ -228,6 +236,44 @@ function httpHeaders(r: Reader): Record<string, string> {
   }
   r.leave(outer);
   return headers ?? {};
+}
+
+/** ext_proc's HttpHeaders (response_headers): the `set-cookie` values of its HeaderMap (1), in order; a field sent twice is replaced. */
+function responseSetCookies(r: Reader): string[] {
+  const outer = r.enter();
+  let out: string[] = [];
+  while (r.pos < r.end) {
+    const t = r.uint32();
+    if (t !== tag(1, LEN)) {
+      r.skip(t & 7);
+      continue;
+    }
+    const map = r.enter();
+    out = [];
+    while (r.pos < r.end) {
+      const u = r.uint32();
+      if (u !== tag(1, LEN)) {
+        r.skip(u & 7);
+        continue;
+      }
+      const entry = r.enter();
+      let key = '';
+      let value = '';
+      let raw = '';
+      while (r.pos < r.end) {
+        const v = r.uint32();
+        if (v === tag(1, LEN)) key = r.string();
+        else if (v === tag(2, LEN)) value = r.string();
+        else if (v === tag(3, LEN)) raw = r.latin1();
+        else r.skip(v & 7);
+      }
+      r.leave(entry);
+      if (key.length === 10 && key.toLowerCase() === 'set-cookie') out.push(raw !== '' ? raw : value);
+    }
+    r.leave(map);
+  }
+  r.leave(outer);
+  return out;
 }
 
 /**

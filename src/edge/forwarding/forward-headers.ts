@@ -1,5 +1,5 @@
 import type { OutgoingHttpHeaders } from 'node:http2';
-import { withoutLinkCookie } from '../../domain/link.js';
+import { setsLinkCookie, withoutLinkCookie } from '../../domain/link-cookie.js';
 import { ROUTING_HEADERS } from '../../domain/route-key.js';
 import { GATEWAY_HEADER_PREFIX } from '../headers.js';
 
@@ -105,13 +105,24 @@ export function stripLinkCookie(headers: string[]): string[] {
     const name = headers[i]!;
     if (name.length !== 6 || name.toLowerCase() !== 'cookie') continue;
     const kept = withoutLinkCookie(headers[i + 1]!);
-    if (kept === undefined) headers.splice(i, 2);
+    if (kept === '') headers.splice(i, 2);
     else headers[i + 1] = kept;
   }
   return headers;
 }
 
 const RESPONSE_DROP: ReadonlySet<string> = new Set(HOP_BY_HOP);
+
+/**
+ * The one rule every carrier of a sandbox's answer applies — the proxy (HTTP/1.1 and HTTP/2), the relay
+ * listener, WebSocket handshakes and ext_proc's response headers: a `Set-Cookie` that would set sandgate's
+ * session cookie (domain/link-cookie.ts setsLinkCookie) never reaches the browser. A sandbox could
+ * otherwise plant one with a `Domain` its sibling hosts share and shadow their link cookies. `lowerName`
+ * is the header's name in lower case.
+ */
+export function isSandgateSetCookie(lowerName: string, value: string): boolean {
+  return lowerName === 'set-cookie' && setsLinkCookie(value);
+}
 
 /** A raw header name or value as text: undici hands Buffers, node:http strings; latin1 keeps every byte as it came. */
 function text(v: string | Buffer): string {
@@ -120,8 +131,9 @@ function text(v: string | Buffer): string {
 
 /**
  * An upstream response's raw headers (name, value, name, value… as undici or node:http parsed them) as
- * the flat list `writeHead` takes: order, case and duplicates kept, hop-by-hop headers and the names its
- * `Connection` headers list dropped. Built straight from the raw list: no parsed object in between.
+ * the flat list `writeHead` takes: order, case and duplicates kept, hop-by-hop headers, the names its
+ * `Connection` headers list and a `Set-Cookie` of sandgate's cookie dropped. Built straight from the raw
+ * list: no parsed object in between.
  */
 export function forwardResponseHeaders(raw: readonly (string | Buffer)[]): string[] {
   const named = connectionNamed(raw);
@@ -130,7 +142,9 @@ export function forwardResponseHeaders(raw: readonly (string | Buffer)[]): strin
     const name = text(raw[i]!);
     const lower = name.toLowerCase();
     if (RESPONSE_DROP.has(lower) || named?.has(lower) === true) continue;
-    out.push(name, text(raw[i + 1]!));
+    const value = text(raw[i + 1]!);
+    if (isSandgateSetCookie(lower, value)) continue;
+    out.push(name, value);
   }
   return out;
 }
@@ -165,6 +179,7 @@ export function forwardResponseHeadersH2(status: number, raw: readonly (string |
     const lower = text(raw[i]!).toLowerCase();
     if (NOT_IN_H2.has(lower) || named?.has(lower) === true) continue;
     const value = text(raw[i + 1]!);
+    if (isSandgateSetCookie(lower, value)) continue;
     const had = out[lower];
     if (had === undefined) out[lower] = value;
     else if (Array.isArray(had)) had.push(value);

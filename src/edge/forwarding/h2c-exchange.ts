@@ -2,7 +2,7 @@ import { constants, type ClientHttp2Stream, type IncomingHttpHeaders, type Outgo
 import type { RequestGuard } from '../../lib/request-guard.js';
 import type { Exchange } from '../../observability/exchange.js';
 import type { ClientRequest, ClientResponse } from './client-side.js';
-import { HOP_BY_HOP } from './forward-headers.js';
+import { HOP_BY_HOP, isSandgateSetCookie } from './forward-headers.js';
 import type { H2cPool, OpenTransport } from './h2c-pool.js';
 import { InvalidUpstreamResponse, isFinalStatus } from './upstream-answer.js';
 import { H2Response } from './h2-request.js';
@@ -70,15 +70,22 @@ export function h2cRequestHeaders(method: string, path: string, list: readonly s
   return out;
 }
 
-/** An HTTP/2 response head or trailers as the flat list writeHead takes, pseudo-headers and hop-by-hop fields left out. */
+/**
+ * An HTTP/2 response head as the flat list writeHead takes, pseudo-headers, hop-by-hop fields and a
+ * `Set-Cookie` of sandgate's cookie left out.
+ */
 function fieldList(headers: IncomingHttpHeaders): string[] {
   const out: string[] = [];
   for (const name in headers) {
     if (name.charCodeAt(0) === 0x3a || NOT_IN_H2.has(name)) continue;
     const v = headers[name];
     if (v === undefined) continue;
-    if (Array.isArray(v)) for (const one of v) out.push(name, one);
-    else out.push(name, String(v));
+    if (Array.isArray(v)) {
+      for (const one of v) if (!isSandgateSetCookie(name, one)) out.push(name, one);
+    } else {
+      const one = String(v);
+      if (!isSandgateSetCookie(name, one)) out.push(name, one);
+    }
   }
   return out;
 }

@@ -2,7 +2,8 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as connectTls, type ConnectionOptions } from 'node:tls';
-import { forwardRequestHeaders, forwardResponseHeaders, type ForwardContext } from './forward-headers.js';
+import { forwardRequestHeaders, forwardResponseHeaders, isSandgateSetCookie, type ForwardContext } from './forward-headers.js';
+import { ChunkedEnd, MALFORMED, readAnswerHead, type AnswerHead } from './answer-framing.js';
 import { FrameScanner } from './ws-frames.js';
 
 /**
@@ -131,7 +132,7 @@ export function spliceUpgrade(
       answered = true;
       seen?.(answer.status);
       if (answer.status === 101) {
-        client.write(Buffer.concat([answer.bytes, rest]));
+        client.write(Buffer.concat([acceptedHead(answer), rest]));
         if (head.length > 0) up.write(head);
         if (activity !== undefined) watchData((req.headers.upgrade ?? '').toLowerCase() === 'websocket', client, up, head, rest, activity);
         up.pipe(client);
@@ -182,40 +183,17 @@ export function watchData(ws: boolean, client: Duplex, up: Duplex, clientFirst: 
   up.on('data', side(upFirst));
 }
 
-/** An upstream's answer head, as read off the pipe. */
-export interface AnswerHead {
-  readonly status: number;
-  /** The head's bytes, its blank line included. */
-  readonly bytes: Buffer;
-  /** Name, value, … as sent. */
-  readonly raw: string[];
-}
-
-/** Longest upstream answer head read (node:http's default limit on heads). */
-const MAX_ANSWER_HEAD = 16 * 1024;
-const STATUS_LINE = /^HTTP\/1\.[01] (\d{3})(?: [^\r\n]*)?$/;
-
-/** Reads the upstream's answer head; `then` gets it (undefined when it is not one) and the bytes after it. */
-export function readAnswerHead(up: Pipe, then: (answer: AnswerHead | undefined, rest: Buffer) => void): void {
-  let acc: Buffer = Buffer.alloc(0);
-  const onData = (chunk: Buffer): void => {
-    acc = acc.length === 0 ? chunk : Buffer.concat([acc, chunk]);
-    const end = acc.indexOf('\r\n\r\n');
-    if (end < 0 && acc.length <= MAX_ANSWER_HEAD) return;
-    up.off('data', onData);
-    up.pause();
-    if (end < 0) return then(undefined, acc);
-    const lines = acc.subarray(0, end).toString('latin1').split('\r\n');
-    const m = STATUS_LINE.exec(lines[0]!);
-    const raw: string[] = [];
-    for (const line of lines.slice(1)) {
-      const colon = line.indexOf(':');
-      if (colon <= 0) return then(undefined, acc);
-      raw.push(line.slice(0, colon), line.slice(colon + 1).trim());
-    }
-    then(m === null ? undefined : { status: Number(m[1]), bytes: acc.subarray(0, end + 4), raw }, acc.subarray(end + 4));
-  };
-  up.on('data', onData);
+/**
+ * An accepted upgrade's head, to the client: its bytes as they came, but for a `Set-Cookie` line of
+ * sandgate's cookie (forward-headers.ts isSandgateSetCookie, the rule of every carrier), which is left out.
+ */
+function acceptedHead(answer: AnswerHead): Buffer {
+  const raw = answer.raw;
+  let drop: Set<number> | undefined;
+  for (let i = 0; i < raw.length; i += 2) if (isSandgateSetCookie(raw[i]!.toLowerCase(), raw[i + 1]!)) (drop ??= new Set()).add(i / 2 + 1);
+  if (drop === undefined) return answer.bytes;
+  const lines = answer.bytes.toString('latin1').split('\r\n');
+  return Buffer.from(lines.filter((_line, n) => !drop.has(n)).join('\r\n'), 'latin1');
 }
 
 /**
@@ -266,53 +244,6 @@ function passDeclined(headRequest: boolean, answer: AnswerHead, rest: Buffer, up
   up.on('data', forward);
   if (rest.length > 0) forward(rest);
   up.resume();
-}
-
-/** What ChunkedEnd.feed() returns for bytes that are not chunked framing. */
-export const MALFORMED = -1;
-/** Longer than any chunk size line or trailer field this reads. */
-const MAX_LINE = 8 * 1024;
-
-/** Finds where a chunked body ends (RFC 9112 §7.1): the last chunk, its trailer fields and the blank line. */
-export class ChunkedEnd {
-  private state: 'size' | 'data' | 'data-end' | 'trailer' = 'size';
-  private line = '';
-  private left = 0;
-
-  /** Feeds the next bytes; returns the offset just past the body's end within them, undefined, or MALFORMED. */
-  feed(b: Buffer): number | undefined {
-    for (let i = 0; i < b.length; ) {
-      if (this.state === 'data') {
-        const n = Math.min(this.left, b.length - i);
-        this.left -= n;
-        i += n;
-        if (this.left === 0) this.state = 'data-end';
-        continue;
-      }
-      const c = b[i++]!;
-      if (c !== 0x0a) {
-        if (c !== 0x0d) this.line += String.fromCharCode(c);
-        if (this.line.length > MAX_LINE) return MALFORMED;
-        continue;
-      }
-      const line = this.line;
-      this.line = '';
-      if (this.state === 'size') {
-        const digits = line.split(';')[0]!.trim();
-        if (!/^[0-9a-fA-F]{1,12}$/.test(digits)) return MALFORMED;
-        const size = parseInt(digits, 16);
-        if (size === 0) this.state = 'trailer';
-        else {
-          this.left = size;
-          this.state = 'data';
-        }
-      } else if (this.state === 'data-end') {
-        if (line !== '') return MALFORMED;
-        this.state = 'size';
-      } else if (line === '') return i;
-    }
-    return undefined;
-  }
 }
 
 export function withoutOrigin(raw: readonly string[]): string[] {

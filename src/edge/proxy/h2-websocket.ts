@@ -1,7 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { ServerHttp2Stream } from 'node:http2';
 import { forwardResponseHeaders } from '../forwarding/forward-headers.js';
-import { openWhileOpen, readAnswerHead, watchData, type Connect } from '../forwarding/websocket-tunnel.js';
+import { readAnswerHead } from '../forwarding/answer-framing.js';
+import { openWhileOpen, watchData, type Connect } from '../forwarding/websocket-tunnel.js';
 import type { Exchange } from '../../observability/exchange.js';
 import { h2ResponseHeaders } from '../forwarding/h2-request.js';
 

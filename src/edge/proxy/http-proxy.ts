@@ -7,7 +7,8 @@ import { deny, type Allow, type Decision, type Deny } from '../../domain/decide.
 import type { RouteRequest } from '../../domain/route-key.js';
 import { closeGracefully, createStreamingServer, listenOn, PROXIED_METHODS, refuseConnect, type ConnectionFront } from '../../lib/http-listen.js';
 import { RequestGuard } from '../../lib/request-guard.js';
-import type { CertificateStore } from '../../lib/tls/certificate-store.js';
+import { ListenerGuards } from '../../lib/connection-guard.js';
+import type { CertificateSet } from '../../lib/tls/certificate-store.js';
 import type { PeerTls } from '../../lib/tls/peer-tls.js';
 import { ALPN, Http2Beside } from '../../lib/tls/http2-beside.js';
 import type { Logger } from '../../observability/logger.js';
@@ -25,7 +26,7 @@ import { forwardFailure, type ForwardHop } from '../forwarding/failure-codes.js'
 import { RecordedUpstreamExchange, UpstreamExchange, type ExchangeOwner } from './upstream-exchange.js';
 import type { Exchange } from '../../observability/exchange.js';
 import { dropSet, forwardRequestHeaders, stripLinkCookie, type ForwardContext } from '../forwarding/forward-headers.js';
-import { hasLinkCookie } from '../../domain/link.js';
+import { mayHoldLinkCookie } from '../../domain/link-cookie.js';
 import { spliceUpgrade, upgradeHeaders, withoutOrigin } from '../forwarding/websocket-tunnel.js';
 import { planUpstream, type RelayRoutes, type UpstreamPlan } from '../forwarding/upstream-plan.js';
 import { fromNodeHttp, type ClientRequest, type ClientResponse } from '../forwarding/client-side.js';
@@ -45,7 +46,7 @@ import { respondGrpcDenial } from '../forwarding/grpc-denial.js';
  * keeps a Pool per origin), bodies streamed both ways with backpressure, responses written as they
  * arrive (SSE and chunked responses are not buffered), WebSocket upgrades tunnelled byte for byte.
  *
- * With a certificate store, a second listener (`--proxy-tls-port`) speaks TLS: HTTP/1.1 there is read
+ * With certificates from the store, a second listener (`--proxy-tls-port`) speaks TLS: HTTP/1.1 there is read
  * exactly as on the plain port, HTTP/2 (ALPN `h2`) streams become the same requests (h2-request.ts), and
  * RFC 8441 extended CONNECT carries WebSockets (h2-websocket.ts). The plain port may instead redirect
  * every request to HTTPS.
@@ -91,13 +92,15 @@ export interface ProxyOptions {
    */
   readonly connectRetry?: { readonly ms: number; readonly now: () => number };
   /** The TLS listener: its port and the certificates it serves. */
-  readonly tls?: { readonly port: number; readonly store: CertificateStore };
+  readonly tls?: { readonly port: number; readonly pairs: CertificateSet };
   /** The plain port answers every request with a 308 to `https://<host>:<port>` (443: no port in the URL; 0: the TLS listener's port). */
   readonly redirectHttpsPort?: number;
   /** Counts faults in the proxy's handlers (sandgate_http_handler_errors_total{listener="proxy"}). */
   readonly handlerErrors?: { inc(): void };
   /** Bounds on the HTTP/2 sessions to h2c sandbox ports (forwarding/h2c-pool.ts). */
   readonly h2c?: Partial<H2cLimits>;
+  /** The guards of the plain (`proxy`) and TLS (`proxy_tls`) ports; default: one set with the default limits. */
+  readonly guards?: ListenerGuards;
 }
 
 /** The TLS listener: HTTP/1.1 (node:http and the proxy's front) and HTTP/2 beside it. */
@@ -139,6 +142,8 @@ export class EmbeddedProxy implements ExchangeOwner {
   readonly h2c: H2cPool;
   /** How peers' relay listeners are reached. */
   private readonly peers: RelayPeers;
+  /** Connection caps and first-request timeouts of both ports. */
+  readonly guards: ListenerGuards;
   /** The relay half of the upstream plan; undefined: a relay decision answers 502 sandbox_unreachable. */
   private readonly relay: RelayRoutes | undefined;
   port = 0;
@@ -151,6 +156,7 @@ export class EmbeddedProxy implements ExchangeOwner {
   ) {
     // A client's copies of the relay headers never travel on: a relay hop gets the gateway's own.
     this.connections = new ConnectionLimit(opts.maxConnectionsPerSandbox ?? 0);
+    this.guards = opts.guards ?? new ListenerGuards();
     // With tracing on, the sandbox gets the proxy's own `traceparent` (its span's), never the client's.
     const traced = decider.recorder?.tracer !== undefined ? [TRACEPARENT] : [];
     this.drop = dropSet({ upstreamHeader: opts.upstreamHeader, strip: [...opts.stripHeaders, RELAY_AUTH_HEADER, RELAY_TARGET_HEADER, ...traced] });
@@ -178,17 +184,17 @@ export class EmbeddedProxy implements ExchangeOwner {
       this.front.h2c = (socket) => h2.accept(socket);
       this.plainH2 = h2;
     }
-    if (opts.tls !== undefined) this.secure = this.secureListener(opts.tls.store);
+    if (opts.tls !== undefined) this.secure = this.secureListener(opts.tls.pairs);
   }
 
-  private secureListener(store: CertificateStore): SecureListener {
+  private secureListener(pairs: CertificateSet): SecureListener {
     const server = createStreamingServer(
       (req, res) => this.request(fromNodeHttp(req, true), res),
       (req, socket, head) => this.upgrade(req, socket, head, true),
       this.guard,
-      { ...store.serverOptions(), ALPNProtocols: ALPN },
+      { ...pairs.serverOptions(), ALPNProtocols: ALPN },
     );
-    store.attach(server as unknown as TlsServer);
+    pairs.attach(server as unknown as TlsServer);
     const front = new HttpFront(server, proxyFrontHandler((req, res) => this.request(req, res), true), this.log, 'secureConnection');
     const h2 = new Http2Beside(server, (stream, headers, ip) => this.stream(stream, headers, ip), { ...H2_LIMITS, idleTimeoutMs: server.keepAliveTimeout });
     const fronts: ConnectionFront = {
@@ -200,13 +206,13 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   /** The plain port (not when `port` is negative: TLS only). */
   async start(): Promise<number> {
-    if (this.opts.port >= 0) this.port = await listenOn(this.server, this.opts.host, this.opts.port);
+    if (this.opts.port >= 0) this.port = await listenOn(this.server, this.opts.host, this.opts.port, this.guards.for('proxy'));
     return this.port;
   }
 
   /** The TLS port. */
   async startTls(): Promise<number> {
-    this.tlsPort = await listenOn(this.secure!.server, this.opts.host, this.opts.tls!.port);
+    this.tlsPort = await listenOn(this.secure!.server, this.opts.host, this.opts.tls!.port, this.guards.for('proxy_tls'));
     return this.tlsPort;
   }
 
@@ -234,7 +240,7 @@ export class EmbeddedProxy implements ExchangeOwner {
 
   /** The forwarded headers without sandgate's link cookie (when links are on and the request has it). */
   private withoutLinkCookie(headers: string[], cookie: string | undefined): string[] {
-    return this.decider.links !== undefined && hasLinkCookie(cookie) ? stripLinkCookie(headers) : headers;
+    return this.decider.links !== undefined && mayHoldLinkCookie(cookie) ? stripLinkCookie(headers) : headers;
   }
 
   private context(req: ClientRequest): ForwardContext {
@@ -369,6 +375,7 @@ export class EmbeddedProxy implements ExchangeOwner {
     const left = since === undefined ? 0 : since + retry.ms - retry.now();
     if (left <= 0) return false;
     const options = x.options;
+    this.log.debug({ upstream: x.decision.upstream, leftMs: left }, 'the sandbox refused the connection after a wake; retrying');
     setTimeout(() => {
       if (!x.res.destroyed) this.agent.dispatch(options, x);
     }, Math.min(CONNECT_RETRY_STEP_MS, left));

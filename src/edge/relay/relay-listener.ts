@@ -6,6 +6,7 @@ import type { RouteRequest } from '../../domain/route-key.js';
 import type { Server as TlsServer } from 'node:tls';
 import { closeGracefully, createStreamingServer, listenOn, type ServerTls } from '../../lib/http-listen.js';
 import { RequestGuard } from '../../lib/request-guard.js';
+import { ConnectionGuard } from '../../lib/connection-guard.js';
 import type { Logger } from '../../observability/logger.js';
 import type { RelayOpener } from '../../sessions/relay-opener.js';
 import { respondDenial, writeDenial } from '../denial.js';
@@ -66,6 +67,8 @@ export interface RelayListenerOptions {
   readonly tls?: ServerTls | undefined;
   /** Bounds on the HTTP/2 sessions to h2c ports (`--h2c-*`, as the embedded proxy's). */
   readonly h2c?: Partial<H2cLimits> | undefined;
+  /** Connection cap and first-request timeouts (connection-guard.ts); default: the default limits. */
+  readonly guard?: ConnectionGuard | undefined;
 }
 
 /** HTTP/2 limits toward Envoy: the HTTP/1.1 head limit, the embedded proxy's stream cap per connection. */
@@ -108,7 +111,7 @@ export class RelayListener {
   }
 
   async start(): Promise<number> {
-    this.port = await listenOn(this.server, this.opts.host, this.opts.port);
+    this.port = await listenOn(this.server, this.opts.host, this.opts.port, this.opts.guard ?? new ConnectionGuard('relay'));
     return this.port;
   }
 

@@ -1,287 +1,91 @@
-import { readdirSync, readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
-import { join } from 'node:path';
-import type { SecureContext, Server as TlsServer, TlsOptions } from 'node:tls';
 import { SandgateError } from '../../domain/errors.js';
-import { loadPair, selectPair, TLS_DEFAULTS, type CertificatePair } from './certificate-pair.js';
+import { watchFiles, type FileWatch } from '../file-watch.js';
+import { CertificateSet, type CertificateSource, type ReloadEvent } from './certificate-set.js';
+
+export type { CertificateSource, ReloadEvent } from './certificate-set.js';
+export { CertificateSet } from './certificate-set.js';
 
 /**
- * The one certificate store every TLS listener is handed (the proxy, the supervisor endpoint, the doors):
- * either one pair (`--tls-cert-file` / `--tls-key-file`) or a directory of pairs chosen by SNI
- * (`--tls-dir`). The files are watched and re-read when they change — a cert-manager Secret update swaps
- * the files of a mounted volume — and a periodic re-read backs the watch up (a watch can miss a
- * symlink swap on some filesystems). A pair whose new files do not load keeps serving its last good
- * certificate, and the failure is reported until a later read succeeds.
- *
- * A directory holds pairs as `<name>.crt` + `<name>.key` files, or as sub-directories holding `tls.crt` +
- * `tls.key` (one mounted Kubernetes TLS Secret each). A client that sends no SNI, or a name no pair
- * covers, gets the pair named `default`, else the first pair by name.
+ * The one certificate store every TLS listener is handed (the proxy, the supervisor endpoint, the doors,
+ * the ops port, the relay's peer connections). It holds named sets of pairs — say the proxy's `--tls-dir`
+ * chosen by SNI, and the doors' pair with the CA their clients must present — and a listener asks for
+ * its set by name. All their files are followed by one file watch (lib/file-watch.ts) and re-read when
+ * they change — a cert-manager Secret update swaps the `..data` symlink of a mounted volume; problems
+ * of every set are reported in one place.
  */
 
-/** Where the pairs come from. */
-export type CertificateSource = { readonly certFile: string; readonly keyFile: string } | { readonly dir: string };
-
-/** What happened at a re-read, for the log and the metrics. */
-export interface ReloadEvent {
-  readonly source: string;
-  readonly result: 'loaded' | 'failed' | 'removed';
-  readonly error?: Error;
+/** One set's source and, for mutual TLS, the CA (PEM) its clients' certificates must chain to. */
+export interface CertificateSetSpec {
+  readonly from: CertificateSource;
+  readonly clientCa?: Buffer;
 }
 
 export interface CertificateStoreOptions {
   /** Quiet time after a file change before re-reading (a rotation writes several files). */
   readonly debounceMs?: number;
-  /** Re-read every this many ms even without a change seen (0 = only on changes). */
+  /** Compare the files every this many ms even without an event (0 = only on events). */
   readonly pollMs?: number;
   readonly onReload?: (e: ReloadEvent) => void;
   /** Clock (epoch ms), for expiry. */
   readonly now?: () => number;
-  /** Mutual TLS: only clients with a certificate this CA (PEM) issued complete the handshake. */
-  readonly clientCa?: Buffer;
 }
-
-interface PairFiles {
-  readonly source: string;
-  readonly certFile: string;
-  readonly keyFile: string;
-}
-
-const FLAT_CERT = /^([^.][^/]*)\.crt$/;
 
 export class CertificateStore {
-  private pairs: CertificatePair[] = [];
-  /** Sources whose files do not load now (their last good pair, if any, still serves), with why. */
-  private readonly failing = new Map<string, string>();
-  private readonly servers = new Set<TlsServer>();
-  private watchers: FSWatcher[] = [];
-  private watchedDirs = '';
-  private started = false;
-  private timer: NodeJS.Timeout | undefined;
-  private poll: NodeJS.Timeout | undefined;
-  private readonly debounceMs: number;
-  private readonly now: () => number;
+  private readonly sets = new Map<string, CertificateSet>();
+  private watch: FileWatch | undefined;
 
-  /** Loads the pairs now; throws `tls_certificate_invalid` when none loads (nothing could be served). */
+  /** Loads every set now; throws `tls_certificate_invalid` when a set has no pair that loads. */
   constructor(
-    readonly from: CertificateSource,
+    specs: Readonly<Record<string, CertificateSetSpec>>,
     private readonly opts: CertificateStoreOptions = {},
   ) {
-    this.debounceMs = opts.debounceMs ?? 100;
-    this.now = opts.now ?? Date.now;
-    this.reload();
-    if (this.pairs.length === 0) {
-      const why = [...this.failing].map(([source, e]) => `${source}: ${e}`).join('; ') || ('dir' in from ? `${from.dir} holds no <name>.crt + <name>.key pair and no sub-directory with tls.crt + tls.key` : 'no pair');
-      throw new SandgateError('tls_certificate_invalid', `no TLS certificate could be loaded: ${why}`);
+    const now = opts.now ?? Date.now;
+    for (const [name, spec] of Object.entries(specs)) {
+      const set = new CertificateSet(spec.from, { now, onReload: opts.onReload, clientCa: spec.clientCa });
+      const why = set.loadFailure();
+      if (why !== undefined) throw new SandgateError('tls_certificate_invalid', `no TLS certificate could be loaded: ${why}`);
+      this.sets.set(name, set);
     }
   }
 
-  /** Starts watching the files (and the periodic re-read). */
+  /** The named set; throws when the store has none by that name (a wiring mistake). */
+  set(name: string): CertificateSet {
+    const set = this.sets.get(name);
+    if (set === undefined) throw new Error(`the certificate store has no set ${JSON.stringify(name)}`);
+    return set;
+  }
+
+  has(name: string): boolean {
+    return this.sets.has(name);
+  }
+
+  /** Starts following every set's files; a change since they were loaded is read now. */
   start(): void {
-    this.started = true;
-    this.rewatch();
-    const pollMs = this.opts.pollMs ?? 10_000;
-    if (pollMs > 0) {
-      this.poll = setInterval(() => this.reload(), pollMs);
-      this.poll.unref();
-    }
+    this.watch = watchFiles({
+      paths: () => [...this.sets.values()].flatMap((s) => s.followed()),
+      onChange: () => this.reload(),
+      onError: (err) => {
+        for (const s of this.sets.values()) s.fail('dir' in s.from ? s.from.dir : s.from.certFile, err);
+      },
+      debounceMs: this.opts.debounceMs ?? 100,
+      pollMs: this.opts.pollMs ?? 10_000,
+    });
+    this.reload();
   }
 
   close(): void {
-    clearTimeout(this.timer);
-    clearInterval(this.poll);
-    this.started = false;
-    for (const w of this.watchers) w.close();
-    this.watchers = [];
-    this.servers.clear();
+    this.watch?.close();
+    this.watch = undefined;
+    for (const s of this.sets.values()) s.detachAll();
   }
 
-  /** The pairs served now, in name order. */
-  get current(): readonly CertificatePair[] {
-    return this.pairs;
-  }
-
-  /** The CA client certificates are verified against (mutual TLS); undefined without one. */
-  get clientCa(): Buffer | undefined {
-    return this.opts.clientCa;
-  }
-
-  /** The pair for a client that sends no SNI or a name no pair covers. */
-  get fallback(): CertificatePair {
-    return this.pairs.find((p) => p.source === 'default') ?? this.pairs[0]!;
-  }
-
-  /** The secure context for an SNI name. */
-  contextFor(servername: string): SecureContext {
-    return (selectPair(this.pairs, servername) ?? this.fallback).context;
-  }
-
-  /**
-   * Options for a TLS (or HTTP/2 secure) server: the modern defaults, the fallback pair, SNI selection, and
-   * with a client CA the client certificate requirement (unless `clientAuth` is false). Pass the server
-   * to `attach` so a reloaded fallback reaches it.
-   */
-  serverOptions(clientAuth = true): TlsOptions {
-    const f = this.fallback;
-    return { ...this.contextOptions(f), ...(clientAuth ? this.clientAuth() : {}), SNICallback: (name, cb) => cb(null, this.contextFor(name)) };
-  }
-
-  private contextOptions(p: CertificatePair): TlsOptions {
-    return { ...TLS_DEFAULTS, cert: p.cert, key: p.key, ca: this.opts.clientCa };
-  }
-
-  /** With a client CA: a certificate is requested, and a handshake without a valid one fails. */
-  private clientAuth(): TlsOptions {
-    return this.opts.clientCa === undefined ? {} : { requestCert: true, rejectUnauthorized: true };
-  }
-
-  /** Keeps `server`'s fallback pair current across reloads (its SNI selection reads the store directly). */
-  attach(server: TlsServer): void {
-    this.servers.add(server);
+  /** Re-reads every set (unchanged files keep their pairs). */
+  reload(): void {
+    for (const s of this.sets.values()) s.reload();
   }
 
   /** What an operator must know (readiness's degraded reasons): pairs that failed to reload, expired ones. */
   problems(): string[] {
-    const out = [...this.failing].map(([source, why]) => `TLS certificate ${source} not reloaded (the last good pair serves): ${why}`);
-    const now = this.now();
-    for (const p of this.pairs) if (p.notAfter < now) out.push(`TLS certificate ${p.source} expired at ${new Date(p.notAfter).toISOString()}`);
-    return out;
-  }
-
-  /**
-   * Re-reads every pair: unchanged bytes keep their pair, changed ones are loaded, a pair whose files fail
-   * keeps its last good one, a pair gone from the directory is dropped — unless none would be left.
-   */
-  reload(): void {
-    let files: PairFiles[];
-    try {
-      files = this.scan();
-    } catch (err) {
-      this.fail('dir' in this.from ? this.from.dir : this.from.certFile, err as Error);
-      return;
-    }
-    const old = new Map(this.pairs.map((p) => [p.source, p]));
-    const next: CertificatePair[] = [];
-    for (const f of files) {
-      const last = old.get(f.source);
-      let cert: Buffer;
-      let key: Buffer;
-      try {
-        cert = readFileSync(f.certFile);
-        key = readFileSync(f.keyFile);
-      } catch (err) {
-        this.fail(f.source, err as Error);
-        if (last !== undefined) next.push(last);
-        continue;
-      }
-      if (last !== undefined && last.cert.equals(cert) && last.key.equals(key)) {
-        this.failing.delete(f.source);
-        next.push(last);
-        continue;
-      }
-      try {
-        next.push(loadPair(f.source, cert, key, this.opts.clientCa));
-        this.failing.delete(f.source);
-        this.opts.onReload?.({ source: f.source, result: 'loaded' });
-      } catch (err) {
-        this.fail(f.source, err as Error);
-        if (last !== undefined) next.push(last);
-      }
-    }
-    const where = 'dir' in this.from ? this.from.dir : this.from.certFile;
-    if (next.length === 0) {
-      if (this.pairs.length > 0) this.fail(where, new Error('no certificate pair is left; the last good ones serve'));
-      return;
-    }
-    // Problems of pairs no longer on disk, and of the directory as a whole, are over.
-    const seen = new Set(files.map((f) => f.source));
-    for (const source of this.failing.keys()) if (!seen.has(source)) this.failing.delete(source);
-    for (const source of old.keys()) if (!seen.has(source)) this.opts.onReload?.({ source, result: 'removed' });
-    const fallbackBefore = this.pairs.length > 0 ? this.fallback : undefined;
-    this.pairs = next;
-    if (this.fallback !== fallbackBefore) for (const s of this.servers) s.setSecureContext(this.contextOptions(this.fallback));
-    if (this.started) this.rewatch();
-  }
-
-  private fail(source: string, error: Error): void {
-    const why = error.message;
-    if (this.failing.get(source) === why) return;
-    this.failing.set(source, why);
-    this.opts.onReload?.({ source, result: 'failed', error });
-  }
-
-  /** The pairs on disk now, in name order. */
-  private scan(): PairFiles[] {
-    const from = this.from;
-    if (!('dir' in from)) return [{ source: from.certFile, certFile: from.certFile, keyFile: from.keyFile }];
-    const out: PairFiles[] = [];
-    for (const entry of readdirSync(from.dir).sort()) {
-      if (entry.startsWith('.')) continue;
-      const path = join(from.dir, entry);
-      const flat = FLAT_CERT.exec(entry);
-      if (flat !== null) {
-        if (entry === 'tls.crt' || !isFile(join(from.dir, flat[1]! + '.key'))) continue;
-        out.push({ source: flat[1]!, certFile: path, keyFile: join(from.dir, flat[1]! + '.key') });
-      } else if (isDir(path) && isFile(join(path, 'tls.crt'))) {
-        out.push({ source: entry, certFile: join(path, 'tls.crt'), keyFile: join(path, 'tls.key') });
-      }
-    }
-    // One mounted Secret as the directory itself: its tls.crt + tls.key are the pair `default`.
-    if (isFile(join(from.dir, 'tls.crt'))) out.unshift({ source: 'default', certFile: join(from.dir, 'tls.crt'), keyFile: join(from.dir, 'tls.key') });
-    return out;
-  }
-
-  /** Watches every directory a pair's files live in (the set can change with the directory's content). */
-  private rewatch(): void {
-    const dirs = new Set<string>();
-    const from = this.from;
-    if ('dir' in from) {
-      dirs.add(from.dir);
-      for (const p of this.scanQuietly()) dirs.add(join(p.certFile, '..'));
-    } else {
-      dirs.add(join(from.certFile, '..'));
-      dirs.add(join(from.keyFile, '..'));
-    }
-    const key = [...dirs].sort().join('\n');
-    if (key === this.watchedDirs) return;
-    for (const w of this.watchers) w.close();
-    this.watchedDirs = key;
-    this.watchers = [];
-    for (const dir of dirs) {
-      try {
-        const w = watch(dir, () => this.changed());
-        w.on('error', (err) => this.fail(dir, err));
-        this.watchers.push(w);
-      } catch (err) {
-        this.fail(dir, err as Error);
-      }
-    }
-  }
-
-  private scanQuietly(): PairFiles[] {
-    try {
-      return this.scan();
-    } catch {
-      return [];
-    }
-  }
-
-  private changed(): void {
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.reload(), this.debounceMs);
-  }
-}
-
-function isFile(path: string): boolean {
-  try {
-    return statSync(path).isFile();
-  } catch {
-    return false;
-  }
-}
-
-function isDir(path: string): boolean {
-  try {
-    return statSync(path).isDirectory();
-  } catch {
-    return false;
+    return [...this.sets.values()].flatMap((s) => s.problems());
   }
 }

@@ -3,6 +3,7 @@ import { createServer, type Http2Server, type IncomingHttpHeaders, type ServerHt
 import type { Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
+import { firstRequest } from '../connection-guard.js';
 import type { ConnectionFront } from '../http-listen.js';
 
 /**
@@ -36,6 +37,10 @@ export class Http2Beside implements ConnectionFront {
   private readonly addresses = new WeakMap<ServerHttp2Session, string>();
   /** The address of the connection accept() is handing over (its session is made synchronously). */
   private accepting: string | undefined;
+  /** The connection being handed to node:http2, whose session it makes synchronously. */
+  private handing: Socket | undefined;
+  /** Sessions that have not opened a stream yet, and their connection as the listener accepted it (a session's own `socket` is a proxy of it). */
+  private readonly unasked = new WeakMap<ServerHttp2Session, Socket>();
 
   /** `server`: the TLS listener whose `h2` connections become sessions; undefined: only those given to accept(). */
   constructor(server: Server | undefined, onStream: (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, clientIp: string) => void, limits: Http2Limits) {
@@ -46,11 +51,19 @@ export class Http2Beside implements ConnectionFront {
     this.h2.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
       // A client's RST_STREAM or a broken connection surfaces here; the stream's own 'close' does the rest.
       stream.on('error', ignore);
+      const session = stream.session as ServerHttp2Session | undefined;
+      const socket = session === undefined ? undefined : this.unasked.get(session);
+      if (socket !== undefined) {
+        // The first HEADERS: the listener's request-header timeout no longer applies (connection-guard.ts).
+        this.unasked.delete(session!);
+        firstRequest(socket);
+      }
       onStream(stream, headers, this.addressOf(stream.session as ServerHttp2Session | undefined));
     });
     this.h2.on('session', (session: ServerHttp2Session) => {
       this.sessions.add(session);
       if (this.accepting !== undefined) this.addresses.set(session, this.accepting);
+      if (this.handing !== undefined) this.unasked.set(session, this.handing);
       session.on('error', ignore);
       session.once('close', () => this.sessions.delete(session));
       session.setTimeout(limits.idleTimeoutMs, () => session.close());
@@ -59,7 +72,7 @@ export class Http2Beside implements ConnectionFront {
     const http1 = server.listeners('secureConnection');
     server.removeAllListeners('secureConnection');
     server.on('secureConnection', (socket: TLSSocket) => {
-      if (socket.alpnProtocol === 'h2') this.h2.emit('connection', socket);
+      if (socket.alpnProtocol === 'h2') this.handOver(socket, socket);
       else for (const l of http1) (l as (s: TLSSocket) => void).call(server, socket);
     });
   }
@@ -73,9 +86,19 @@ export class Http2Beside implements ConnectionFront {
   accept(socket: Socket): void {
     this.accepting = socket.remoteAddress ?? '';
     try {
-      this.h2.emit('connection', readAgain(socket));
+      this.handOver(readAgain(socket), socket);
     } finally {
       this.accepting = undefined;
+    }
+  }
+
+  /** node:http2 makes a session of `stream`; `socket` is the listener's connection it runs over. */
+  private handOver(stream: Duplex, socket: Socket): void {
+    this.handing = socket;
+    try {
+      this.h2.emit('connection', stream);
+    } finally {
+      this.handing = undefined;
     }
   }
 

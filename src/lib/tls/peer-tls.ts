@@ -1,7 +1,7 @@
 import { createSecureContext, type ConnectionOptions, type PeerCertificate } from 'node:tls';
 import type { CertificatePair } from './certificate-pair.js';
 import { MODERN_CIPHERS } from './certificate-pair.js';
-import type { CertificateStore } from './certificate-store.js';
+import type { CertificateSet } from './certificate-set.js';
 
 /**
  * The client side of the doors' certificates: how a gateway connects to a peer gateway's relay listener
@@ -15,13 +15,13 @@ import type { CertificateStore } from './certificate-store.js';
  * - without it, as any HTTPS client does: Node's root CAs, and the advertised host must be one of the
  *   certificate's names.
  *
- * The options follow the store: a rotated pair is presented from the next connection on.
+ * The options follow the set of pairs: a rotated pair is presented from the next connection on.
  */
 export class PeerTls {
   private pair: CertificatePair | undefined;
   private current: ConnectionOptions | undefined;
 
-  constructor(private readonly store: CertificateStore) {}
+  constructor(private readonly store: CertificateSet) {}
 
   /** `tls.connect` options for a connection to a peer's relay listener; the same object until the pair changes. */
   options(): ConnectionOptions {
