@@ -196,3 +196,17 @@ export function withPolicyPublicPorts(publicPorts: readonly number[] | undefined
   const all = new Set([...(publicPorts ?? []), ...publicPortsOf(a)]);
   return all.size === 0 ? undefined : [...all].sort((x, y) => x - y);
 }
+
+function ruleToGrammar(r: AccessRule): unknown {
+  if (r.kind !== 'jwt') return r.kind;
+  const claims = r.claims.length === 0 ? undefined : Object.fromEntries(r.claims.map((c) => [c.claim, [...c.values]]));
+  return { jwt: { issuer: r.issuer, ...(r.audience === undefined ? {} : { audience: r.audience }), ...(claims === undefined ? {} : { claims }) } };
+}
+
+/** A sandbox's policy in the grammar parseSandboxAccess reads (for the remote driver's wire). */
+export function sandboxAccessToGrammar(a: SandboxAccess): unknown {
+  const out: { default?: unknown; ports?: Record<string, unknown> } = {};
+  if (a.default !== undefined) out.default = a.default.map(ruleToGrammar);
+  if (a.ports !== undefined) out.ports = Object.fromEntries(Object.entries(a.ports).map(([port, p]) => [port, p.map(ruleToGrammar)]));
+  return out;
+}

@@ -43,6 +43,6 @@ describe('access policies', () => {
     const [s] = parseSandboxesFile('sandboxes:\n  - {namespace: team-a, name: web, ports: [8080, 9000], access: {ports: {8080: [public], 9000: [{jwt: {issuer: "https://k8s", audience: sandgate}}]}}}\n');
     expect(s!.publicPorts).toEqual([8080]);
     expect(s!.access?.ports?.[9000]).toEqual([{ kind: 'jwt', issuer: 'https://k8s', audience: 'sandgate', claims: [] }]);
-    expectSandgateError(() => parseSandboxesFile('sandboxes:\n  - {namespace: team-a, name: web, ports: [9000], access: {ports: {8080: public}}}\n'), 'sandboxes_file_invalid', /port 8080, which is not in ports/);
+    expectSandgateError(() => parseSandboxesFile('sandboxes:\n  - {namespace: team-a, name: web, ports: [9000], access: {ports: {8080: public}}}\n'), 'sandboxes_file_invalid', /access makes port 8080 public, which is not in ports/);
   });
 });

@@ -135,7 +135,7 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
   const access = o.access === undefined ? undefined : parseAccess(o.access, `${at}.access`);
   publicPorts = withPolicyPublicPorts(publicPorts, access);
   const outside = ports === undefined || publicPorts === undefined ? undefined : publicPorts.find((p) => !ports.includes(p));
-  if (outside !== undefined) throw fail(`${at}.publicPorts (or a public port of its access) lists port ${outside}, which is not in ports`);
+  if (outside !== undefined) throw fail(o.publicPorts !== undefined && (o.publicPorts as unknown[]).includes(outside) ? `${at}.publicPorts lists port ${outside}, which is not in ports` : `${at}.access makes port ${outside} public, which is not in ports`);
   const stateText = str('state', false) ?? 'ready';
   const state = STATES[stateText];
   if (state === undefined) throw fail(`${at}.state must be one of ${Object.keys(STATES).join(', ')}`);

@@ -131,6 +131,7 @@ export interface WireSandbox {
   readonly wake_timeout?: WireTimestamp | null;
   readonly h2c_ports?: readonly number[];
   readonly public_ports?: readonly number[];
+  readonly access?: string;
 }
 
 export interface WireDeleted {

@@ -150,6 +150,7 @@ function emptySandbox(): Mutable<WireSandbox> {
     wake_timeout: undefined,
     h2c_ports: EMPTY,
     public_ports: EMPTY,
+    access: undefined,
   };
 }
 
@@ -237,6 +238,10 @@ function sandbox(r: Reader): WireSandbox {
         break;
       case 0xaa:
         s.public_ports = packedUint32s(r, s.public_ports!);
+        break;
+      case 0xb2:
+        // Field 22 (access): its tag takes two varint bytes, 0xb2 0x01 → 178.
+        s.access = r.string();
         break;
       default:
         r.skip(tag & 7);
