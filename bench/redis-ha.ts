@@ -13,6 +13,8 @@ import { writeSandboxesFile } from './lib/sandboxes.js';
 import { type BenchContext, type Section } from './lib/section.js';
 import type { Accepted } from './lib/supervisor-swarm.js';
 import { startGateway, TargetStartError, type Target } from './lib/targets.js';
+import { DEFAULTS } from '../src/config/schema.js';
+import { rebalanceMargin } from '../src/sessions/rebalancer.js';
 
 /**
  * N sessions of reference supervisors (lib/supervisor-swarm.ts) on three gateways sharing presence on a
@@ -20,16 +22,31 @@ import { startGateway, TargetStartError, type Target } from './lib/targets.js';
  * Check load on one gateway beyond the idle rate, over its decisions. Before the master's kill -9 a few
  * sessions close, and every gateway's Ready count is polled every 25 ms: a count above the live sessions
  * is a false Ready. A gateway's kill -9 ends when the next in its supervisors' list accepts its sessions.
+ * Then the service-level windows, each measured several times with the default lease TTL and heartbeats:
+ * how long a killed gateway's sandboxes stay Ready on the others (their supervisors know only it), and
+ * how long a frozen supervisor process (SIGSTOP) stays Ready. During the Check load, which holds the
+ * gateway at full CPU, heartbeat drops (4001) on it are counted: each would be a false drop. Last, a
+ * third gateway joins the two that hold the sessions, and the time until each holds its share is measured.
  */
 
 const GATEWAYS = 3;
-const LEASE_TTL_MS = 10_000;
 const TIMEOUT_MS = 120_000;
 const PRESENCE_KEY = '{sandgate}:presence';
-const LOAD_MS = 3_000;
+/** Sessions of the gateway killed, or the supervisor process frozen, in each round of the windows below. */
+const VICTIM_SESSIONS = 100;
+/** The service levels docs/presence.md states, with the defaults (lease TTL, heartbeat interval × misses). */
+const FALSE_READY_BAR_MS = 3_000;
+const FROZEN_BAR_MS = 8_000;
 /** Below one command per thousand requests, any per-request command would show as ≥ 1. */
 const NOISE_PER_REQUEST = 0.001;
-const TARGETS = ['0 false-Ready observations during a Sentinel failover', '0 Redis commands per routed request'];
+const TARGETS = [
+  '0 false-Ready observations during a Sentinel failover',
+  '0 Redis commands per routed request',
+  `false Ready after a gateway's kill -9 ≤ ${FALSE_READY_BAR_MS} ms (max over the kills)`,
+  `a frozen supervisor leaves Ready ≤ ${FROZEN_BAR_MS} ms (max over the freezes)`,
+  '0 heartbeat drops (4001) while the gateway runs at full CPU',
+  'no sandbox leaves Ready while sessions are rebalanced to a joining gateway',
+];
 
 function node(redis: SentinelGroup, port: number): RedisServer {
   const n = redis.nodes.find((x) => x.port === port);
@@ -111,22 +128,121 @@ async function untilAccepted(swarms: readonly { child: Child }[], n: number, sin
   return Math.max(...seen.map((a) => a.lastAt));
 }
 
+/** Nearest-rank percentile of `xs` (sorted ascending). */
+function percentile(xs: readonly number[], p: number): number {
+  return xs[Math.min(xs.length - 1, Math.max(0, Math.ceil((p / 100) * xs.length) - 1))]!;
+}
+
+/** p50, p99 and max of a window measured `rounds` times, as one row. */
+function windowRow(measure: string, windows: readonly number[], bar: number, note: string): Row {
+  const sorted = [...windows].sort((a, b) => a - b);
+  return row(measure, 'ms', percentile(sorted, 50), bar, `p99 ${percentile(sorted, 99)} ms, max ${sorted.at(-1)} ms over ${sorted.length}; ${note}`);
+}
+
+/**
+ * Polls every one of `gateways` every 10 ms from `t0` until each counts at most `n` Ready sandboxes;
+ * returns when the last got there, in ms after `t0`: how long a sandbox nobody can reach was still Ready.
+ */
+async function readyUntil(gateways: readonly Target[], n: number, t0: number): Promise<number> {
+  const at = await Promise.all(
+    gateways.map(async (g) => {
+      for (;;) {
+        if ((await readyCount(g).catch(() => n + 1)) <= n) return Date.now() - t0;
+        if (Date.now() - t0 > TIMEOUT_MS) throw new Error(`${g.name} still counts more than ${n} Ready after ${TIMEOUT_MS} ms`);
+        await sleep(10);
+      }
+    }),
+  );
+  return Math.max(...at);
+}
+
+/**
+ * A gateway joins two that hold `held` sessions: returns how long until each of the three holds its share
+ * within the rebalancing margin (ms after it was ready), and the lowest Ready count any gateway showed
+ * meanwhile (a sandbox leaving Ready because it moved would show there).
+ */
+async function rebalance(survivors: readonly Target[], held: number, join: () => Promise<Target>): Promise<{ convergedMs: number; lowestReady: number; counts: number[] }> {
+  const joined = await join();
+  const t0 = Date.now();
+  const all = [...survivors, joined];
+  const share = Math.ceil(held / all.length);
+  const margin = rebalanceMargin(share);
+  let lowestReady = held;
+  for (;;) {
+    const [counts, ready] = await Promise.all([Promise.all(all.map((g) => metricValue(g.adminUrl, 'sandgate_sessions_active'))), Promise.all(all.map(readyCount))]);
+    lowestReady = Math.min(lowestReady, ...ready);
+    if (counts.every((c) => Math.abs(c - share) <= margin)) return { convergedMs: Date.now() - t0, lowestReady, counts };
+    if (Date.now() - t0 > TIMEOUT_MS) throw new Error(`sessions per gateway ${counts.join(' / ')} after ${TIMEOUT_MS} ms, not within ${margin} of ${share}`);
+    await sleep(100);
+  }
+}
+
+interface WindowsSetup {
+  readonly ctx: BenchContext;
+  /** The gateways that stay up, holding `held` Ready sessions between rounds. */
+  readonly survivors: readonly Target[];
+  readonly held: number;
+  /** Sandbox index of the first victim session (sandboxes from there on are free). */
+  readonly from: number;
+  readonly secretFile: string;
+  readonly rounds: number;
+}
+
+/**
+ * False Ready after a gateway dies with its sandboxes: a third gateway joins, VICTIM_SESSIONS supervisors
+ * that know only it connect, and it is killed -9. The window ends when no survivor counts them Ready.
+ */
+async function killWindows(w: WindowsSetup, start: (round: number) => Promise<Target>): Promise<number[]> {
+  const windows: number[] = [];
+  for (let r = 0; r < w.rounds; r++) {
+    const victim = await start(r);
+    const sw = await swarm(w.ctx, `swarm-ha-victim-${r}`, [victim], w.secretFile, w.from, VICTIM_SESSIONS);
+    await allReady([...w.survivors, victim], w.held + VICTIM_SESSIONS);
+    const t0 = Date.now();
+    victim.child.proc.kill('SIGKILL');
+    windows.push(await readyUntil(w.survivors, w.held, t0));
+    await sw.child.stop('SIGKILL');
+  }
+  return windows;
+}
+
+/**
+ * A frozen supervisor: VICTIM_SESSIONS supervisors in one process on the first survivor are stopped
+ * (SIGSTOP: sockets open, nothing sent). The window ends when no gateway counts them Ready.
+ */
+async function freezeWindows(w: WindowsSetup): Promise<number[]> {
+  const windows: number[] = [];
+  for (let r = 0; r < w.rounds; r++) {
+    const sw = await swarm(w.ctx, `swarm-ha-frozen-${r}`, [w.survivors[0]!], w.secretFile, w.from, VICTIM_SESSIONS);
+    await allReady(w.survivors, w.held + VICTIM_SESSIONS);
+    const t0 = Date.now();
+    sw.child.proc.kill('SIGSTOP');
+    windows.push(await readyUntil(w.survivors, w.held, t0));
+    await sw.child.stop('SIGKILL');
+  }
+  return windows;
+}
+
 export const redisHa: Section = {
   id: 'redis-ha',
   title: 'Redis HA (presence on Sentinel with 3 gateways: memory per session, failover, false Ready, commands/s and per request)',
-  estimateSeconds: { quick: 50, full: 90 },
+  estimateSeconds: { quick: 130, full: 260 },
   async run(ctx: BenchContext) {
     const count = ctx.quick ? 1_000 : 10_000;
     const gone = Math.max(10, count / 100);
     const idleMs = ctx.quick ? 4_000 : 15_000;
+    // Longer than --heartbeat-misses intervals, so a drop caused by the load would show.
+    const loadMs = ctx.quick ? 7_000 : 10_000;
+    const rounds = ctx.quick ? 3 : 6;
     const secretFile = join(ctx.tmp, 'supervisor-secret');
     writeFileSync(secretFile, randomBytes(32).toString('hex') + '\n', { mode: 0o600 });
-    const sandboxes = writeSandboxesFile(ctx.tmp, count + gone, 'required');
+    const sandboxes = writeSandboxesFile(ctx.tmp, count + Math.max(gone, VICTIM_SESSIONS), 'required');
     // Sentinel declares a master down after 1 s, the shortest setting operators commonly run.
     const redis = await startSentinelGroup({ downAfterMs: 1000, failoverTimeoutMs: 5000 }).catch((err: Error) => err.message.split('\n')[0]!);
     if (typeof redis === 'string') return skipped(redis);
     try {
-      const args = (i: number) => ['--supervisor-secret-file', secretFile, '--max-sessions-per-source', '1000000', '--presence', 'redis://127.0.0.1', '--gateway-id', `ha-${i}`, '--lease-ttl-ms', String(LEASE_TTL_MS), '--presence-redis-options', JSON.stringify(redis.options)];
+      // The lease TTL and heartbeats are the defaults: the service levels are stated for them.
+      const args = (i: number | string) => ['--supervisor-secret-file', secretFile, '--max-sessions-per-source', '1000000', '--presence', 'redis://127.0.0.1', '--gateway-id', `ha-${i}`, '--presence-redis-options', JSON.stringify(redis.options)];
       const gateways = await Promise.all(Array.from({ length: GATEWAYS }, (_, i) => startGateway(ctx.procs, { name: `sandgate-ha-${i}`, sandboxes, args: args(i) }, ctx.targetOptions))).catch((err: unknown) => {
         if (err instanceof TargetStartError) return err.reason;
         throw err;
@@ -137,6 +253,7 @@ export const redisHa: Section = {
       const master = await redis.masterPort();
       ctx.log(`redis-ha: idle, no sessions (${idleMs} ms)`);
       const idleEmpty = await commandRate(redis, master, idleMs);
+      rows.push(row(`Redis commands/s of the leases alone, ${GATEWAYS} gateways, no sessions`, '/s', idleEmpty, undefined, `lease TTL ${DEFAULTS.leaseTtlMs} ms renewed every TTL/3: one script per gateway per renewal`));
 
       // A third of the sessions on each gateway, with the next gateway as their supervisors' second.
       ctx.log(`redis-ha: ${n} sessions on ${GATEWAYS} gateways`);
@@ -158,9 +275,15 @@ export const redisHa: Section = {
       ctx.log(`redis-ha: Check load on one gateway over ${n} sandboxes`);
       const load = await GrpcLoad.start(ctx.procs, 1);
       const decided = () => metricValue(gateways[0]!.adminUrl, 'sandgate_edge_decisions_total', { door: 'ext_authz' });
-      const [decisions0, calls0, t0load] = [await decided(), await commandCalls(redis, master), performance.now()];
-      const checks = await load.run({ target: gateways[0]!.grpcTarget, kind: 'check', inFlight: 64, warmupMs: 0, durationMs: LOAD_MS, sandboxes: count });
+      const drops = () => metricValue(gateways[0]!.adminUrl, 'sandgate_sessions_closes_total', { code: '4001' });
+      const [decisions0, calls0, drops0, cpu0, t0load] = [await decided(), await commandCalls(redis, master), await drops(), gateways[0]!.cpuMicrosNow(), performance.now()];
+      const checks = await load.run({ target: gateways[0]!.grpcTarget, kind: 'check', inFlight: 64, warmupMs: 0, durationMs: loadMs, sandboxes: count });
       const elapsed = performance.now() - t0load;
+      const cpuShare = (gateways[0]!.cpuMicrosNow() - cpu0) / 1000 / elapsed;
+      const dropped = (await drops()) - drops0;
+      const heldLoaded = await metricValue(gateways[0]!.adminUrl, 'sandgate_sessions_active');
+      rows.push(row(`heartbeat drops (4001) on a gateway at full CPU, ${heldLoaded} sessions held`, '', dropped, undefined, `${Math.round(elapsed)} ms of Check load; the gateway used ${(cpuShare * 100).toFixed(0)} % of a core`));
+      const dropsTarget = target(TARGETS[4]!, dropped === 0, `${dropped} drops over ${Math.round(elapsed)} ms at ${(cpuShare * 100).toFixed(0)} % of a core`);
       const during = (await commandCalls(redis, master)) - calls0;
       const decisions = (await decided()) - decisions0;
       const perRequest = Math.max(0, during - (idleFull * elapsed) / 1000) / Math.max(1, decisions);
@@ -215,12 +338,34 @@ export const redisHa: Section = {
       rows.push(row(`failover (kill -9 master) → all ${n} sessions re-asserted, /readyz ready`, 'ms', recoveredMs, switchedMs, 'vs the sentinels switching'));
       rows.push(row('false-Ready observations during the failover', '', falseReady, undefined, `${gone} sessions closed just before; Ready polled on ${GATEWAYS} gateways every 25 ms`));
       rows.push(row('lowest Ready count seen during the failover', '', lowest, count, `of ${n}: gateways route from their mirror`));
-      rows.push(row(`gateway failover (kill -9 of a gateway) → its ${held} sessions accepted by another, all Ready`, 'ms', movedMs, LEASE_TTL_MS, 'vs the lease TTL'));
+      rows.push(row(`gateway failover (kill -9 of a gateway) → its ${held} sessions accepted by another, all Ready`, 'ms', movedMs, DEFAULTS.leaseTtlMs, 'vs the lease TTL'));
+
+      // Two gateways hold the N sessions from here on; a third joins and is killed, or a supervisor process freezes.
+      const setup: WindowsSetup = { ctx, survivors: gateways.slice(1), held: count, from: count, secretFile, rounds };
+      ctx.log(`redis-ha: ${rounds} × kill -9 of a gateway holding ${VICTIM_SESSIONS} sessions nobody else can take`);
+      const kills = await killWindows(setup, (r) => startGateway(ctx.procs, { name: `sandgate-ha-victim-${r}`, sandboxes, args: args(`victim-${r}`), readyTimeoutMs: TIMEOUT_MS }, ctx.targetOptions));
+      rows.push(windowRow(`false Ready after a gateway's kill -9 (p50), ${n} sessions`, kills, FALSE_READY_BAR_MS, `vs the bar; lease TTL ${DEFAULTS.leaseTtlMs} ms; Ready polled on both survivors every 10 ms`));
+      ctx.log(`redis-ha: ${rounds} × SIGSTOP of a process of ${VICTIM_SESSIONS} supervisors`);
+      const freezes = await freezeWindows(setup);
+      rows.push(windowRow(`a frozen supervisor leaves Ready (p50), ${n} sessions`, freezes, FROZEN_BAR_MS, `vs the bar; heartbeats ${DEFAULTS.heartbeatIntervalMs} ms × ${DEFAULTS.heartbeatMisses} misses`));
+      ctx.log(`redis-ha: a third gateway joins two holding ${n} sessions`);
+      const moved = await rebalance(setup.survivors, count, () => startGateway(ctx.procs, { name: 'sandgate-ha-join', sandboxes, args: args('join'), publicSupervisorUrl: true, readyTimeoutMs: TIMEOUT_MS }, ctx.targetOptions));
+      rows.push(
+        row(`rebalancing: a third gateway joins two holding ${n} → each within the margin of its share`, 'ms', moved.convergedMs, undefined, `${moved.counts.join(' / ')} sessions; --rebalance-max-moves ${DEFAULTS.rebalanceMaxMoves} per ${DEFAULTS.rebalanceIntervalMs} ms`),
+      );
+      rows.push(row('lowest Ready count on any gateway while sessions moved', '', moved.lowestReady, count, `of ${n}: a move never takes a sandbox out of Ready`));
       return {
         baseline: 'see each row',
         rows,
-        targets: [target(TARGETS[0]!, falseReady === 0, `${falseReady} observations; recovered ${recoveredMs} ms after kill -9 (sentinels switched after ${switchedMs} ms)`), perRequestTarget],
-        notes: [`Redis HA: Sentinel down-after 1 s; lease TTL ${LEASE_TTL_MS} ms; commands/s measured on the master over ${idleMs} ms`],
+        targets: [
+          target(TARGETS[0]!, falseReady === 0, `${falseReady} observations; recovered ${recoveredMs} ms after kill -9 (sentinels switched after ${switchedMs} ms)`),
+          perRequestTarget,
+          target(TARGETS[2]!, Math.max(...kills) <= FALSE_READY_BAR_MS, `${kills.join(', ')} ms over ${kills.length} kills`),
+          target(TARGETS[3]!, Math.max(...freezes) <= FROZEN_BAR_MS, `${freezes.join(', ')} ms over ${freezes.length} freezes`),
+          dropsTarget,
+          target(TARGETS[5]!, moved.lowestReady >= count, `lowest Ready count ${moved.lowestReady} of ${count}; converged in ${moved.convergedMs} ms to ${moved.counts.join(' / ')}`),
+        ],
+        notes: [`Redis HA: Sentinel down-after 1 s; lease TTL ${DEFAULTS.leaseTtlMs} ms and heartbeats the defaults; commands/s measured on the master over ${idleMs} ms`],
       };
     } finally {
       admins.clear();

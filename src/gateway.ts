@@ -96,7 +96,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await startCertificates(life, core.certificates.store);
     // Listeners first, so they close last.
     const relay = await startRelayDoor(life, config, core, streams, log);
-    const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }), { relay: relay.address });
+    const presence = createPresenceStore(config, gatewayId, log.child({ part: 'presence' }), {
+      relay: relay.address,
+      ...(config.supervisorPublicUrl === '' ? {} : { supervisor: config.supervisorPublicUrl }),
+    });
     const envoy = await startEnvoyDoor(life, config, core, log);
     const serving = new Serving(core.view, envoy);
     const ops = await startOpsSurface(life, config, { gatewayId, core, presence, relayAddress: relay.address, serving, log });

@@ -93,6 +93,8 @@ export interface GatewaySpec {
   /** The proxy's TLS listener is opened too. */
   readonly tls?: { readonly certFile: string; readonly keyFile: string };
   readonly args?: readonly string[];
+  /** Publishes its supervisor endpoint's URL with its presence lease (`--supervisor-public-url`), so peers can move sessions to it. */
+  readonly publicSupervisorUrl?: boolean;
   readonly readyTimeoutMs?: number;
   readonly env?: Readonly<Record<string, string>>;
 }
@@ -122,6 +124,7 @@ export async function startGateway(group: ProcessGroup, spec: GatewaySpec, opts:
   if (spec.sandboxes !== undefined) args.push('--sandboxes', spec.sandboxes);
   if (spec.drivers !== undefined) args.push('--drivers', spec.drivers.join(','));
   if (spec.tls !== undefined) args.push('--tls-cert-file', spec.tls.certFile, '--tls-key-file', spec.tls.keyFile);
+  if (spec.publicSupervisorUrl === true && ports.supervisor !== undefined) args.push('--supervisor-public-url', `ws://127.0.0.1:${ports.supervisor}`);
   args.push(...(spec.args ?? []));
   // SANDGATE_* and OTEL_* variables of the shell running the bench would change what is measured.
   const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SANDGATE_') && !k.startsWith('OTEL_'))), ...spec.env };

@@ -224,6 +224,7 @@ function validate(c: Config): void {
   if (c.routeOrder.length === 0) throw invalid('routeOrder must name at least one source');
   for (const ns of c.apiKeyNamespaces) if (ns !== '*' && !isDnsLabel(ns)) throw invalid(`apiKeyNamespaces: ${JSON.stringify(ns)} is neither * nor a DNS-1123 label`);
   if (!isDnsLabel(c.adminTeam)) throw invalid('adminTeam must be a DNS-1123 label');
+  if (c.supervisorPublicUrl !== '' && !/^wss?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/.test(c.supervisorPublicUrl)) throw invalid('supervisorPublicUrl must be a ws:// or wss:// URL with no query');
   for (const h of [c.apiKeyHeader, ...c.trafficTokenHeaders, ...c.stripCredentials, ...c.stripHeaders, ...(c.envdTokenHeader === '' ? [] : [c.envdTokenHeader])]) {
     if (!/^[a-z0-9-]+$/.test(h)) throw invalid(`header name ${JSON.stringify(h)} must be lower-case letters, digits and '-'`);
   }

@@ -312,10 +312,17 @@ export const SCHEMA = {
   supervisorAudience: { kind: 'string', default: 'sandgate-supervisor', description: 'The `aud` claim supervisor tokens must carry.' },
   heartbeatIntervalMs: {
     kind: 'duration', unit: 'ms',
-    default: 5000,
+    default: 1500,
     min: 50,
     max: 300_000,
-    description: 'Supervisor heartbeat interval, both ways; a peer silent for 3 intervals is dropped.',
+    description: 'Supervisor heartbeat interval, both ways; a supervisor silent for `--heartbeat-misses` intervals is dropped (4001). Shorter finds a frozen supervisor sooner for more pings per second.',
+  },
+  heartbeatMisses: {
+    kind: 'int',
+    default: 3,
+    min: 2,
+    max: 100,
+    description: 'Heartbeat intervals a supervisor may stay silent before its session is dropped (4001); with the defaults a frozen supervisor is dropped 4.5–4.9 s after its last frame.',
   },
   helloTimeoutMs: { kind: 'duration', unit: 'ms', default: 10_000, min: 50, max: 300_000, description: 'A supervisor socket that sends no hello within this time is closed (4408).' },
   maxSessions: { kind: 'int', default: 100_000, min: 1, max: 10_000_000, description: 'Supervisor connections this gateway accepts in all.' },
@@ -326,7 +333,14 @@ export const SCHEMA = {
     default: 'memory',
     description: 'Presence store: `memory` (one gateway) or `redis://…` / `rediss://…` (several gateways share presence through leases).',
   },
-  leaseTtlMs: { kind: 'duration', unit: 'ms', default: 10_000, min: 100, max: 600_000, description: 'Gateway lease TTL in the Redis presence store (renewed every TTL/3).' },
+  leaseTtlMs: {
+    kind: 'duration',
+    unit: 'ms',
+    default: 2000,
+    min: 100,
+    max: 600_000,
+    description: 'Gateway lease TTL in the Redis presence store (renewed every TTL/3): a killed gateway\'s sessions leave Ready everywhere within it. Longer tolerates longer gateway stalls for a longer false-Ready window.',
+  },
   presenceRescanMs: { kind: 'duration', unit: 'ms', default: 30_000, min: 100, max: 3_600_000, description: 'Full re-scan of Redis presence, healing missed pub/sub messages.' },
   presenceRedisOptions: {
     kind: 'string',
@@ -350,6 +364,21 @@ export const SCHEMA = {
     max: 64,
     description: 'Gateway processes sharing the listeners (node:cluster). Above 1, supervisor sessions need `--presence redis://…` so every worker sees them.',
   },
+  supervisorPublicUrl: {
+    kind: 'string',
+    default: '',
+    description:
+      'The `ws://` or `wss://` URL supervisors reach this gateway\'s supervisor endpoint at, published with its presence lease: peers name it when they ask supervisors to move here (rebalancing, drain). Empty: moves name no gateway and supervisors pick another they know.',
+  },
+  rebalanceIntervalMs: {
+    kind: 'duration',
+    unit: 'ms',
+    default: 2000,
+    min: 0,
+    max: 3_600_000,
+    description: 'With Redis presence: how often a gateway compares the sessions each live gateway holds and, above its share by a margin, asks some of its supervisors to move (0: never).',
+  },
+  rebalanceMaxMoves: { kind: 'int', default: 100, min: 1, max: 100_000, description: 'Supervisors one gateway asks to move per rebalancing round, at most.' },
   handoverTimeoutMs: {
     kind: 'duration', unit: 'ms',
     default: 5000,

@@ -2,6 +2,7 @@ import type { Allow } from '../domain/decide.js';
 import { mayHoldLinkCookie, withoutLinkCookie } from '../domain/link-cookie.js';
 import { ROUTING_HEADERS, type HeaderMap } from '../domain/route-key.js';
 import type { RelayCredentials } from './relay/relay-credential.js';
+import { relayHeaders } from './relay/relay-headers.js';
 
 /** Header handling shared by the front doors. */
 
@@ -123,4 +124,40 @@ export const UPSTREAM_PROTOCOL_HEADER = 'x-sandgate-upstream-protocol';
  */
 export function upstreamIsH2c(d: Allow): boolean {
   return d.entry.h2cPorts?.has(d.target.port) === true;
+}
+
+/** How a door names what an allow sets beyond the upstream: the rewritten path, and (HTTP authz) the sandbox. */
+export interface AllowNames {
+  /** `:path` at the Envoy doors (they rewrite the request), `x-sandgate-path` at HTTP authz (copied upstream). */
+  readonly path: string;
+  /** HTTP authz names the sandbox (`x-sandgate-sandbox`); undefined elsewhere. */
+  readonly sandbox?: string | undefined;
+}
+
+/** The request header changes of an allow: `set` a flat name, value, … list; `remove` lower-case names. */
+export interface AllowChanges {
+  readonly set: string[];
+  readonly remove: string[] | undefined;
+}
+
+/**
+ * The request header changes an allow makes, the same at every door (each only encodes them): set the
+ * upstream header, the sandbox (HTTP authz), the rewritten path, `h2c` for an h2c port, a relay decision's
+ * target and fresh credential, and the sandbox's own cookies when sandgate's was taken out of `Cookie`;
+ * remove the routing headers and credentials present, every client-sent `x-sandgate-*` header this answer
+ * does not set, and `Cookie` when it held only sandgate's cookie.
+ */
+export function allowChanges(d: Allow, opts: DoorOptions, headers: HeaderMap, names: AllowNames): AllowChanges {
+  const set = [opts.upstreamHeader, d.upstream];
+  if (names.sandbox !== undefined) set.push(names.sandbox, d.entry.key);
+  if (d.target.path !== undefined) set.push(names.path, d.target.path);
+  if (upstreamIsH2c(d)) set.push(UPSTREAM_PROTOCOL_HEADER, 'h2c');
+  for (const [k, v] of relayHeaders(d, opts.relay)) set.push(k, v);
+  // `set` serves as the list of names set here: its values (an address, ns/name, a path, `h2c`, a
+  // credential, a target) never start with x-sandgate-. The cookie is added after, so its text never counts.
+  let remove = headersToRemove(headers, opts.removeHeaders, set);
+  const cookie = cookieForSandbox(opts, headers);
+  if (cookie === '') (remove ??= []).push('cookie');
+  else if (cookie !== undefined) set.push('cookie', cookie);
+  return { set, remove };
 }

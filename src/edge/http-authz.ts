@@ -4,8 +4,7 @@ import type { Decision, Deny } from '../domain/decide.js';
 import type { HeaderMap, RouteRequest } from '../domain/route-key.js';
 import { abortOnClose, type Decider } from './decider.js';
 import { renderDenial } from './denial.js';
-import { cookieForSandbox, forwardedClient, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from './headers.js';
-import { relayHeaders } from './relay/relay-headers.js';
+import { allowChanges, forwardedClient, type AllowNames, type DoorOptions } from './headers.js';
 import { isDeny, originForm, singleHost } from './request-target.js';
 
 /**
@@ -20,6 +19,7 @@ export const PATH_HEADER = 'x-sandgate-path';
 export const SANDBOX_HEADER = 'x-sandgate-sandbox';
 /** Envoy's HTTP ext_authz removes the request headers this response header lists (comma-separated). */
 export const ENVOY_REMOVE_HEADER = 'x-envoy-auth-headers-to-remove';
+const HTTP_AUTHZ_NAMES: AllowNames = { path: PATH_HEADER, sandbox: SANDBOX_HEADER };
 
 /** True for the paths HTTP authz answers: `/authz` itself, anything under `/authz/`, or `/authz?…`. */
 export function isAuthzPath(url: string): boolean {
@@ -83,19 +83,9 @@ export function createHttpAuthz(decider: Decider, opts: DoorOptions): HttpAuthz 
     if (d.allow) {
       // One flat list handed to writeHead: with no setHeader() before it, Node writes the list as it is
       // instead of building its header map entry by entry (a measurable share of this door's own cost).
-      const head: string[] = [opts.upstreamHeader, d.upstream, SANDBOX_HEADER, d.entry.key];
-      if (d.target.path !== undefined) head.push(PATH_HEADER, d.target.path);
-      if (upstreamIsH2c(d)) head.push(UPSTREAM_PROTOCOL_HEADER, 'h2c');
-      for (const [k, v] of relayHeaders(d, opts.relay)) head.push(k, v);
-      // The headers this answer sets are overwritten upstream (allowed_upstream_headers); every other
-      // client-sent x-sandgate-* header is removed. `head` serves as the list of names set here: its
-      // values (an address, ns/name, a path, `h2c`, a credential, a target) never start with x-sandgate-.
-      let remove = headersToRemove(req.headers, opts.removeHeaders, head);
-      // The sandbox's own cookies replace the Cookie header (allowed_upstream_headers); added after the
-      // names-set list was read, so a cookie's text never counts as a header name set here.
-      const cookie = cookieForSandbox(opts, req.headers);
-      if (cookie === '') (remove ??= []).push('cookie');
-      else if (cookie !== undefined) head.push('cookie', cookie);
+      // The headers this answer sets are overwritten upstream (allowed_upstream_headers), the sandbox's own
+      // cookies replacing the Cookie header; the ones to remove are named in one header Envoy reads.
+      const { set: head, remove } = allowChanges(d, opts, req.headers, HTTP_AUTHZ_NAMES);
       if (remove !== undefined) head.push(ENVOY_REMOVE_HEADER, remove.join(','));
       head.push('content-length', '0');
       return { status: 200, head, body: '' };

@@ -7,6 +7,7 @@ import type { Logger } from '../observability/logger.js';
 import type { PresenceRecord, PresenceStore } from '../sessions/presence/presence-store.js';
 import type { RelayOpener } from '../sessions/relay-opener.js';
 import { RelayError, type RelayStream } from '../sessions/relay-stream.js';
+import { Rebalancer } from '../sessions/rebalancer.js';
 import { SupervisorServer } from '../sessions/supervisor-server.js';
 import type { Core } from './core.js';
 import { startListener } from './doors.js';
@@ -40,6 +41,7 @@ type SessionsSlice = Pick<
   | 'supervisorPort'
   | 'supervisorSecretFile'
   | 'heartbeatIntervalMs'
+  | 'heartbeatMisses'
   | 'helloTimeoutMs'
   | 'supervisorMaxFrameBytes'
   | 'maxSessions'
@@ -49,6 +51,8 @@ type SessionsSlice = Pick<
   | 'relayMaxStreamsPerNamespace'
   | 'relayOpenTimeoutMs'
   | 'handoverTimeoutMs'
+  | 'rebalanceIntervalMs'
+  | 'rebalanceMaxMoves'
   | 'shutdownTimeoutMs'
 >;
 
@@ -109,6 +113,7 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
           ...at,
           keys,
           heartbeatIntervalMs: config.heartbeatIntervalMs,
+          heartbeatMisses: config.heartbeatMisses,
           helloTimeoutMs: config.helloTimeoutMs,
           maxFrameBytes: config.supervisorMaxFrameBytes,
           maxSessions: config.maxSessions,
@@ -131,10 +136,22 @@ export async function startSessions(life: Lifecycle, config: SessionsSlice, deps
       deps.streams.attach(supervisors);
       await supervisors.start();
       metrics.watchSessions(supervisors);
-      return supervisors;
+      const rebalancer =
+        presence.kind === 'redis' && config.rebalanceIntervalMs > 0
+          ? new Rebalancer({ gatewayId, intervalMs: config.rebalanceIntervalMs, maxMoves: config.rebalanceMaxMoves, log: sessionLog }, presence, supervisors)
+          : undefined;
+      rebalancer?.start();
+      return { supervisors, rebalancer };
     },
-    (supervisors) => supervisors.close(),
-  );
+    async ({ supervisors, rebalancer }, graceMs) => {
+      rebalancer?.stop();
+      // Drain through the same moves as rebalancing, when peers can take the sessions: supervisors that
+      // follow `move` keep their sandboxes Ready throughout; the others are told 1012 as before.
+      const peers = (presence.gatewayLeases?.() ?? []).filter((l) => l.gatewayId !== gatewayId);
+      if (peers.length > 0) await supervisors.drain(peers.map((l) => l.info.supervisor), Math.min(config.handoverTimeoutMs, config.shutdownTimeoutMs / 2, graceMs / 2));
+      await supervisors.close();
+    },
+  ).then(({ supervisors }) => supervisors);
 }
 
 /** Resolves once every sandbox in `held` shows a session on another gateway, or after `ms`. */

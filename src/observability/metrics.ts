@@ -182,8 +182,26 @@ export class GatewayMetrics {
     readonly connections: number;
     readonly closes: ReadonlyMap<string, number>;
     readonly relay: { readonly active: number };
+    readonly moves: ReadonlyMap<string, number>;
+    oldestSilenceMs(): number;
   }): void {
     const registers = [this.registry];
+    scrapedGauge(
+      this.registry,
+      'sandgate_sessions_heartbeat_age_seconds',
+      'Age of the oldest unanswered heartbeat: the longest any accepted supervisor session here has been silent (dropped at --heartbeat-misses intervals)',
+      () => source.oldestSilenceMs() / 1000,
+    );
+    new Counter({
+      name: 'sandgate_sessions_moves_total',
+      help: 'Supervisors this gateway asked to move their session elsewhere, by reason (rebalance, drain)',
+      labelNames: ['reason'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [reason, n] of source.moves) this.labels(reason).inc(n);
+      },
+    });
     scrapedGauge(this.registry, 'sandgate_relay_streams', 'Relay streams open or opening over this gateway\'s supervisor sessions', () => source.relay.active);
     scrapedGauge(this.registry, 'sandgate_sessions_active', 'Supervisor sessions accepted on this gateway', () => source.size);
     scrapedGauge(this.registry, 'sandgate_sessions_connections', 'Supervisor sockets open on this gateway, including those before hello', () => source.connections);

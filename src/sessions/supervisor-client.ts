@@ -4,7 +4,7 @@ import WebSocket from 'ws';
 import { HEADER_BYTES, OPEN_FAIL } from './relay-frames.js';
 import { binaryOf, DEFAULT_CHUNK_BYTES, DEFAULT_HIGH_WATER_BYTES, DEFAULT_WINDOW_BYTES, RelayMux, wsTransport } from './relay-mux.js';
 import type { RelayStream } from './relay-stream.js';
-import { CLOSE, DO_NOT_RETRY, RECONNECT_AT_ONCE, SUBPROTOCOL, SUPERVISOR_PATH, type ServerMessage } from './supervisor-protocol.js';
+import { CLOSE, DO_NOT_RETRY, negotiated, PROTOCOL_VERSION, RECONNECT_AT_ONCE, SUBPROTOCOL, SUPERVISOR_PATH, type Accepted, type Feature, type ServerMessage } from './supervisor-protocol.js';
 import { backoffDelay } from '../lib/backoff.js';
 
 /**
@@ -140,6 +140,15 @@ export class SupervisorClient extends EventEmitter {
   private readonly relayHost: string;
   /** The current session's relay streams (undefined between sessions). */
   relay: RelayMux | undefined;
+  /** The features the current session uses (both sides announced them). */
+  features: readonly Feature[] = [];
+  /** What this supervisor announces in hello. */
+  private readonly offered: Feature[];
+  /** The new session of a move, until it is accepted. */
+  private moving: WebSocket | undefined;
+  private movingToken = '';
+  /** The session a move replaced, until its gateway closes it; its relay streams run on meanwhile. */
+  private leaving: { readonly ws: WebSocket; readonly relay: RelayMux | undefined; readonly timer: NodeJS.Timeout } | undefined;
 
   constructor(private readonly opts: SupervisorClientOptions) {
     super();
@@ -152,6 +161,7 @@ export class SupervisorClient extends EventEmitter {
     const host = opts.relay === false ? undefined : opts.relay?.host;
     if (host !== undefined && !isLoopback(host)) throw new TypeError(`relay host ${JSON.stringify(host)} is not a loopback address`);
     this.relayHost = host ?? RELAY_HOST;
+    this.offered = opts.relay === false ? ['move'] : ['relay', 'move'];
   }
 
   start(): this {
@@ -167,45 +177,40 @@ export class SupervisorClient extends EventEmitter {
   private async connect(): Promise<void> {
     if (this.state === 'stopped') return;
     this.state = 'connecting';
-    let token: string;
-    try {
-      token = typeof this.opts.token === 'function' ? await this.opts.token() : this.opts.token;
-    } catch (err) {
-      this.report(err);
-      return this.retry(false);
-    }
+    const token = await this.freshToken();
+    if (token === undefined) return this.retry(false);
     if ((this.state as SupervisorState) === 'stopped') return;
     this.token = token;
-    const url = this.urls[this.next++ % this.urls.length]!;
+    this.ws = this.openSocket(this.urls[this.next++ % this.urls.length]!, token);
+  }
+
+  private async freshToken(): Promise<string | undefined> {
+    try {
+      return typeof this.opts.token === 'function' ? await this.opts.token() : this.opts.token;
+    } catch (err) {
+      this.report(err);
+      return undefined;
+    }
+  }
+
+  /** Opens a socket and says hello; its frames count as the session's once it is `this.ws`. */
+  private openSocket(url: string, token: string): WebSocket {
     const ws = new WebSocket(url, SUBPROTOCOL, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000, ca: this.opts.ca });
-    this.ws = ws;
     ws.on('open', () => {
-      this.lastSeen = Date.now();
-      ws.send(JSON.stringify({ type: 'hello', namespace: this.opts.namespace, name: this.opts.name, instanceId: this.opts.instanceId, version: this.opts.version ?? 'sandgate-supervisor/1' }));
+      if (ws === this.ws) this.lastSeen = Date.now();
+      ws.send(
+        JSON.stringify({
+          type: 'hello',
+          namespace: this.opts.namespace,
+          name: this.opts.name,
+          instanceId: this.opts.instanceId,
+          version: this.opts.version ?? 'sandgate-supervisor/2',
+          protocol: PROTOCOL_VERSION,
+          features: this.offered,
+        }),
+      );
     });
-    ws.on('message', (data, isBinary) => {
-      this.lastSeen = Date.now();
-      if (isBinary) {
-        if (ws !== this.ws || this.relay === undefined) return;
-        const bad = this.relay.receive(binaryOf(data));
-        if (bad !== undefined) ws.close(bad.close, bad.message.slice(0, 123));
-        return;
-      }
-      let m: ServerMessage;
-      try {
-        m = JSON.parse(data.toString()) as ServerMessage;
-      } catch {
-        return;
-      }
-      if (m.type === 'accepted') this.accepted(ws, m.sessionId, m.epoch, m.heartbeatIntervalMs, m.maxFrameBytes, m.expiresAt);
-      else if (m.type === 'ping') ws.send(JSON.stringify({ type: 'pong', t: m.t }));
-      else if (m.type === 'refreshed' && ws === this.ws && typeof m.expiresAt === 'number') {
-        this.expiresAt = m.expiresAt;
-        this.refreshPending = false;
-        this.scheduleRefresh();
-        this.emit('refreshed', { expiresAt: m.expiresAt });
-      }
-    });
+    ws.on('message', (data, isBinary) => this.message(ws, data, isBinary));
     // The gateway authenticates before the upgrade: a token it refuses is answered 401 on the HTTP
     // request, read here as the session's 4401 would be (docs/supervisor-protocol.md).
     ws.on('unexpected-response', (req, res) => {
@@ -219,10 +224,77 @@ export class SupervisorClient extends EventEmitter {
     // Connection errors surface as a close; without this listener ws would throw.
     ws.on('error', () => {});
     ws.on('close', (code, reason) => this.closed(ws, code, reason.toString()));
+    return ws;
   }
 
-  private accepted(ws: WebSocket, sessionId: string, epoch: number, intervalMs: number, maxFrameBytes: number | undefined, expiresAt: number | undefined): void {
+  private message(ws: WebSocket, data: WebSocket.RawData, isBinary: boolean): void {
+    const leaving = this.leaving?.ws === ws ? this.leaving : undefined;
+    if (ws === this.ws) this.lastSeen = Date.now();
+    else if (ws !== this.moving && leaving === undefined) return;
+    if (isBinary) {
+      const relay = leaving !== undefined ? leaving.relay : ws === this.ws ? this.relay : undefined;
+      if (relay === undefined) return;
+      const bad = relay.receive(binaryOf(data));
+      if (bad !== undefined) ws.close(bad.close, bad.message.slice(0, 123));
+      return;
+    }
+    let m: ServerMessage;
+    try {
+      m = JSON.parse(data.toString()) as ServerMessage;
+    } catch {
+      return;
+    }
+    if (m.type === 'ping') ws.send(JSON.stringify({ type: 'pong', t: m.t }));
+    else if (m.type === 'accepted') {
+      if (ws === this.moving) this.moved(ws);
+      if (ws === this.ws) this.accepted(ws, m);
+    } else if (ws !== this.ws) return;
+    else if (m.type === 'refreshed' && typeof m.expiresAt === 'number') {
+      this.expiresAt = m.expiresAt;
+      this.refreshPending = false;
+      this.scheduleRefresh();
+      this.emit('refreshed', { expiresAt: m.expiresAt });
+    } else if (m.type === 'move' && this.features.includes('move')) void this.move(typeof m.gateway === 'string' ? m.gateway : undefined);
+  }
+
+  /**
+   * The gateway asked this session to move: a new session is opened (to `gateway`, else to the next
+   * gateway in the list) while this one goes on. Once the new one is accepted it becomes the session; the
+   * old gateway closes the old socket when it sees the newer claim (the epoch fence), so the sandbox has a
+   * session throughout. If the new one fails, the old one simply stays.
+   */
+  private async move(gateway: string | undefined): Promise<void> {
+    if (this.state !== 'connected' || this.moving !== undefined || this.leaving !== undefined) return;
+    const url = gateway !== undefined ? supervisorUrl(gateway) : this.urls[this.next++ % this.urls.length]!;
+    const token = await this.freshToken();
+    if (token === undefined || this.state !== 'connected' || this.moving !== undefined) return;
+    this.emit('moving', { gateway: url });
+    this.moving = this.openSocket(url, token);
+    this.movingToken = token;
+  }
+
+  /** The new session of a move is accepted: it becomes the session, the old one lingers until closed. */
+  private moved(ws: WebSocket): void {
+    const old = this.ws;
+    this.moving = undefined;
+    if (old !== undefined) {
+      // The old gateway closes it once it sees the new claim. Closing it from here first would have that
+      // gateway release the session before its mirror shows the new record (the sandbox would leave Ready
+      // there for a moment), so only a gateway that never closes it is left, after 10 intervals.
+      const timer = setTimeout(() => old.close(CLOSE.normal, 'moved'), 10 * Math.max(this.intervalMs, 1));
+      timer.unref();
+      this.leaving = { ws: old, relay: this.relay, timer };
+    }
+    this.relay = undefined;
+    this.ws = ws;
+    this.token = this.movingToken;
+    this.lastSeen = Date.now();
+  }
+
+  private accepted(ws: WebSocket, m: Accepted): void {
+    const { sessionId, epoch, heartbeatIntervalMs: intervalMs, maxFrameBytes, expiresAt } = m;
     this.state = 'connected';
+    this.features = negotiated(this.offered, Array.isArray(m.features) ? m.features : undefined);
     this.intervalMs = intervalMs;
     this.expiresAt = typeof expiresAt === 'number' ? expiresAt : (tokenExpiry(this.token) ?? 0);
     this.scheduleRefresh();
@@ -250,7 +322,7 @@ export class SupervisorClient extends EventEmitter {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'ping', t: Date.now() }));
     }, intervalMs);
     this.heartbeat.unref();
-    this.emit('accepted', { sessionId, epoch, expiresAt: this.expiresAt });
+    this.emit('accepted', { sessionId, epoch, expiresAt: this.expiresAt, features: this.features });
   }
 
   /**
@@ -331,6 +403,19 @@ export class SupervisorClient extends EventEmitter {
   }
 
   private closed(ws: WebSocket, code: number, reason: string): void {
+    if (ws === this.moving) {
+      this.moving = undefined;
+      this.emit('moveFailed', { code, reason });
+      // The old session had already ended (below): this was the only one left, so reconnect as usual.
+      if (this.ws === undefined && this.state === 'connecting') this.retry(RECONNECT_AT_ONCE.has(code));
+      return;
+    }
+    if (ws === this.leaving?.ws) {
+      clearTimeout(this.leaving.timer);
+      this.leaving.relay?.close();
+      this.leaving = undefined;
+      return;
+    }
     if (ws !== this.ws) return;
     clearInterval(this.heartbeat);
     clearTimeout(this.refreshTimer);
@@ -341,6 +426,12 @@ export class SupervisorClient extends EventEmitter {
     this.ws = undefined;
     if (this.state === 'stopped') return;
     this.emit('disconnected', { code, reason });
+    if (this.moving !== undefined) {
+      // A move is under way and the old gateway closed the old session first: it saw the new session's
+      // claim before that session's `accepted` reached this supervisor. The new one becomes the session.
+      this.state = 'connecting';
+      return;
+    }
     if (code === CLOSE.superseded || (DO_NOT_RETRY.has(code) && typeof this.opts.token === 'string')) {
       return this.finish(code, reason);
     }
@@ -361,9 +452,11 @@ export class SupervisorClient extends EventEmitter {
     clearTimeout(this.refreshTimer);
     this.relay?.close();
     this.relay = undefined;
-    const ws = this.ws;
-    this.ws = undefined;
-    if (ws !== undefined && (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING)) ws.close(CLOSE.normal, 'supervisor stopping');
+    const sockets = [this.ws, this.moving, this.leaving?.ws];
+    clearTimeout(this.leaving?.timer);
+    this.leaving?.relay?.close();
+    this.ws = this.moving = this.leaving = undefined;
+    for (const ws of sockets) if (ws !== undefined && (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING)) ws.close(CLOSE.normal, 'supervisor stopping');
     this.emit('stopped', { code, reason });
   }
 }

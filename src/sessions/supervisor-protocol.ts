@@ -2,12 +2,33 @@ import { isDnsLabel } from '../domain/labels.js';
 import { CLOSE_CODES, type ErrorCode } from '../domain/errors.js';
 
 /**
- * The supervisor protocol, version 1 (docs/supervisor-protocol.md documents every message and close code).
- * JSON text frames for the session itself; after `accepted`, binary frames carry relay streams
- * (relay-frames.ts). The WebSocket subprotocol names the version so a future v2 can be negotiated.
+ * The supervisor protocol (docs/supervisor-protocol.md documents every message and close code). JSON text
+ * frames for the session itself; after `accepted`, binary frames carry relay streams (relay-frames.ts).
+ *
+ * The WebSocket subprotocol names the framing, which has not changed since version 1; the protocol
+ * version and the optional features are negotiated in `hello` and `accepted`. A version 1 supervisor
+ * sends neither field and reads neither (it ignores fields it does not know), so it keeps working; a
+ * version 1 gateway ignores them in `hello` and answers without them, which a newer supervisor reads as
+ * version 1. A feature is used on a session only when both sides announced it.
  */
 
 export const SUBPROTOCOL = 'sandgate.supervisor.v1';
+/** The protocol version this build speaks; it understands every earlier one. */
+export const PROTOCOL_VERSION = 2;
+/**
+ * Optional features: `relay` (the supervisor takes relay streams), `move` (the gateway may ask the
+ * supervisor to move its session, which it does make-before-break). What a version 1 peer has, unsaid.
+ */
+export const FEATURES = ['relay', 'move'] as const;
+export type Feature = (typeof FEATURES)[number];
+export const V1_FEATURES: readonly Feature[] = ['relay'];
+const MAX_FEATURES = 32;
+
+/** The features a session uses: those both sides announced (a side that announced none is version 1). */
+export function negotiated(mine: readonly Feature[], theirs: readonly string[] | undefined): Feature[] {
+  const other = theirs ?? V1_FEATURES;
+  return mine.filter((f) => other.includes(f));
+}
 export const SUPERVISOR_PATH = '/v1/supervisor';
 
 /**
@@ -43,6 +64,10 @@ export interface Hello {
   readonly name: string;
   readonly instanceId: string;
   readonly version: string;
+  /** Absent from a version 1 supervisor. */
+  readonly protocol?: number;
+  /** Absent from a version 1 supervisor (which takes relay streams and knows no other feature). */
+  readonly features?: readonly string[];
 }
 
 export interface Accepted {
@@ -54,6 +79,21 @@ export interface Accepted {
   readonly maxFrameBytes?: number;
   /** Epoch ms the session ends unless refreshed: the token's `exp` (an older gateway omits it). */
   readonly expiresAt?: number;
+  /** The gateway's protocol version (a version 1 gateway omits it). */
+  readonly protocol?: number;
+  /** The features this session uses: both sides announced them (a version 1 gateway omits it). */
+  readonly features?: readonly string[];
+}
+
+/**
+ * Asks the supervisor to move its session (feature `move`): it opens a new session — to `gateway` when
+ * given, else to any other gateway it knows — and keeps this one until the gateway closes it, which the
+ * epoch fence does once the new session's claim is seen. `reason` is `rebalance` or `drain`.
+ */
+export interface Move {
+  readonly type: 'move';
+  readonly gateway?: string;
+  readonly reason: 'rebalance' | 'drain';
 }
 
 export interface Rejected {
@@ -82,7 +122,7 @@ export interface Refreshed {
 }
 
 export type ClientMessage = Hello | Heartbeat | Refresh;
-export type ServerMessage = Accepted | Rejected | Heartbeat | Refreshed;
+export type ServerMessage = Accepted | Rejected | Heartbeat | Refreshed | Move;
 
 /** Why a frame was refused: the close code and a short reason (≤ 123 bytes, RFC 6455 §5.5). */
 export interface FrameError {
@@ -126,7 +166,19 @@ export function parseClientFrame(text: string): ClientMessage | FrameError {
       if (typeof m.name !== 'string' || !isDnsLabel(m.name)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.name must be a DNS-1123 label');
       if (!printable(m.instanceId, MAX_ID)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.instanceId must be 1-128 printable ASCII characters');
       if (!printable(m.version, 64)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.version must be 1-64 printable ASCII characters');
-      return { type: 'hello', namespace: m.namespace, name: m.name, instanceId: m.instanceId, version: m.version };
+      if (m.protocol !== undefined && (!Number.isSafeInteger(m.protocol) || (m.protocol as number) < 1)) return frameError(CLOSE.malformed, 'malformed_frame', 'hello.protocol must be a positive integer');
+      if (m.features !== undefined && !(Array.isArray(m.features) && m.features.length <= MAX_FEATURES && m.features.every((f) => printable(f, 64)))) {
+        return frameError(CLOSE.malformed, 'malformed_frame', `hello.features must be at most ${MAX_FEATURES} strings of 1-64 printable ASCII characters`);
+      }
+      return {
+        type: 'hello',
+        namespace: m.namespace,
+        name: m.name,
+        instanceId: m.instanceId,
+        version: m.version,
+        ...(m.protocol === undefined ? {} : { protocol: m.protocol as number }),
+        ...(m.features === undefined ? {} : { features: m.features as string[] }),
+      };
     case 'refresh':
       if (!printable(m.token, MAX_TOKEN)) return frameError(CLOSE.malformed, 'malformed_frame', `refresh.token must be 1-${MAX_TOKEN} printable ASCII characters`);
       return { type: 'refresh', token: m.token };

@@ -15,7 +15,7 @@ import { RequestGuard } from '../lib/request-guard.js';
 import { sourceGroup } from '../lib/source-address.js';
 import type { ErrorCode } from '../domain/errors.js';
 import { SessionRegistry } from './session-registry.js';
-import { CLOSE, closeCodeLabel, isFrameError, parseClientFrame, SUBPROTOCOL, SUPERVISOR_PATH, type Hello, type ServerMessage } from './supervisor-protocol.js';
+import { CLOSE, closeCodeLabel, FEATURES, isFrameError, negotiated, parseClientFrame, PROTOCOL_VERSION, SUBPROTOCOL, SUPERVISOR_PATH, type Feature, type Hello, type Move, type ServerMessage } from './supervisor-protocol.js';
 import { SupervisorKeyFile } from './supervisor-key-file.js';
 import { isTokenRejection, verifySupervisorToken, type SupervisorKey, type SupervisorKeys, type TokenRejection, type TokenSubject } from './supervisor-token.js';
 import { sandboxKey } from '../domain/sandbox.js';
@@ -42,6 +42,8 @@ export interface SupervisorServerOptions {
   /** The file `keys` came from: re-read every heartbeat interval, and setKeys() applied when it changes. */
   readonly keysFile?: string | undefined;
   readonly heartbeatIntervalMs: number;
+  /** Intervals a session may stay silent before it is dropped (4001). Default 3. */
+  readonly heartbeatMisses?: number;
   readonly helloTimeoutMs: number;
   /** Largest frame accepted (ws closes with 1009 past it). */
   readonly maxFrameBytes: number;
@@ -69,6 +71,9 @@ export interface SupervisorServerOptions {
   readonly guard?: ConnectionGuard;
 }
 
+/** Silent intervals after which a session is dropped (4001), unless configured. */
+export const DEFAULT_HEARTBEAT_MISSES = 3;
+
 type State = 'hello' | 'claiming' | 'active' | 'closed';
 
 export interface LocalSession {
@@ -91,6 +96,10 @@ export interface LocalSession {
   expiresAt: number;
   /** A refresh is being verified: a second one before it is answered is refused. */
   refreshing: boolean;
+  /** What the session uses: the features both sides announced (from hello on). */
+  features: ReadonlySet<Feature>;
+  /** When this gateway asked the supervisor to move (epoch ms), or 0. */
+  movedAt: number;
 }
 
 export class SupervisorServer implements RelayOpener {
@@ -102,6 +111,10 @@ export class SupervisorServer implements RelayOpener {
   private readonly perSource = new Map<string, number>();
   private pending = 0;
   private sweeper: NodeJS.Timeout | undefined;
+  /** While draining: the sessions asked to move and not gone yet, and what to call once none is left. */
+  private draining: { readonly pending: Set<LocalSession>; readonly done: () => void } | undefined;
+  /** When the sweep next pings every session (the sweep itself runs four times per interval). */
+  private nextPingAt = Number.NEGATIVE_INFINITY;
   private shuttingDown = false;
   private readonly now: () => number;
   /** The key set tokens are verified with (setKeys replaces it) and how often it was replaced. */
@@ -109,6 +122,8 @@ export class SupervisorServer implements RelayOpener {
   private keysGeneration = 0;
   private readonly keysFile: SupervisorKeyFile | undefined;
   private readonly unsubscribe: (() => void)[] = [];
+  /** Supervisors asked to move, by reason, for metrics. */
+  readonly moves = new Map<Move['reason'], number>();
   /** Closes by close code label (closeCodeLabel()), for metrics. */
   readonly closes = new Map<string, number>();
   /** Relay streams over this gateway's sessions, with their caps. */
@@ -135,7 +150,8 @@ export class SupervisorServer implements RelayOpener {
             },
             onError: (err) => this.log.warn({ err }, err.message),
           });
-    this.relay = new LimitedRelayOpener((ns, name) => this.session(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
+    // A supervisor that did not announce `relay` is never sent an OPEN: to the caller it holds no session here.
+    this.relay = new LimitedRelayOpener((ns, name) => this.relaySession(ns, name)?.mux, { ...DEFAULT_RELAY_LIMITS, ...opts.relay });
     const notWebSocket: RequestListener = (_req, res) => {
       res.writeHead(426, { 'content-type': 'application/json', upgrade: 'websocket' });
       res.end(JSON.stringify({ code: 'upgrade_required', message: `connect with a WebSocket to ${SUPERVISOR_PATH}` }));
@@ -176,6 +192,28 @@ export class SupervisorServer implements RelayOpener {
     return s?.state === 'active' ? s : undefined;
   }
 
+  private relaySession(namespace: string, name: string): LocalSession | undefined {
+    const s = this.session(namespace, name);
+    return s?.features.has('relay') === true ? s : undefined;
+  }
+
+  /** Accepted sessions here, in the order they were accepted. */
+  sessions(): IterableIterator<LocalSession> {
+    return this.registry.values();
+  }
+
+  /**
+   * Asks the supervisor of `s` to move its session (to `gateway` when given): true when the message was
+   * sent, false when the session cannot move (it did not announce `move`, or is not active).
+   */
+  move(s: LocalSession, gateway: string | undefined, reason: Move['reason']): boolean {
+    if (s.state !== 'active' || !s.features.has('move')) return false;
+    s.movedAt = this.now();
+    this.moves.set(reason, (this.moves.get(reason) ?? 0) + 1);
+    this.send(s, { type: 'move', reason, ...(gateway === undefined ? {} : { gateway }) });
+    return true;
+  }
+
   /** A byte stream to `127.0.0.1:<port>` in the sandbox, over its session here (relay-opener.ts). */
   openRelayStream(namespace: string, name: string, port: number, signal?: AbortSignal): Promise<RelayStream> {
     return this.relay.openRelayStream(namespace, name, port, signal);
@@ -184,7 +222,8 @@ export class SupervisorServer implements RelayOpener {
   async start(): Promise<number> {
     this.port = await listenOn(this.http, this.opts.host, this.opts.port, this.opts.guard ?? new ConnectionGuard('supervisor'));
     if (this.opts.autoSweep !== false) {
-      this.sweeper = setInterval(() => this.sweep(), this.opts.heartbeatIntervalMs);
+      // Four sweeps per interval: a silent session is dropped within a quarter interval of its deadline.
+      this.sweeper = setInterval(() => this.sweep(), Math.max(10, Math.floor(this.opts.heartbeatIntervalMs / 4)));
       this.sweeper.unref();
     }
     this.keysFile?.start(this.opts.heartbeatIntervalMs);
@@ -192,13 +231,23 @@ export class SupervisorServer implements RelayOpener {
   }
 
   /**
-   * One heartbeat round: pings every accepted session and closes those silent for 3 intervals, sockets
-   * that sent no hello within the hello timeout, and sessions whose token expires before the next round
-   * (so no session outlives its token's `exp`). Runs every heartbeat interval.
+   * One heartbeat round: pings every accepted session once per interval, and closes sessions silent for
+   * `heartbeatMisses` intervals, sockets that sent no hello within the hello timeout, and sessions whose
+   * token expires before the next interval (so no session outlives its token's `exp`). Runs four times
+   * per heartbeat interval.
+   *
+   * A silent session is not closed in the round that finds it overdue but just after, once the frames
+   * already waiting on the sockets have been read: timers run before I/O in Node's event loop, so on a
+   * gateway whose loop was busy (full CPU, a long GC) a round can fire while a supervisor's ping sits unread
+   * in the socket buffer. The re-check runs two check phases later (setImmediate twice), so at least one
+   * poll phase, which reads that ping, comes between; ws emits messages synchronously as it reads them.
    */
   sweep(): void {
     const now = this.now();
     const interval = this.opts.heartbeatIntervalMs;
+    const ping = now >= this.nextPingAt;
+    if (ping) this.nextPingAt = now + interval;
+    const overdue: LocalSession[] = [];
     for (const s of this.open) {
       if (s.state === 'closed') continue;
       if (s.expiresAt - now < interval) {
@@ -207,10 +256,29 @@ export class SupervisorServer implements RelayOpener {
       } else if (s.state === 'hello') {
         if (now - s.openedAt >= this.opts.helloTimeoutMs) this.closeSession(s, CLOSE.helloTimeout, 'no hello within the hello timeout');
       } else if (s.state === 'active') {
-        if (now - s.lastSeen >= 3 * interval) this.closeSession(s, CLOSE.heartbeatTimeout, 'missed heartbeats', true);
-        else this.send(s, { type: 'ping', t: now });
+        if (this.silent(s, now)) overdue.push(s);
+        else if (ping) this.send(s, { type: 'ping', t: now });
       }
     }
+    if (overdue.length > 0) setImmediate(() => setImmediate(() => this.dropSilent(overdue, now)));
+  }
+
+  /** Whether `s` has sent nothing for `heartbeatMisses` intervals as of `now`. */
+  private silent(s: LocalSession, now: number): boolean {
+    return now - s.lastSeen >= (this.opts.heartbeatMisses ?? DEFAULT_HEARTBEAT_MISSES) * this.opts.heartbeatIntervalMs;
+  }
+
+  /** Closes the sessions a sweep at `at` found silent that still are, now that pending frames were read. */
+  private dropSilent(overdue: readonly LocalSession[], at: number): void {
+    for (const s of overdue) if (s.state === 'active' && this.silent(s, at)) this.closeSession(s, CLOSE.heartbeatTimeout, 'missed heartbeats', true);
+  }
+
+  /** The age (ms) of the oldest silence among accepted sessions: how long the quietest has sent nothing. */
+  oldestSilenceMs(): number {
+    const now = this.now();
+    let oldest = 0;
+    for (const s of this.open) if (s.state === 'active') oldest = Math.max(oldest, now - s.lastSeen);
+    return oldest;
   }
 
   /**
@@ -252,6 +320,32 @@ export class SupervisorServer implements RelayOpener {
       const v = await verifySupervisorToken(this.keys, token, this.now());
       if (generation === this.keysGeneration) return v;
     }
+  }
+
+  /**
+   * Drain before close (SIGTERM, with peers to take the sessions): no new session is accepted; every
+   * supervisor that announced `move` is asked to move, to `gateways` in turn (undefined: to any), and the
+   * others are told "service restart" (1012) as close() would. Resolves once every session asked has left
+   * (the epoch fence closed it when its new session was seen), or after `ms`.
+   */
+  async drain(gateways: readonly (string | undefined)[], ms: number): Promise<void> {
+    this.shuttingDown = true;
+    const pending = new Set<LocalSession>();
+    let i = 0;
+    for (const s of [...this.registry.values()]) {
+      if (s.state !== 'active') continue;
+      if (this.move(s, gateways.length === 0 ? undefined : gateways[i++ % gateways.length], 'drain')) pending.add(s);
+      else this.closeSession(s, CLOSE.serviceRestart, 'service restart');
+    }
+    if (pending.size === 0) return;
+    this.log.info({ moving: pending.size, gateways: gateways.length }, 'draining: supervisors asked to move');
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.draining = { pending, done: resolve };
+      timer = setTimeout(resolve, ms);
+    });
+    clearTimeout(timer);
+    this.draining = undefined;
   }
 
   /**
@@ -335,6 +429,8 @@ export class SupervisorServer implements RelayOpener {
         kid: subject.kid,
         expiresAt: subject.expiresAt,
         refreshing: false,
+        features: new Set(),
+        movedAt: 0,
       };
       this.open.add(s);
       ws.on('close', (code: number) => this.closed(s, code));
@@ -400,6 +496,7 @@ export class SupervisorServer implements RelayOpener {
   private async hello(s: LocalSession, m: Hello): Promise<void> {
     s.state = 'claiming';
     s.instanceId = m.instanceId;
+    s.features = new Set(negotiated(FEATURES, m.features));
     s.since = this.now();
     const old = this.registry.put(s);
     if (old !== undefined) this.closeSession(old, CLOSE.superseded, 'superseded by a newer session');
@@ -435,8 +532,10 @@ export class SupervisorServer implements RelayOpener {
       heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
       maxFrameBytes: this.opts.maxFrameBytes,
       expiresAt: s.expiresAt,
+      protocol: PROTOCOL_VERSION,
+      features: [...s.features],
     });
-    this.log.info({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version }, 'supervisor session accepted');
+    this.log.info({ sandbox: sandboxKey(s.namespace, s.name), sessionId: s.sessionId, epoch: record.epoch, instanceId: s.instanceId, version: m.version, protocol: m.protocol ?? 1 }, 'supervisor session accepted');
   }
 
   private onPresenceChange(namespace: string, name: string, record: PresenceRecord | undefined): void {
@@ -486,6 +585,7 @@ export class SupervisorServer implements RelayOpener {
 
   private cleanup(s: LocalSession): void {
     s.mux?.close();
+    if (this.draining?.pending.delete(s) === true && this.draining.pending.size === 0) this.draining.done();
     if (this.shuttingDown) {
       this.registry.removeIfCurrent(s);
       return;

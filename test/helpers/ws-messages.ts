@@ -1,6 +1,6 @@
 import type { WebSocket } from 'ws';
 
-/** What a test reads from a WebSocket: its JSON messages in order, and how it closed. */
+/** What a test reads from a WebSocket: its JSON (text) messages in order, and how it closed. Binary frames are left to other listeners. */
 export interface WsMessages {
   /** Messages received and not yet taken by next(). */
   readonly messages: any[];
@@ -12,7 +12,8 @@ export interface WsMessages {
 export function wsMessages(ws: WebSocket): WsMessages {
   const messages: any[] = [];
   const waiters: ((m: any) => void)[] = [];
-  ws.on('message', (d) => {
+  ws.on('message', (d, binary) => {
+    if (binary) return;
     const m = JSON.parse(d.toString());
     const w = waiters.shift();
     if (w) w(m);

@@ -268,6 +268,15 @@ describe('supervisor endpoint: sockets without a valid token hold no slot', () =
   });
 });
 
+/** Sends ping `t` (unless `sent` already) and resolves at its pong; fails if the session closes first. */
+async function untilPong(c: Conn, t: number, sent = false): Promise<void> {
+  if (!sent && c.ws.readyState === WebSocket.OPEN) c.ws.send(JSON.stringify({ type: 'ping', t }));
+  const pong = (async () => {
+    for (let m = await c.next(); m.type !== 'pong' || m.t !== t; m = await c.next());
+  })();
+  await Promise.race([pong, c.closed.then((x) => Promise.reject(new Error(`closed ${x.code} before pong ${t}`)))]);
+}
+
 describe('supervisor endpoint: heartbeats and timeouts (driven clock)', () => {
   it('pings every interval and drops a peer silent for 3 intervals (4001), removing presence', async () => {
     const h = await harness();
@@ -283,6 +292,37 @@ describe('supervisor endpoint: heartbeats and timeouts (driven clock)', () => {
     h.server.sweep();
     expect((await c.closed).code).toBe(CLOSE.heartbeatTimeout);
     expect(h.store.get('team-a', 'web')).toBeUndefined();
+  });
+
+  it('a frozen supervisor (socket open, nothing sent) is dropped after --heartbeat-misses intervals, not before', async () => {
+    const h = await harness({ heartbeatIntervalMs: 2000, heartbeatMisses: 3 });
+    const c = await accepted(h);
+    h.clock.t += 5999;
+    h.server.sweep();
+    // The sweep pinged (the first of the run); the client reads it after the sweep's re-check has run.
+    expect((await c.next()).type).toBe('ping');
+    await untilPong(c, 1);
+    expect(h.server.size).toBe(1);
+    h.clock.t += 6000;
+    h.server.sweep();
+    expect((await c.closed).code).toBe(CLOSE.heartbeatTimeout);
+    expect(h.store.get('team-a', 'web')).toBeUndefined();
+  });
+
+  it('a ping still unread on the socket when an overdue sweep runs keeps the session (a busy gateway loop drops nobody)', async () => {
+    const h = await harness({ heartbeatIntervalMs: 2000, heartbeatMisses: 3 });
+    const c = await accepted(h);
+    h.clock.t += 6000;
+    // The ping is in the gateway's socket buffer, not read yet, when the sweep finds the session overdue:
+    // what a timer firing late on a loop at full CPU sees.
+    c.ws.send(JSON.stringify({ type: 'ping', t: 1 }));
+    h.server.sweep();
+    await untilPong(c, 1, true);
+    // Two more round trips: the sweep's re-check has run by then.
+    await untilPong(c, 2);
+    await untilPong(c, 3);
+    expect(c.ws.readyState).toBe(WebSocket.OPEN);
+    expect(h.store.get('team-a', 'web')).toMatchObject({ sessionId: c.sessionId });
   });
 
   it('any frame from the supervisor keeps it alive', async () => {

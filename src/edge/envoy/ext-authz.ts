@@ -5,8 +5,7 @@ import { callSignal, type MethodDefinition, type ServerCall, type UnaryHandler }
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { cookieForSandbox, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
-import { relayHeaders } from '../relay/relay-headers.js';
+import { allowChanges, type AllowNames, type DoorOptions } from '../headers.js';
 import { authorizationService } from './protos.js';
 import { decodeCheckRequest, type CheckAttributes } from './request-decoder.js';
 import { encodeCheckAllow } from './response-encoder.js';
@@ -44,20 +43,12 @@ function asIs(b: Buffer): Buffer {
 
 /** The allow answer, encoded (response-encoder.ts). */
 export function allowResponse(d: Allow, opts: DoorOptions, req: RouteRequest): Buffer {
-  const headers = [opts.upstreamHeader, d.upstream];
-  if (upstreamIsH2c(d)) headers.push(UPSTREAM_PROTOCOL_HEADER, 'h2c');
-  if (d.target.path !== undefined) headers.push(':path', d.target.path);
-  for (const [k, v] of relayHeaders(d, opts.relay)) headers.push(k, v);
-  const cookie = cookieForSandbox(opts, req.headers);
-  if (cookie !== undefined && cookie !== '') headers.push('cookie', cookie);
-  const names: string[] = [];
-  for (let i = 0; i < headers.length; i += 2) names.push(headers[i]!);
-  let remove = headersToRemove(req.headers, opts.removeHeaders, names);
-  if (cookie === '') (remove ??= []).push('cookie');
-  return encodeCheckAllow(d.upstream, headers, remove ?? NONE);
+  const { set, remove } = allowChanges(d, opts, req.headers, ENVOY_NAMES);
+  return encodeCheckAllow(d.upstream, set, remove ?? NONE);
 }
 
 const NONE: readonly string[] = Object.freeze([]);
+const ENVOY_NAMES: AllowNames = { path: ':path' };
 
 /** A denial, encoded by protobufjs: denials are not the path a busy gateway's CPU goes to. */
 export function deniedResponse(d: Deny, accept: string | undefined, fetchMode?: string): Buffer {

@@ -4,8 +4,7 @@ import { callSignal, GrpcStatus, type BidiHandler, type MethodDefinition, type S
 import type { Logger } from '../../observability/logger.js';
 import type { Decider } from '../decider.js';
 import { renderDenial } from '../denial.js';
-import { cookieForSandbox, forwardedClient, headersToRemove, UPSTREAM_PROTOCOL_HEADER, upstreamIsH2c, type DoorOptions } from '../headers.js';
-import { relayHeaders } from '../relay/relay-headers.js';
+import { allowChanges, forwardedClient, type AllowNames, type DoorOptions } from '../headers.js';
 import { externalProcessorService } from './protos.js';
 import { decodeProcessingRequest, type ProcessingMessage } from './request-decoder.js';
 import { encodeProcessContinue } from './response-encoder.js';
@@ -83,24 +82,12 @@ function responseHeadersMessage(setCookies: readonly string[]): Buffer {
 }
 
 function allowMessage(d: Allow, opts: DoorOptions, req: RouteRequest): Buffer {
-  const set = [opts.upstreamHeader, d.upstream];
-  if (d.target.path !== undefined) set.push(':path', d.target.path);
-  const relay = relayHeaders(d, opts.relay);
-  for (const [k, v] of relay) set.push(k, v);
-  // An h2c port's answer also sets the protocol header (a relay decision's too: the relay listener takes HTTP/2).
-  const h2c = upstreamIsH2c(d);
-  if (h2c) set.push(UPSTREAM_PROTOCOL_HEADER, 'h2c');
-  const names = [opts.upstreamHeader];
-  if (h2c) names.push(UPSTREAM_PROTOCOL_HEADER);
-  for (const [k] of relay) names.push(k);
-  let remove = headersToRemove(req.headers, opts.removeHeaders, names);
-  const cookie = cookieForSandbox(opts, req.headers);
-  if (cookie === '') (remove ??= []).push('cookie');
-  else if (cookie !== undefined) set.push('cookie', cookie);
+  const { set, remove } = allowChanges(d, opts, req.headers, ENVOY_NAMES);
   return encodeProcessContinue(set, remove ?? NONE);
 }
 
 const NONE: readonly string[] = Object.freeze([]);
+const ENVOY_NAMES: AllowNames = { path: ':path' };
 
 /** A denial, encoded by protobufjs: denials are not the path a busy gateway's CPU goes to. */
 function denyMessage(d: Deny, accept: string | undefined, fetchMode?: string): Buffer {

@@ -105,9 +105,16 @@ export class PresenceMirror {
     this.term = term;
   }
 
-  /** Whether a full scan may replace this gateway's records: it has re-asserted them in the current term. */
+  /**
+   * Whether a full scan may replace this gateway's records: it has re-asserted them in the current term,
+   * or it holds no lease here. A gateway without a lease has no records to protect (none of them counts),
+   * and a scan must be able to replace them: a dead gateway's sandboxes claimed elsewhere since would
+   * otherwise stay unseen whenever the scan's counter covered the claim's message.
+   */
   private synced(gatewayId: string): boolean {
-    return gatewayId === this.gatewayId || (this.leases.get(gatewayId)?.term ?? -1) >= this.term;
+    if (gatewayId === this.gatewayId) return true;
+    const l = this.leases.get(gatewayId);
+    return l === undefined || l.term >= this.term;
   }
 
   /** Records a local session (after its claim or re-assert). Returns whether Redis already shows it superseded. */

@@ -18,7 +18,7 @@ export interface RedisPresenceOptions {
   /** ioredis options; Sentinel: `sentinels` + `name`; Cluster: `cluster: [{host, port}]`. */
   readonly redisOptions?: RedisConnectionOptions;
   readonly gatewayId: string;
-  /** Gateway lease lifetime; renewed every third of it. Default 10000. */
+  /** Gateway lease lifetime; renewed every third of it. Default 2000. */
   readonly leaseTtlMs?: number;
   /** Full re-scan period (heals anything the change stream missed; collects dead records). Default 30000. */
   readonly rescanMs?: number;
@@ -33,7 +33,7 @@ export interface RedisPresenceOptions {
   readonly now?: () => number;
 }
 
-export const DEFAULT_LEASE_TTL_MS = 10_000;
+export const DEFAULT_LEASE_TTL_MS = 2000;
 export const DEFAULT_RESCAN_MS = 30_000;
 
 /** The queue key of the scans (shards scan one at a time); never a sandbox's, which always holds a '/'. */
