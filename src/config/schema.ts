@@ -406,6 +406,18 @@ export const SCHEMA = {
     description:
       'Signed links (docs/links.md): YAML `keys: [{kid, privateKey?, publicKey?}, …]` of Ed25519 PEM keys. The first key with a private key signs, every key verifies (public keys alone suffice to verify links a control plane mints). Re-read when it changes: removing a key revokes every link it signed. Empty: links are off.',
   },
+  accessPolicyFile: {
+    kind: 'string',
+    default: '',
+    description:
+      'Namespace default access policies (docs/identity.md): YAML `{default: policy, namespaces: {<namespace>: policy}}`, a policy being a list of `keys` and `{jwt: {issuer, audience?, claims?}}` rules. A sandbox\'s own `access` overrides its namespace\'s. Read at start. Empty: `keys` everywhere.',
+  },
+  jwtIssuersFile: {
+    kind: 'string',
+    default: '',
+    description:
+      'Workload JWT issuers (docs/identity.md): YAML `issuers: [{issuer, jwksUrl | jwks, audiences, algorithms?, team | teamClaim, clockSkewSeconds?}]` (Kubernetes: `teamClaim: kubernetes.io.namespace`). A token is a credential only on a port whose policy names its issuer; `Authorization` never reaches the sandbox. Read at start. Empty: no workload JWTs.',
+  },
   linkMaxTtl: { kind: 'duration', unit: 's', default: 86_400_000, min: 1000, max: MAX_DURATION_MS, description: 'Longest lifetime of a link (`90s`, `15m`, `24h`, or seconds): longer ones are neither minted nor accepted.' },
   linkRevocationsPerNamespace: {
     kind: 'int',

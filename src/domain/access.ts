@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { deny, NOT_FOUND, type Access, type Deny, type RouteEntry } from './decide.js';
 import type { RouteTarget } from './route-key.js';
+import { allowsKeys, DEFAULT_POLICIES, policyFor, type NamespacePolicies } from './access-policy.js';
 
 /**
  * Tenancy and traffic auth, as a pure check the decision runs around the view lookup.
@@ -37,6 +38,8 @@ const API_KEY_INVALID = deny('api_key_invalid');
 const TOKEN_REQUIRED = deny('token_required');
 const TOKEN_INVALID = deny('token_invalid');
 const ENVD_TOKEN_INVALID = deny('envd_token_invalid');
+const ACCESS_DENIED = deny('access_denied');
+const CREDENTIAL_REQUIRED = deny('credential_required');
 
 /**
  * What a request presented for the in-sandbox daemon (E2B envd): its `X-Access-Token`, and envd's port
@@ -66,8 +69,9 @@ export function safeEqual(a: string, b: string): boolean {
  * token that is present and wrong for a sandbox whose token the driver knows (so a wrong token never
  * reaches the sandbox), and leaves a missing one for the daemon to judge (its `/health` needs none).
  */
-export function accessFor(principal: Principal, policy: KeyPolicy, presentedToken: string | undefined, envd: EnvdCheck = NO_ENVD_CHECK): Access {
+export function accessFor(principal: Principal, policy: KeyPolicy, presentedToken: string | undefined, envd: EnvdCheck = NO_ENVD_CHECK, policies: NamespacePolicies = DEFAULT_POLICIES): Access {
   return {
+    granted: undefined,
     before(t: RouteTarget): Deny | undefined {
       switch (principal.kind) {
         case 'invalid':
@@ -85,6 +89,9 @@ export function accessFor(principal: Principal, policy: KeyPolicy, presentedToke
       // An id names no namespace up front: the tenant check happens here, answering as for a missing sandbox.
       if (principal.kind === 'team' && entry.namespace !== principal.team) return NOT_FOUND;
       if (principal.kind === 'anonymous' && policy.namespaces.has(entry.namespace)) return NOT_FOUND;
+      // The port's policy must allow today's credentials: a caller who may know the sandbox exists (its own
+      // team's) is told it is refused; one who presented nothing, that another credential is needed.
+      if (!allowsKeys(policyFor(entry.access, entry.namespace, t.port, policies))) return principal.kind === 'anonymous' ? CREDENTIAL_REQUIRED : ACCESS_DENIED;
       const want = entry.accessToken;
       // The envd port answers to envd's own token (E2B's model: the traffic token guards user ports).
       if (want !== undefined && t.port !== envd.port) {
@@ -93,7 +100,33 @@ export function accessFor(principal: Principal, policy: KeyPolicy, presentedToke
       }
       const envdWant = entry.envdAccessToken;
       if (envdWant !== undefined && envd.token !== undefined && t.port === envd.port && !safeEqual(envd.token, envdWant)) return ENVD_TOKEN_INVALID;
+      this.granted = 'keys';
       return undefined;
     },
+  };
+}
+
+/**
+ * A link's check (domain/link.ts) under the port's policy: a link is one of today's credentials (`keys`),
+ * so a port whose policy leaves them out refuses it — to a holder who may know the sandbox exists.
+ * `fallback` is the check the link's own falls back to (for a port no cookie is for): when that check let
+ * the request in, it has applied the policy itself.
+ */
+export function linkUnderPolicy(link: Access, fallback: Access | undefined, policies: NamespacePolicies): Access {
+  return {
+    granted: undefined,
+    before: (t) => link.before(t),
+    after(entry: RouteEntry, t: RouteTarget): Deny | undefined {
+      const d = link.after(entry, t);
+      if (d !== undefined && d.code !== 'link_accepted') return d;
+      if (fallback?.granted !== undefined) {
+        this.granted = fallback.granted;
+        return d;
+      }
+      if (!allowsKeys(policyFor(entry.access, entry.namespace, t.port, policies))) return ACCESS_DENIED;
+      this.granted = 'keys';
+      return d;
+    },
+    public: link.public === undefined ? undefined : (entry, t) => link.public!(entry, t),
   };
 }

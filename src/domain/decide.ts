@@ -1,3 +1,4 @@
+import type { SandboxAccess } from './access-policy.js';
 import { isPreflight, preflightAnswer } from './cors.js';
 import { e2bStatus, E2B_PAUSED_MESSAGE, isE2bAddressed } from './e2b-answers.js';
 import { ERROR_CODES, type ErrorCode } from './errors.js';
@@ -37,6 +38,8 @@ export interface RouteEntry {
   readonly accessToken: string | undefined;
   /** The in-sandbox daemon's token, when the driver knows it (checked at the edge if presented). */
   readonly envdAccessToken: string | undefined;
+  /** The sandbox's own access policy (domain/access-policy.ts); undefined = its namespace's. */
+  readonly access: SandboxAccess | undefined;
 }
 
 export interface RouteTable {
@@ -55,6 +58,8 @@ export interface RouteTable {
  * a denial for another tenant's sandbox can be the very answer a missing sandbox gets.
  */
 export interface Access {
+  /** The policy rule that let the request in (`keys`, `jwt`), set by `after`; undefined until then. */
+  granted?: string | undefined;
   before(target: RouteTarget): Deny | undefined;
   after(entry: RouteEntry, target: RouteTarget): Deny | undefined;
   /**
@@ -72,6 +77,8 @@ export interface Allow {
   readonly relay: boolean;
   readonly entry: RouteEntry;
   readonly target: RouteTarget;
+  /** The access policy rule that let the request in: `public`, `keys`, `jwt`; undefined when no check ran. */
+  readonly policy?: string | undefined;
 }
 
 export interface Deny {
@@ -179,15 +186,18 @@ function decideFor(table: RouteTable, t: RouteTarget, access?: Access, req?: Rou
   // Such a refusal does not depend on the target, so the answer still reveals nothing but a public port.
   const early = access?.before(t);
   const entry = lookup(table, t);
+  let policy: string | undefined;
   if (entry !== undefined && isPublicPort(entry, t.port)) {
     const answer = access?.public?.(entry, t);
     if (answer !== undefined) return answer;
+    policy = 'public';
   } else {
     if (early !== undefined) return refusal(early, req);
     if (entry === undefined) return refusal(NOT_FOUND, req);
     if (access !== undefined) {
       const refused = access.after(entry, t);
       if (refused !== undefined) return refusal(refused, req);
+      policy = access.granted;
     }
   }
   if (entry.ports !== undefined && !entry.ports.has(t.port)) {
@@ -199,10 +209,10 @@ function decideFor(table: RouteTable, t: RouteTarget, access?: Access, req?: Rou
   if (entry.h2cPorts !== undefined && req !== undefined && entry.h2cPorts.has(t.port) && isUpgrade(req)) return deny('upgrade_not_supported', undefined, entry);
   switch (entry.status.phase) {
     case 'Ready': {
-      if (entry.upstreamHost !== undefined) return { allow: true, upstream: upstreamOf(entry.upstreamHost, t.port), relay: false, entry, target: t };
+      if (entry.upstreamHost !== undefined) return { allow: true, upstream: upstreamOf(entry.upstreamHost, t.port), relay: false, entry, target: t, policy };
       const relay = entry.relayOwner === undefined ? undefined : table.relayAddress(entry.relayOwner);
       if (relay === undefined) return deny('sandbox_unreachable', undefined, entry);
-      return { allow: true, upstream: relay, relay: true, entry, target: t };
+      return { allow: true, upstream: relay, relay: true, entry, target: t, policy };
     }
     case 'Paused':
       return deny('sandbox_paused', undefined, entry);

@@ -1,3 +1,4 @@
+import type { SandboxAccess } from './access-policy.js';
 /**
  * What drivers report (backend state only, never a public phase), what sessions report (presence), and
  * what the gateway publishes (the composed public status).
@@ -66,6 +67,11 @@ export interface BackendSnapshot {
    * sends is still stripped. When `ports` is set, each public port is one of them. Undefined = none.
    */
   readonly publicPorts?: readonly number[] | undefined;
+  /**
+   * The sandbox's own access policy, per port and as a default for its other ports (docs/identity.md);
+   * undefined = its namespace's. A port it makes `public` is also listed in `publicPorts`.
+   */
+  readonly access?: SandboxAccess | undefined;
   /** Epoch milliseconds after which the sandbox is expired (agent-sandbox spec.shutdownTime). */
   readonly shutdownTime?: number | undefined;
   /**

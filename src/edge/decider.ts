@@ -1,5 +1,8 @@
 import { performance } from 'node:perf_hooks';
-import { accessFor, ANONYMOUS, NO_ENVD_CHECK, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
+import { accessFor, ANONYMOUS, linkUnderPolicy, NO_ENVD_CHECK, NO_KEYS_REQUIRED, type KeyPolicy } from '../domain/access.js';
+import { DEFAULT_POLICIES, type NamespacePolicies } from '../domain/access-policy.js';
+import { workloadAccess } from '../domain/workload-access.js';
+import type { WorkloadJwtAuth } from '../auth/workload-jwt.js';
 import { answerFor, decide, deny, isUpgrade, routeOf, type Access, type Decision, type Deny } from '../domain/decide.js';
 import type { RouteOptions, RouteRequest } from '../domain/route-key.js';
 import { sandboxKey } from '../domain/sandbox.js';
@@ -32,6 +35,10 @@ export interface RequestAuth {
   readonly envdPort: number;
   /** Signed links and their cookies (`--link-keys-file`); undefined when links are off. */
   readonly links?: LinkAuth | undefined;
+  /** Namespace default access policies (`--access-policy-file`); absent, `keys` everywhere. */
+  readonly policies?: NamespacePolicies | undefined;
+  /** Workload JWTs (`--jwt-issuers-file`); undefined when no issuer is configured. */
+  readonly jwt?: WorkloadJwtAuth | undefined;
 }
 
 // A list of readonly fields, shaped like domain/decide.ts Deny by chance: nothing to share.
@@ -73,6 +80,9 @@ export class Decider {
   /** Signed links (undefined when off): doors then also take sandgate's cookie out of what they forward. */
   readonly links: LinkAuth | undefined;
   private readonly cookiePath: ReturnType<typeof linkCookiePath>;
+  private readonly policies: NamespacePolicies;
+  /** Workload JWTs (undefined when off): doors then also keep `Authorization` from the sandbox. */
+  readonly jwt: WorkloadJwtAuth | undefined;
 
   // Copied into fields, not kept as one object: every request reads them, and own fields keep that a
   // single property load.
@@ -89,6 +99,8 @@ export class Decider {
     this.debug = o.log.isLevelEnabled('debug');
     this.links = o.auth?.links;
     this.cookiePath = linkCookiePath(o.route.pathPrefix);
+    this.policies = o.auth?.policies ?? DEFAULT_POLICIES;
+    this.jwt = o.auth?.jwt;
   }
 
   /** The access check for one request (undefined when nothing can require one). */
@@ -104,7 +116,7 @@ export class Decider {
       const upgrade = isUpgrade(req);
       const method = upgrade && req.method === 'CONNECT' ? 'GET' : req.method;
       const fallback = link.via === 'cookie' ? this.credentialAccess(a, req) : undefined;
-      return linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true, origin: req.headers.origin, host: req.host }, this.links!.now(), this.links!.isRevoked, this.cookiePath, fallback);
+      return linkUnderPolicy(linkAccess(link, { method: method ?? 'GET', path: req.path ?? '/', upgrade, secure: req.secure === true, origin: req.headers.origin, host: req.host }, this.links!.now(), this.links!.isRevoked, this.cookiePath, fallback), fallback, this.policies);
     }
     return this.credentialAccess(a, req);
   }
@@ -117,9 +129,15 @@ export class Decider {
       if (token !== undefined) break;
     }
     const envdToken = a.envdTokenHeader === '' ? undefined : req.headers[a.envdTokenHeader];
-    if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0) return undefined;
-    const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(req.headers[a.apiKeyHeader]);
-    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, { token: envdToken, port: a.envdTokenHeader === '' ? 0 : a.envdPort });
+    const apiKey = a.keys === undefined ? undefined : req.headers[a.apiKeyHeader];
+    // A workload JWT counts when no API key is presented (an API key is the caller's explicit choice).
+    const jwt = apiKey === undefined ? this.jwt?.presented(req) : undefined;
+    if (a.keys === undefined && token === undefined && jwt === undefined && this.view.tokenSandboxes === 0 && this.policies === DEFAULT_POLICIES) return undefined;
+    const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(apiKey);
+    const envd = { token: envdToken, port: a.envdTokenHeader === '' ? 0 : a.envdPort };
+    const keyPolicy = a.keys === undefined ? NO_KEYS_REQUIRED : a.policy;
+    if (jwt !== undefined) return workloadAccess(jwt, accessFor(ANONYMOUS, keyPolicy, token, envd, this.policies), this.policies);
+    return accessFor(principal, keyPolicy, token, envd, this.policies);
   }
 
   /**
@@ -140,9 +158,9 @@ export class Decider {
       if (key === undefined && a.keys !== undefined) key = bearer;
       else token ??= bearer;
     }
-    if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0) return undefined;
+    if (a.keys === undefined && token === undefined && this.view.tokenSandboxes === 0 && this.policies === DEFAULT_POLICIES) return undefined;
     const principal = a.keys === undefined ? ANONYMOUS : a.keys.principal(key);
-    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, NO_ENVD_CHECK);
+    return accessFor(principal, a.keys === undefined ? NO_KEYS_REQUIRED : a.policy, token, NO_ENVD_CHECK, this.policies);
   }
 
   /** Decides at once. When `shouldWait(d)`, the door calls wait() and answers with its result instead. */
@@ -164,13 +182,16 @@ export class Decider {
    * once instead of closures made per request.
    */
   decideAndAnswer<C>(door: Door, req: RouteRequest, ctx: C, abortOn: (ctx: C) => AbortSignal, answer: (d: Decision, req: RouteRequest, ctx: C) => void, x?: Exchange): Promise<void> | undefined {
-    // A link token not seen before is verified first (a signature check: off the common path, once per token).
-    const verifying = this.links?.pending(req);
+    // A link token or workload JWT not seen before is verified first (a signature check, and for a JWT
+    // perhaps a bounded JWKS fetch: off the common path, once per token).
+    const link = this.links?.pending(req);
+    const jwt = this.jwt?.pending(req);
+    const verifying = jwt === undefined ? link : link === undefined ? jwt : Promise.all([link, jwt]);
     if (verifying === undefined) return this.decideThenAnswer(door, req, ctx, abortOn, answer, x);
     return verifying
       .then(() => this.decideThenAnswer(door, req, ctx, abortOn, answer, x))
       .catch((err: unknown) => {
-        this.log.error({ err, door }, 'link verification failed');
+        this.log.error({ err, door }, 'credential verification failed');
         answer(deny('internal_error'), req, ctx);
       });
   }
@@ -222,6 +243,7 @@ export class Decider {
     x.tenant = this.tenantOf(req);
     x.allowed = d.allow;
     if (d.allow) {
+      x.policy = d.policy ?? 'keys';
       x.namespace = d.entry.namespace;
       x.name = d.entry.name;
       x.port = d.target.port;
@@ -242,11 +264,16 @@ export class Decider {
     }
   }
 
-  /** The principal's name for the exchange record: a team, `admin`, `anonymous` or `invalid`. */
+  /** The principal's name for the exchange record: a team (of an API key or a workload JWT), `admin`, `anonymous` or `invalid`. */
   private tenantOf(req: RouteRequest): string {
     const a = this.auth;
+    const apiKey = a?.keys === undefined ? undefined : req.headers[a.apiKeyHeader];
+    if (apiKey === undefined) {
+      const jwt = this.jwt?.presented(req);
+      if (jwt !== undefined) return jwt.ok ? jwt.workload.team : 'invalid';
+    }
     if (a?.keys === undefined) return 'anonymous';
-    const p = a.keys.principal(req.headers[a.apiKeyHeader]);
+    const p = a.keys.principal(apiKey);
     return p.kind === 'team' ? p.team : p.kind;
   }
 

@@ -68,6 +68,14 @@ export function cookieForSandbox(opts: DoorOptions, headers: HeaderMap): string 
   return kept === cookie ? undefined : kept;
 }
 
+/**
+ * The credential headers no sandbox gets: `--strip-credentials`, and `Authorization` whenever workload JWTs
+ * are on (a verified token never reaches the sandbox, whatever the list says).
+ */
+export function strippedCredentials(stripCredentials: readonly string[], jwt: boolean): readonly string[] {
+  return jwt && !stripCredentials.some((h) => h.toLowerCase() === 'authorization') ? [...stripCredentials, 'authorization'] : stripCredentials;
+}
+
 /** The routing headers, plus `credentials`: what a door removes before a request reaches the sandbox. */
 export function removedHeaders(credentials: readonly string[]): ReadonlySet<string> {
   return new Set([...ROUTING_HEADERS, ...credentials.map((h) => h.toLowerCase())]);

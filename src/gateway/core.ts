@@ -8,7 +8,7 @@ import { sandboxKey } from '../domain/sandbox.js';
 import type { Driver, DriverSink } from '../drivers/driver.js';
 import { Decider } from '../edge/decider.js';
 import type { GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
-import { removedHeaders, type DoorOptions } from '../edge/headers.js';
+import { removedHeaders, strippedCredentials, type DoorOptions } from '../edge/headers.js';
 import { resolveRelayAddress } from '../edge/relay/relay-config.js';
 import { ActivityLog } from '../lifecycle/activity-log.js';
 import { ActivityDemand, ActivityRecorder, ignorePattern } from '../lifecycle/activity-recorder.js';
@@ -129,6 +129,8 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
       envdTokenHeader: config.envdTokenHeader,
       envdPort: config.envdPort,
       links: credentials.links?.auth,
+      policies: credentials.accessPolicies,
+      jwt: credentials.jwt,
     },
     resumer,
     recorder,
@@ -154,7 +156,7 @@ export function createCore(config: Config, gatewayId: string, log: Logger, crede
     drivers,
     decider,
     resumer,
-    door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(config.stripCredentials), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
+    door: { upstreamHeader: config.upstreamHeader, removeHeaders: removedHeaders(strippedCredentials(config.stripCredentials, credentials.jwt !== undefined)), relay: credentials.relayCredentials, linkCookie: credentials.links !== undefined },
     certificates,
     listeners,
   };

@@ -3,6 +3,9 @@ import { ApiKeyAuth, type ApiKeyStore } from '../auth/api-keys.js';
 import { LinkKeyFile, readLinkKeys } from '../auth/link-keys.js';
 import { LinkService } from '../auth/link-service.js';
 import { LinkAuth } from '../auth/link-tokens.js';
+import { readJwtIssuers, WorkloadJwtAuth } from '../auth/workload-jwt.js';
+import { readAccessPolicies } from '../config/access-policy-file.js';
+import type { NamespacePolicies } from '../domain/access-policy.js';
 import { apiKeyStoreFromConfig, certificatesFromConfig, keyPolicy, linkMaxTtlFromConfig, routeOptions } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { relaySecretFromConfig, secretBytes, supervisorKeysFromConfig } from '../config/secrets.js';
@@ -38,6 +41,10 @@ export interface Credentials {
   readonly apiAuth: ApiAuth | undefined;
   /** Signed links: checked by the doors, minted by the API; undefined without `--link-keys-file`. */
   readonly links: { readonly keys: LinkKeyFile; readonly auth: LinkAuth; readonly service: LinkService } | undefined;
+  /** Namespace default access policies; undefined without `--access-policy-file` (`keys` everywhere). */
+  readonly accessPolicies: NamespacePolicies | undefined;
+  /** Workload JWTs; undefined without `--jwt-issuers-file`. */
+  readonly jwt: WorkloadJwtAuth | undefined;
 }
 
 export interface CredentialOptions {
@@ -68,6 +75,9 @@ export async function readCredentials(config: Config, log: Logger, opts: Credent
           service: new LinkService(() => linkKeys.current, keyStore, linkMaxTtl, { maxTtlSeconds: linkMaxTtl, perNamespace: config.linkRevocationsPerNamespace }, { scheme: config.linkScheme, port: config.linkPort, route: routeOptions(config) }, opts.now),
         };
   if (links !== undefined) links.keys.onChange(() => links.auth.keysChanged());
+  const accessPolicies = config.accessPolicyFile === '' ? undefined : await readAccessPolicies(config.accessPolicyFile);
+  // Each remote JWKS starts its first fetch now, not awaited: an IdP down does not hold the gateway back.
+  const jwt = config.jwtIssuersFile === '' ? undefined : new WorkloadJwtAuth(await readJwtIssuers(config.jwtIssuersFile), opts.now);
   return {
     tokenSecret,
     // The secret stays in this process: every relay hop carries a credential bound to one target.
@@ -79,6 +89,8 @@ export async function readCredentials(config: Config, log: Logger, opts: Credent
     policy,
     apiAuth: apiKeys === undefined ? undefined : { principal: (key) => apiKeys.principal(key), header: config.apiKeyHeader.toLowerCase(), policy },
     links,
+    accessPolicies,
+    jwt,
   };
 }
 

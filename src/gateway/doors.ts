@@ -1,6 +1,7 @@
 import { grpcLimits, h2cLimits } from '../config/factories.js';
 import type { Config } from '../config/schema.js';
 import { listenFailed } from '../config/start-errors.js';
+import { strippedCredentials } from '../edge/headers.js';
 import { startGrpcServer, type GrpcFrontDoor } from '../edge/envoy/grpc-server.js';
 import { EmbeddedProxy } from '../edge/proxy/http-proxy.js';
 import { resolveRelayAddress } from '../edge/relay/relay-config.js';
@@ -109,7 +110,7 @@ export async function startProxyDoor(life: Lifecycle, config: ProxySlice, core: 
       host,
       port: config.proxyPort,
       upstreamHeader: config.upstreamHeader,
-      stripHeaders: [...config.stripHeaders, ...config.stripCredentials],
+      stripHeaders: [...config.stripHeaders, ...strippedCredentials(config.stripCredentials, core.decider.jwt !== undefined)],
       stripOriginOnUpgrade: config.stripOriginOnUpgrade,
       connectTimeoutMs: config.proxyConnectTimeoutMs,
       headersTimeoutMs: config.proxyHeadersTimeoutMs,

@@ -72,6 +72,8 @@ export class Exchange {
   readonly client: string;
   /** The principal: a team, `admin`, `anonymous` or `invalid` (undefined where no decision is made). */
   tenant: string | undefined;
+  /** The access policy rule that let an allowed request in: `public`, `keys`, `jwt`. */
+  policy: string | undefined = undefined;
   namespace: string | undefined;
   name: string | undefined;
   port: number | undefined;

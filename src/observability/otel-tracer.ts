@@ -97,6 +97,7 @@ class RequestTrace implements ExchangeTrace {
     if (x.name !== undefined) attributes['sandgate.sandbox.name'] = x.name;
     if (x.port !== undefined) attributes['sandgate.sandbox.port'] = x.port;
     if (x.tenant !== undefined) attributes['sandgate.tenant'] = x.tenant;
+    if (x.policy !== undefined) attributes['sandgate.access.policy'] = x.policy;
     span.setAttributes(attributes);
     // HTTP semantic conventions: a server span is an error for 5xx (and for no answer at all), not 4xx.
     if (x.status >= 500 || x.status === 0) {

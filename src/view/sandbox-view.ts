@@ -252,7 +252,7 @@ export class SandboxView implements RouteTable {
     return this.entries.size;
   }
 
-  /** Sandboxes with a traffic or envd token (when none has and no key store is set, requests skip the access check). */
+  /** Sandboxes with a traffic or envd token or an own access policy (when none has and no key store is set, requests skip the access check). */
   get tokenSandboxes(): number {
     return this.tokenCount;
   }
@@ -469,6 +469,7 @@ export class SandboxView implements RouteTable {
       relayOwner: s.endpoint.kind === 'relay' ? presence?.gatewayId : undefined,
       accessToken: accessTokenOf(s, claims, inUse, this.opts.deriveToken),
       envdAccessToken: s.envdAccessToken,
+      access: s.access,
       snapshot: s,
       presence,
       driver,
@@ -476,8 +477,8 @@ export class SandboxView implements RouteTable {
       idClaims: claims.length === 0 ? NONE : claims,
       refusedIds,
     };
-    if (held !== undefined && (held.accessToken !== undefined || held.envdAccessToken !== undefined)) this.tokenCount--;
-    if (entry.accessToken !== undefined || entry.envdAccessToken !== undefined) this.tokenCount++;
+    if (held !== undefined && (held.accessToken !== undefined || held.envdAccessToken !== undefined || held.access !== undefined)) this.tokenCount--;
+    if (entry.accessToken !== undefined || entry.envdAccessToken !== undefined || entry.access !== undefined) this.tokenCount++;
     this.countRefusals(held, -1);
     this.countRefusals(entry, 1);
     this.entries.set(key, entry);
@@ -528,7 +529,7 @@ export class SandboxView implements RouteTable {
   private remove(key: string, held: ViewEntry): void {
     this.entries.delete(key);
     this.byName.delete(held.namespace, held.name);
-    if (held.accessToken !== undefined || held.envdAccessToken !== undefined) this.tokenCount--;
+    if (held.accessToken !== undefined || held.envdAccessToken !== undefined || held.access !== undefined) this.tokenCount--;
     this.expiring.delete(key);
     this.countRefusals(held, -1);
     this.readyAt.delete(key);

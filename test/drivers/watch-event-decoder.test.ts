@@ -75,6 +75,7 @@ function sandbox(rand: () => number): WireSandbox {
     revision: maybe(rand, () => ({ desired: maybe(rand, () => pick(rand, WORDS)), current: maybe(rand, () => pick(rand, WORDS)) })),
     created_at: maybe(rand, () => timestamp(rand)),
     envd_access_token: maybe(rand, () => pick(rand, WORDS)),
+    access: maybe(rand, () => pick(rand, WORDS)),
     idle_timeout: maybe(rand, () => timestamp(rand)),
     wake_timeout: maybe(rand, () => timestamp(rand)),
     h2c_ports: Array.from({ length: Math.floor(rand() * 3) }, () => pick(rand, [1, 50051, 70000])),

@@ -4,6 +4,7 @@ import { isIP } from 'node:net';
 import { isDeepStrictEqual } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { SandgateError } from '../../domain/errors.js';
+import { parseSandboxAccess, withPolicyPublicPorts, type SandboxAccess } from '../../domain/access-policy.js';
 import { flat } from '../../domain/flat-string.js';
 import { isDnsLabel } from '../../domain/labels.js';
 import { parseDuration } from '../../domain/duration.js';
@@ -23,6 +24,7 @@ import type { Driver, DriverSink } from '../driver.js';
  *                              # protocol: http (HTTP/1.1, the default) | h2c (HTTP/2 prior knowledge, gRPC)
  *                              #   | tcp (raw TCP, through tunnels only: docs/tunnels.md)
  *       publicPorts: [8000]    # optional: ports anyone may open, no credential needed (each one of `ports`, if set)
+ *       access: {ports: {9000: [{jwt: {issuer: https://k8s.example}}]}, default: [keys]}  # optional (docs/identity.md)
  *       state: ready           # starting | ready | paused | failed | deleting
  *       supervisor: none       # required (default) | none
  *       accessToken: s3cret    # optional traffic token requests must present; `derived` = HMAC(secret, id)
@@ -52,7 +54,7 @@ const READY_BY_STATE: Readonly<Record<BackendState, Omit<Condition, 'type'>>> = 
   deleting: { status: 'False', reason: 'Deleting', message: 'The sandbox is being deleted' },
 };
 
-const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'publicPorts', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume', 'idleTimeout', 'wakeTimeout']);
+const KEYS = new Set(['namespace', 'name', 'id', 'ids', 'address', 'ports', 'publicPorts', 'access', 'state', 'supervisor', 'reason', 'message', 'instanceId', 'shutdownTime', 'accessToken', 'envdAccessToken', 'resume', 'idleTimeout', 'wakeTimeout']);
 
 /** A parsed entry, before it gets a uid and a resourceVersion. */
 export type FileSandbox = Omit<BackendSnapshot, 'uid' | 'resourceVersion'>;
@@ -132,10 +134,11 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
       throw fail(`${at}.publicPorts must be a list of port numbers 1-65535`);
     }
     publicPorts = [...new Set(o.publicPorts as number[])];
-    const outside = ports === undefined ? undefined : publicPorts.find((p) => !ports!.includes(p));
-    if (outside !== undefined) throw fail(`${at}.publicPorts lists port ${outside}, which is not in ports`);
-    if (publicPorts.length === 0) publicPorts = undefined;
   }
+  const access = o.access === undefined ? undefined : parseAccess(o.access, `${at}.access`);
+  publicPorts = withPolicyPublicPorts(publicPorts, access);
+  const outside = ports === undefined || publicPorts === undefined ? undefined : publicPorts.find((p) => !ports.includes(p));
+  if (outside !== undefined) throw fail(o.publicPorts !== undefined && (o.publicPorts as unknown[]).includes(outside) ? `${at}.publicPorts lists port ${outside}, which is not in ports` : `${at}.access makes port ${outside} public, which is not in ports`);
   const stateText = str('state', false) ?? 'ready';
   const state = STATES[stateText];
   if (state === undefined) throw fail(`${at}.state must be one of ${Object.keys(STATES).join(', ')}`);
@@ -180,8 +183,17 @@ function parseEntry(raw: unknown, at: string): FileSandbox {
     h2cPorts,
     tcpPorts,
     publicPorts,
+    access,
     shutdownTime,
   };
+}
+
+function parseAccess(raw: unknown, at: string): SandboxAccess {
+  try {
+    return parseSandboxAccess(raw, at);
+  } catch (err) {
+    throw fail((err as Error).message);
+  }
 }
 
 /**
@@ -207,6 +219,7 @@ function withIdentity(s: FileSandbox, uid: string, resourceVersion: string): Bac
     h2cPorts: s.h2cPorts,
     tcpPorts: s.tcpPorts,
     publicPorts: s.publicPorts,
+    access: s.access,
     shutdownTime: s.shutdownTime,
     accessToken: s.accessToken,
     envdAccessToken: s.envdAccessToken,

@@ -132,6 +132,7 @@ export interface WireSandbox {
   readonly h2c_ports?: readonly number[];
   readonly public_ports?: readonly number[];
   readonly tcp_ports?: readonly number[];
+  readonly access?: string;
 }
 
 export interface WireDeleted {

@@ -4,6 +4,7 @@ import { isoTime } from '../../lib/iso-time.js';
 import { MAX_DURATION_MS } from '../../domain/duration.js';
 import type { BackendSnapshot, BackendState, Condition, ConditionStatus, DriverEvent, Endpoint } from '../../domain/sandbox.js';
 import { DriverError } from './driver-error.js';
+import { parseSandboxAccess, publicPortsOf, sandboxAccessToGrammar, withPolicyPublicPorts, type SandboxAccess } from '../../domain/access-policy.js';
 import type { WireBackendState, WireCondition, WireConditionStatus, WireDeleted, WireSandbox, WireTimestamp } from './driver-proto.js';
 
 /**
@@ -25,6 +26,8 @@ export const LIMITS = {
   ids: 32,
   addresses: 16,
   ports: 1024,
+  /** The access policy's JSON. */
+  accessLength: 65_536,
 } as const;
 
 const STATE_FROM_WIRE: Readonly<Record<string, BackendState>> = {
@@ -230,6 +233,18 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     if (ports.length > 0 && !ports.includes(p)) throw bad(`${at}public_ports[${i}]`, `port ${p} is not in ports`);
   }
 
+  let access: SandboxAccess | undefined;
+  const accessText = text(o, 'access', at, LIMITS.accessLength, false);
+  if (accessText !== '') {
+    try {
+      access = parseSandboxAccess(JSON.parse(accessText), 'access');
+    } catch (err) {
+      throw bad(at + 'access', err instanceof SyntaxError ? `is not JSON: ${err.message}` : (err as Error).message);
+    }
+    const outside = ports.length === 0 ? undefined : publicPortsOf(access).find((p) => !ports.includes(p));
+    if (outside !== undefined) throw bad(at + 'access', `public port ${outside} is not in ports`);
+  }
+
   const sessionModel = o.session_model ?? 'SESSION_MODEL_REQUIRED';
   if (sessionModel !== 'SESSION_MODEL_REQUIRED' && sessionModel !== 'SESSION_MODEL_NONE') throw bad(at + 'session_model', 'must be REQUIRED or NONE');
 
@@ -253,7 +268,8 @@ export function snapshotFromWire(msg: unknown, at = ''): BackendSnapshot {
     ports: ports.length === 0 ? undefined : (ports as number[]),
     h2cPorts: h2cPorts.length === 0 ? undefined : (h2cPorts as number[]),
     tcpPorts: tcpPorts.length === 0 ? undefined : (tcpPorts as number[]),
-    publicPorts: publicPorts.length === 0 ? undefined : (publicPorts as number[]),
+    publicPorts: withPolicyPublicPorts(publicPorts.length === 0 ? undefined : (publicPorts as number[]), access),
+    access,
     shutdownTime: o.shutdown_time === undefined || o.shutdown_time === null ? undefined : timestampMs(o.shutdown_time, at + 'shutdown_time'),
     revision,
     createdAt: o.created_at === undefined || o.created_at === null ? undefined : timestampMs(o.created_at, at + 'created_at'),
@@ -309,6 +325,7 @@ export function snapshotToWire(s: BackendSnapshot): WireSandbox {
     h2c_ports: s.h2cPorts === undefined ? [] : [...s.h2cPorts],
     tcp_ports: s.tcpPorts === undefined ? [] : [...s.tcpPorts],
     public_ports: s.publicPorts === undefined ? [] : [...s.publicPorts],
+    access: s.access === undefined ? '' : JSON.stringify(sandboxAccessToGrammar(s.access)),
     shutdown_time: s.shutdownTime === undefined ? undefined : msToTimestamp(s.shutdownTime),
     revision: s.revision === undefined ? undefined : { desired: s.revision.desired, current: s.revision.current },
     created_at: s.createdAt === undefined ? undefined : msToTimestamp(s.createdAt),

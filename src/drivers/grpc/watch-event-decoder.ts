@@ -151,6 +151,7 @@ function emptySandbox(): Mutable<WireSandbox> {
     h2c_ports: EMPTY,
     public_ports: EMPTY,
     tcp_ports: EMPTY,
+    access: undefined,
   };
 }
 
@@ -245,6 +246,10 @@ function sandbox(r: Reader): WireSandbox {
         break;
       case 0xb2:
         s.tcp_ports = packedUint32s(r, s.tcp_ports!);
+        break;
+      case 0xba:
+        // Field 23 (access): its tag takes two varint bytes, 0xba 0x01 → 186.
+        s.access = r.string();
         break;
       default:
         r.skip(tag & 7);

@@ -2,6 +2,8 @@ import { isIP } from 'node:net';
 import { isDnsLabel, parsePort } from '../../domain/labels.js';
 import { parseDuration } from '../../domain/duration.js';
 import { sandboxKey, type BackendSnapshot, type BackendState, type Condition, type ConditionStatus, type Endpoint, type SessionModel } from '../../domain/sandbox.js';
+import { parseSandboxAccess, publicPortsOf, withPolicyPublicPorts, type SandboxAccess } from '../../domain/access-policy.js';
+import { parse as parseYaml } from 'yaml';
 
 /**
  * Reading the parts of a Sandbox custom resource that both kinds share: identity from metadata, the
@@ -24,6 +26,7 @@ export const ANNOTATION_PORTS = 'sandgate.dev/ports';
 export const ANNOTATION_PORT_PROTOCOLS = 'sandgate.dev/port-protocols';
 /** `3000,8080`: ports anyone may open, no credential needed. */
 export const ANNOTATION_PUBLIC_PORTS = 'sandgate.dev/public-ports';
+export const ANNOTATION_ACCESS = 'sandgate.dev/access';
 export const ANNOTATION_ID = 'sandgate.dev/id';
 /** OpenKruise's per-sandbox traffic token (E2B `envd` access token). */
 export const ANNOTATION_RUNTIME_TOKEN = 'agents.kruise.io/runtime-access-token';
@@ -171,6 +174,7 @@ export interface Annotated {
   readonly h2cPorts: readonly number[] | undefined;
   readonly tcpPorts: readonly number[] | undefined;
   readonly publicPorts: readonly number[] | undefined;
+  readonly access: SandboxAccess | undefined;
   readonly id: string | undefined;
   readonly accessToken: string | { readonly derived: true } | undefined;
   /** OpenKruise's runtime (envd) token: the in-sandbox daemon's own credential, not the gateway's. */
@@ -231,11 +235,33 @@ function publicPortsAnnotation(a: Json | undefined, ports: readonly number[] | u
   return out;
 }
 
+/** Admits no credential: what a bad sandgate.dev/access annotation stands for (fail closed). */
+const ADMITS_NONE: SandboxAccess = { default: [] };
+
+/**
+ * The sandbox's own access policy from sandgate.dev/access (JSON or YAML, docs/identity.md). A bad value
+ * is reported and admits no credential on any port (public ports stay public): a policy is read whole,
+ * and a mistake never falls back to a wider one.
+ */
+function accessAnnotation(a: Json | undefined, ports: readonly number[] | undefined, where: string, opts: MapOptions): SandboxAccess | undefined {
+  const v = a?.[ANNOTATION_ACCESS];
+  if (v === undefined) return undefined;
+  try {
+    const access = parseSandboxAccess(parseYaml(String(v)), `annotation ${ANNOTATION_ACCESS}`);
+    const outside = ports === undefined ? undefined : publicPortsOf(access).find((p) => !ports.includes(p));
+    if (outside !== undefined) throw new Error(`public port ${outside} is not among the sandbox's ports`);
+    return access;
+  } catch (err) {
+    opts.onWarning?.(`${where}: annotation ${ANNOTATION_ACCESS} is not a valid access policy (${(err as Error).message}); no credential is admitted`);
+    return ADMITS_NONE;
+  }
+}
+
 /**
  * The sandgate.dev/* annotations. A bad value is reported through `onWarning` and then: supervisor →
  * the default; id → ignored; ports → the valid entries only (fail closed: a list with no valid port
  * allows no port, rather than every port); port-protocols → ignored (every port speaks HTTP/1.1, none is TCP);
- * public-ports → ignored (no port is public).
+ * public-ports → ignored (no port is public); access → admits no credential.
  */
 export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   const a = id.annotations;
@@ -281,8 +307,9 @@ export function readAnnotations(id: Identity, opts: MapOptions): Annotated {
   const idleTimeoutMs = durationAnnotation(a, ANNOTATION_IDLE_TIMEOUT, where, opts);
   const wakeTimeoutMs = durationAnnotation(a, ANNOTATION_WAKE_TIMEOUT, where, opts);
   const { h2c: h2cPorts, tcp: tcpPorts } = portProtocols(a, where, opts);
-  const publicPorts = publicPortsAnnotation(a, ports, where, opts);
-  return { sessionModel, ports, h2cPorts, tcpPorts, publicPorts, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
+  const access = accessAnnotation(a, ports, where, opts);
+  const publicPorts = withPolicyPublicPorts(publicPortsAnnotation(a, ports, where, opts), access);
+  return { sessionModel, ports, h2cPorts, tcpPorts, publicPorts, access, id: extraId, accessToken, envdAccessToken, resumeOnTraffic, idleTimeoutMs, wakeTimeoutMs };
 }
 
 /** What a CRD's mapping decides; the identity and the annotations give the rest of the snapshot. */
@@ -314,6 +341,7 @@ export function snapshotOf(id: Identity, ann: Annotated, m: Mapped): BackendSnap
     h2cPorts: ann.h2cPorts,
     tcpPorts: ann.tcpPorts,
     publicPorts: ann.publicPorts,
+    access: ann.access,
     accessToken: ann.accessToken,
     envdAccessToken: ann.envdAccessToken,
     resumeOnTraffic: ann.resumeOnTraffic,
