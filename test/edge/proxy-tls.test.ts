@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
-import { connect as h2Connect, type ClientHttp2Session, type IncomingHttpHeaders } from 'node:http2';
+import { connect as h2Connect, constants, type ClientHttp2Session, type IncomingHttpHeaders } from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
 import { eventually } from '../helpers/eventually.js';
@@ -218,6 +218,21 @@ describe.skipIf(!OPENSSL)(needsOpenssl('the proxy over TLS'), () => {
       ws.write(maskedText('ping over h2'));
       expect(await frames.next()).toBe('echo ping over h2');
       ws.close();
+    } finally {
+      s.close();
+    }
+  });
+
+  it('hostile HTTP/2 WebSocket: a client that resets its open stream ends that stream alone; the gateway serves on', async () => {
+    const s = await h2();
+    try {
+      const ws = s.request({ ':method': 'CONNECT', ':protocol': 'websocket', ':scheme': 'https', ':path': '/chat', ':authority': host(), 'sec-websocket-version': '13' }, { endStream: false });
+      expect((await new Promise<IncomingHttpHeaders>((resolve) => ws.once('response', resolve)))[':status']).toBe(200);
+      await serverFrames(ws).next();
+      // RST_STREAM CANCEL while the tunnel is open: its request body on the gateway ends without a reader.
+      ws.close(constants.NGHTTP2_CANCEL);
+      await new Promise((resolve) => ws.once('close', resolve));
+      expect((await exchange(s, { ':method': 'GET', ':scheme': 'https', ':path': '/after', ':authority': host() })).headers[':status']).toBe(200);
     } finally {
       s.close();
     }

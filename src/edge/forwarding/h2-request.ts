@@ -65,6 +65,9 @@ class H2Body extends Readable implements RequestBody {
     });
     stream.once('end', () => this.push(null));
     stream.once('aborted', () => this.destroy(new Error('the HTTP/2 stream was reset before its body ended')));
+    // A body may have no reader (a bodyless GET, an RFC 8441 WebSocket): its reset must not become an
+    // uncaught 'error' that ends the process. A reader's own listener still gets the error.
+    this.on('error', ignore);
   }
 
   override _read(): void {
@@ -185,3 +188,5 @@ export class H2Response implements ClientResponse {
     return this;
   }
 }
+
+function ignore(): void {}
