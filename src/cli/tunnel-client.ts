@@ -65,21 +65,24 @@ export function websocketTunnel(t: TunnelTarget, o: TunnelClientOptions): Promis
       ws.off('error', reject);
       resolve(createWebSocketStream(ws));
     });
-    ws.once('unexpected-response', (_req, res: IncomingMessage) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on('data', (c: Buffer) => {
-        if ((size += c.length) <= MAX_REFUSAL_BYTES) chunks.push(c);
-      });
-      res.once('end', () => reject(refusal(res.statusCode ?? 0, res.headers['x-sandgate-error'], Buffer.concat(chunks))));
-      res.once('error', reject);
-    });
+    ws.once('unexpected-response', (_req, res: IncomingMessage) => rejectWithRefusal(res, reject));
     ws.once('error', reject);
   });
 }
 
 /** Longest refusal body read: the gateway's typed JSON answers are far shorter. */
 const MAX_REFUSAL_BYTES = 16 * 1024;
+
+/** Reads a refusal answered as an ordinary response (its first 16 KiB) and rejects with it. */
+function rejectWithRefusal(res: IncomingMessage, reject: (err: Error) => void): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  res.on('data', (c: Buffer) => {
+    if ((size += c.length) <= MAX_REFUSAL_BYTES) chunks.push(c);
+  });
+  res.once('end', () => reject(refusal(res.statusCode ?? 0, res.headers['x-sandgate-error'], Buffer.concat(chunks))));
+  res.once('error', reject);
+}
 
 export function tunnelAuthority(t: TunnelTarget, baseDomain: string): string {
   return `${t.name}.${t.namespace}.${baseDomain}:${t.port}`;
@@ -108,15 +111,7 @@ export function connectTunnel(t: TunnelTarget, o: TunnelClientOptions): Promise<
       readRefusal(socket, head, res, reject);
     });
     // A refusal answered as an ordinary response (a gateway or proxy that does not serve CONNECT).
-    req.once('response', (res: IncomingMessage) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on('data', (c: Buffer) => {
-        if ((size += c.length) <= MAX_REFUSAL_BYTES) chunks.push(c);
-      });
-      res.once('end', () => reject(refusal(res.statusCode ?? 0, res.headers['x-sandgate-error'], Buffer.concat(chunks))));
-      res.once('error', reject);
-    });
+    req.once('response', (res: IncomingMessage) => rejectWithRefusal(res, reject));
     req.once('error', reject);
     req.end();
   });
