@@ -5,7 +5,8 @@ import { parseLinkKeys, type LinkKeySet } from '../../src/auth/link-keys.js';
 import { LinkAuth, mintLinkToken, verifyLinkToken, type LinkRequestClaims } from '../../src/auth/link-tokens.js';
 import { linkUrl } from '../../src/auth/link-service.js';
 import { decide, type Decision, type Deny } from '../../src/domain/decide.js';
-import { accessFor, ANONYMOUS, NO_KEYS_REQUIRED } from '../../src/domain/access.js';
+import { accessFor, ANONYMOUS, linkUnderPolicy, NO_KEYS_REQUIRED } from '../../src/domain/access.js';
+import { DEFAULT_POLICIES } from '../../src/domain/access-policy.js';
 import { LINK_AUDIENCE, linkAccess, linkCookiePath, linkLocation, withoutTokenParam } from '../../src/domain/link.js';
 import type { RouteOptions, RouteRequest } from '../../src/domain/route-key.js';
 import { SandboxView } from '../../src/view/sandbox-view.js';
@@ -120,7 +121,8 @@ describe('link checks in the decision', () => {
     await auth.pending(r);
     const link = auth.presented(r);
     const credentials = accessFor(ANONYMOUS, NO_KEYS_REQUIRED, r.headers['e2b-traffic-access-token']);
-    const access = link === undefined ? credentials : linkAccess(link, { method: r.method!, path: r.path!, upgrade: r.headers.upgrade !== undefined, secure: r.secure === true }, NOW, auth.isRevoked, linkCookiePath('p'), credentials);
+    // Composed as the Decider composes it: a link's check under the port's policy.
+    const access = link === undefined ? credentials : linkUnderPolicy(linkAccess(link, { method: r.method!, path: r.path!, upgrade: r.headers.upgrade !== undefined, secure: r.secure === true }, NOW, auth.isRevoked, linkCookiePath('p'), credentials), credentials, DEFAULT_POLICIES);
     return decide(view, ROUTE, r, access);
   }
   const HOST = '3000-web.team-a.sbx.test';

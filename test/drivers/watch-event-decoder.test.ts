@@ -23,7 +23,7 @@ const tag = (field: number, wireType: number): number[] => varint(BigInt((field 
 
 /** Fields driver.proto does not define, in every wire type (a newer driver's additions). */
 function unknownFields(rand: () => number): Buffer {
-  const field = 23 + Math.floor(rand() * 1000);
+  const field = 24 + Math.floor(rand() * 1000);
   switch (Math.floor(rand() * 5)) {
     case 0:
       return Buffer.from([...tag(field, 0), ...varint(BigInt(Math.floor(rand() * 2 ** 40)))]);
