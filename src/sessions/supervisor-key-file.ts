@@ -24,6 +24,8 @@ export class SupervisorKeyFile {
   private last: string | undefined;
   private watch: FileWatch | undefined;
   private checking: Promise<boolean> | undefined;
+  /** A check was asked for while one was reading. */
+  private again = false;
   private keys: SupervisorKeys;
 
   constructor(private readonly opts: SupervisorKeyFileOptions) {
@@ -46,9 +48,22 @@ export class SupervisorKeyFile {
     this.watch = undefined;
   }
 
-  /** Re-reads the file now; resolves true when the key set changed. One read at a time. */
+  /**
+   * Re-reads the file now; resolves true when the key set changed. One read at a time: a check asked for
+   * while one is reading reads again after it, since that read may have begun before the change it is
+   * told of (the watch reports each change once).
+   */
   check(): Promise<boolean> {
-    this.checking ??= this.read().finally(() => (this.checking = undefined));
+    if (this.checking !== undefined) {
+      this.again = true;
+      return this.checking;
+    }
+    this.checking = this.read().finally(() => {
+      this.checking = undefined;
+      if (!this.again) return;
+      this.again = false;
+      void this.check();
+    });
     return this.checking;
   }
 
