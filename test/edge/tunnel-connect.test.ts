@@ -14,7 +14,7 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
 import { makeCa, needsOpenssl, OPENSSL, type TestCa } from '../helpers/tls-certs.js';
-import { rawConnect, refusalBody, roundTrip, startEcho, startFirehose } from '../helpers/tunnel-client.js';
+import { rawConnect, refusalBody, roundTrip, startEcho, startFirehose, firehoseBlocked } from '../helpers/tunnel-client.js';
 
 /**
  * HTTP/1.1 CONNECT at the embedded proxy (docs/tunnels.md): a TCP echo server is the sandbox's port
@@ -165,14 +165,7 @@ describe('CONNECT tunnels at the embedded proxy', () => {
     expect(a.status).toBe(200);
     a.stopReading();
     // The client reads nothing more. The firehose must end up waiting for a drain that never comes.
-    let last = -1;
-    let stable = 0;
-    await eventually(() => {
-      const w = firehose.written();
-      stable = firehose.waiting() && w === last ? stable + 1 : 0;
-      last = w;
-      return stable >= 30;
-    }, 20_000, () => `the firehose to stay blocked (written ${firehose.written()})`);
+    await firehoseBlocked(firehose);
     // Socket buffers on both hops, and the streams' high-water marks: megabytes at most, never the stream.
     expect(firehose.written()).toBeLessThan(64 * 1024 * 1024);
     a.socket.destroy();

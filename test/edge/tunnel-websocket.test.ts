@@ -6,7 +6,7 @@ import { eventually } from '../helpers/eventually.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { snapshot } from '../helpers/snapshots.js';
 import { TestDriver } from '../helpers/test-driver.js';
-import { startEcho, startFirehose } from '../helpers/tunnel-client.js';
+import { startEcho, startFirehose, firehoseBlocked } from '../helpers/tunnel-client.js';
 
 /**
  * The WebSocket tunnel at the embedded proxy: `GET /v1/sandboxes/{namespace}/{name}/ports/{port}/tunnel`,
@@ -90,14 +90,7 @@ describe('the WebSocket tunnel', () => {
     const { ws } = await handshake(url('team-a', 'web', firehose.port), { 'x-api-key': keys['team-a'] });
     // Stop reading the socket under the WebSocket: nothing more is taken off the wire.
     (ws as unknown as { _socket: { pause(): void } })._socket.pause();
-    let last = -1;
-    let stable = 0;
-    await eventually(() => {
-      const w = firehose.written();
-      stable = firehose.waiting() && w === last ? stable + 1 : 0;
-      last = w;
-      return stable >= 30;
-    }, 20_000, () => `the firehose to stay blocked (written ${firehose.written()})`);
+    await firehoseBlocked(firehose);
     expect(firehose.written()).toBeLessThan(64 * 1024 * 1024);
     ws!.terminate();
   });

@@ -109,3 +109,15 @@ export async function startFirehose(): Promise<{ server: Server; port: number; w
   await once(server, 'listening');
   return { server, port: (server.address() as AddressInfo).port, written: () => written, waiting: () => waiting };
 }
+
+/** Waits until the firehose has been blocked (waiting for a drain, writing nothing) for 30 checks in a row. */
+export async function firehoseBlocked(firehose: { written: () => number; waiting: () => boolean }): Promise<void> {
+  let last = -1;
+  let stable = 0;
+  await eventually(() => {
+    const w = firehose.written();
+    stable = firehose.waiting() && w === last ? stable + 1 : 0;
+    last = w;
+    return stable >= 30;
+  }, 20_000, () => `the firehose to stay blocked (written ${firehose.written()})`);
+}
